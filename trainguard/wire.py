@@ -1,0 +1,270 @@
+"""Wire contract v1: the one message format between trainers and the pipeline.
+
+A message (one Pub/Sub message, or one line of a ``.jsonl`` replay file) is a
+UTF-8 JSON object::
+
+    {"schema": "trainguard/v1", "id": "...", "test": "...", "run": "...",
+     "points": [{"tag": "loss", "value": 0.1, "step": 10, "time": 1763700000.25}],
+     "events": [{"type": "run_finished", "time": 1763703590.0,
+                 "data": {"status": "success", "num_failures": 0}}]}
+
+This module is shared by both sides and imports nothing outside the standard
+library, so trainers can install it without Apache Beam. ``encode_message``
+builds messages; ``parse_message`` validates one payload and splits it into the
+good part and per-item rejections, so that one bad point never costs the rest
+of its message.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+
+SCHEMA = "trainguard/v1"
+
+RUN_STARTED = "run_started"
+RUN_FINISHED = "run_finished"
+STATUS_SUCCESS = "success"
+FINISHED_STATUSES = ("success", "failure", "timeout")
+
+# Pub/Sub message attributes set by publishers. ``ts`` is the message's event
+# time (the latest point or event time in it) in milliseconds since the epoch:
+# the pipeline's watermark follows it, so it must describe the data, not the
+# moment of publishing (a shipper back-filling old logs sends old ``ts``).
+ATTR_SCHEMA = "schema"
+ATTR_TEST = "test"
+ATTR_RUN = "run"
+ATTR_TS = "ts"
+
+# Sizes past which input is "absurd" and dead-lettered rather than processed.
+MAX_MESSAGE_BYTES = 1 << 20
+MAX_POINTS_PER_MESSAGE = 10_000
+MAX_EVENTS_PER_MESSAGE = 100
+MAX_NAME_CHARS = 256
+MAX_EVENT_DATA_BYTES = 16 << 10
+# Event times must be plausible unix seconds: after 2000-01-01, before 2200.
+MIN_TIME = 946684800.0
+MAX_TIME = 7258118400.0
+MAX_STEP = (1 << 63) - 1
+
+
+class Point(NamedTuple):
+    tag: str
+    value: float
+    step: Optional[int]
+    time: float
+
+
+class Event(NamedTuple):
+    type: str
+    time: float
+    data: Dict[str, Any]
+
+
+class Message(NamedTuple):
+    """A validated message: only well-formed points and events remain."""
+    id: str
+    test: str
+    run: str
+    points: Tuple[Point, ...]
+    events: Tuple[Event, ...]
+
+    @property
+    def event_time(self) -> float:
+        """The latest point or event time: the message's place in event time."""
+        times = [p.time for p in self.points] + [e.time for e in self.events]
+        return max(times)
+
+
+class Rejection(NamedTuple):
+    """One rejected item: why, and the raw JSON of what was rejected."""
+    reason: str
+    payload: str
+
+
+class InvalidMessage(ValueError):
+    """The payload as a whole is unusable; ``str(error)`` is the reason."""
+
+
+def parse_message(payload: bytes) -> Tuple[Message, List[Rejection]]:
+    """Validates one raw payload.
+
+    Returns the message with its valid points and events, plus one rejection
+    per invalid point or event. Raises ``InvalidMessage`` when the message
+    itself is unusable (not JSON, wrong schema, bad envelope fields, too big,
+    or nothing valid left in it).
+    """
+    if len(payload) > MAX_MESSAGE_BYTES:
+        raise InvalidMessage(f"message is {len(payload)} bytes, limit is {MAX_MESSAGE_BYTES}")
+    try:
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InvalidMessage(f"not UTF-8: {e.reason} at byte {e.start}") from None
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise InvalidMessage(f"not JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise InvalidMessage(f"not a JSON object but {type(obj).__name__}")
+    schema = obj.get("schema")
+    if schema != SCHEMA:
+        raise InvalidMessage(f"schema is {schema!r}, expected {SCHEMA!r}")
+    message_id = _require_name(obj, "id")
+    test = _require_name(obj, "test")
+    run = _require_name(obj, "run")
+    raw_points = _optional_list(obj, "points", MAX_POINTS_PER_MESSAGE)
+    raw_events = _optional_list(obj, "events", MAX_EVENTS_PER_MESSAGE)
+
+    rejections: List[Rejection] = []
+    points: List[Point] = []
+    for index, raw in enumerate(raw_points):
+        try:
+            points.append(_parse_point(raw))
+        except ValueError as e:
+            rejections.append(_rejection(f"invalid point [{index}]: {e}", message_id, test, run, "point", raw))
+    events: List[Event] = []
+    for index, raw in enumerate(raw_events):
+        try:
+            events.append(_parse_event(raw))
+        except ValueError as e:
+            rejections.append(_rejection(f"invalid event [{index}]: {e}", message_id, test, run, "event", raw))
+    if not points and not events and not rejections:
+        raise InvalidMessage("message carries no points and no events")
+    return Message(message_id, test, run, tuple(points), tuple(events)), rejections
+
+
+def _rejection(reason: str, message_id: str, test: str, run: str, kind: str, raw: Any) -> Rejection:
+    context = {"id": message_id, "test": test, "run": run, kind: raw}
+    return Rejection(reason, json.dumps(context, sort_keys=True, default=repr))
+
+
+def _require_name(obj: Dict[str, Any], field: str) -> str:
+    value = obj.get(field)
+    if value is None:
+        raise InvalidMessage(f"missing field {field!r}")
+    try:
+        return check_name(value, field)
+    except ValueError as e:
+        raise InvalidMessage(str(e)) from None
+
+
+def check_name(value: Any, field: str) -> str:
+    """A name (test, run, id, tag, event type): a short non-empty printable string."""
+    if not isinstance(value, str):
+        raise ValueError(f"{field} must be a string, got {type(value).__name__}")
+    if not value or len(value) > MAX_NAME_CHARS:
+        raise ValueError(f"{field} must have 1 to {MAX_NAME_CHARS} characters, got {len(value)}")
+    if not value.isprintable():
+        raise ValueError(f"{field} contains control characters")
+    return value
+
+
+def _optional_list(obj: Dict[str, Any], field: str, limit: int) -> list:
+    value = obj.get(field)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise InvalidMessage(f"{field} must be a list, got {type(value).__name__}")
+    if len(value) > limit:
+        raise InvalidMessage(f"{field} has {len(value)} items, limit is {limit}")
+    return value
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_time(value: Any) -> float:
+    if not _is_number(value):
+        raise ValueError(f"time must be a number, got {type(value).__name__}")
+    time = float(value)
+    if not MIN_TIME <= time < MAX_TIME:  # also rejects NaN
+        raise ValueError(f"time {value!r} is not plausible unix seconds")
+    return time
+
+
+def _parse_point(raw: Any) -> Point:
+    if not isinstance(raw, dict):
+        raise ValueError(f"not an object but {type(raw).__name__}")
+    tag = check_name(raw.get("tag"), "tag")
+    value = raw.get("value")
+    if not _is_number(value):
+        raise ValueError(f"value must be a number, got {type(value).__name__}")
+    try:
+        value = float(value)
+    except OverflowError:
+        raise ValueError("value is out of float range") from None
+    if not math.isfinite(value):
+        raise ValueError(f"value is {value}")
+    step = raw.get("step")
+    if step is not None:
+        if not isinstance(step, int) or isinstance(step, bool):
+            raise ValueError(f"step must be an integer, got {type(step).__name__}")
+        if not 0 <= step <= MAX_STEP:
+            raise ValueError(f"step {step} is out of range")
+    unknown = raw.keys() - {"tag", "value", "step", "time"}
+    if unknown:
+        raise ValueError(f"unknown fields {sorted(unknown)}")
+    return Point(tag, value, step, _check_time(raw.get("time")))
+
+
+def _parse_event(raw: Any) -> Event:
+    if not isinstance(raw, dict):
+        raise ValueError(f"not an object but {type(raw).__name__}")
+    event_type = check_name(raw.get("type"), "type")
+    time = _check_time(raw.get("time"))
+    data = raw.get("data", {})
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ValueError(f"data must be an object, got {type(data).__name__}")
+    if len(json.dumps(data)) > MAX_EVENT_DATA_BYTES:
+        raise ValueError(f"data is larger than {MAX_EVENT_DATA_BYTES} bytes")
+    if event_type == RUN_FINISHED:
+        status = data.get("status")
+        if status not in FINISHED_STATUSES:
+            raise ValueError(f"run_finished status must be one of {list(FINISHED_STATUSES)}, got {status!r}")
+        failures = data.get("num_failures", 0)
+        if not isinstance(failures, int) or isinstance(failures, bool) or failures < 0:
+            raise ValueError(f"num_failures must be a non-negative integer, got {failures!r}")
+    return Event(event_type, time, data)
+
+
+def new_message_id() -> str:
+    return uuid.uuid4().hex
+
+
+def point_dict(tag: str, value: float, time: float, step: Optional[int] = None) -> Dict[str, Any]:
+    point: Dict[str, Any] = {"tag": tag, "value": value, "time": time}
+    if step is not None:
+        point["step"] = step
+    return point
+
+
+def event_dict(event_type: str, time: float, data: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    return {"type": event_type, "time": time, "data": dict(data or {})}
+
+
+def encode_message(test: str, run: str, points: Sequence[Dict[str, Any]] = (),
+                   events: Sequence[Dict[str, Any]] = (), message_id: Optional[str] = None) -> bytes:
+    """One wire message as compact UTF-8 JSON bytes (points/events as dicts)."""
+    message: Dict[str, Any] = {"schema": SCHEMA, "id": message_id or new_message_id(),
+                               "test": test, "run": run}
+    if points:
+        message["points"] = list(points)
+    if events:
+        message["events"] = list(events)
+    return json.dumps(message, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+def event_time_millis(points: Iterable[Dict[str, Any]], events: Iterable[Dict[str, Any]]) -> int:
+    """The ``ts`` attribute for a message holding these points and events."""
+    times = [p["time"] for p in points] + [e["time"] for e in events]
+    return int(max(times) * 1000)
+
+
+def message_attributes(test: str, run: str, ts_millis: int) -> Dict[str, str]:
+    """Pub/Sub attributes every publisher sets on a wire message."""
+    return {ATTR_SCHEMA: SCHEMA, ATTR_TEST: test, ATTR_RUN: run, ATTR_TS: str(ts_millis)}

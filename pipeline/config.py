@@ -1,0 +1,284 @@
+"""Per-test configuration: ``configs/<test>.json`` plus an optional ``default.json``.
+
+Keys and semantics follow the ML-accelerator metrics handler. Loading is strict:
+an unknown key, a value of the wrong type or an impossible combination is a
+``ConfigError`` at start-up that names the file and the key, because a typo in
+an alerting config otherwise shows up as silence on the day a regression lands.
+Keys named ``"//"`` are comments and may appear in any object.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+STRATEGIES = ("final", "min", "max", "average")
+COMPARISONS = ("greater", "less", "equal", "greater_or_equal", "less_or_equal")
+COMMENT_KEY = "//"
+DEFAULT_CONFIG_NAME = "default"
+TIME_TO_ACCURACY_METRIC = "time_to_accuracy"
+TOTAL_WALL_TIME_METRIC = "total_wall_time"
+
+
+class ConfigError(ValueError):
+    def __init__(self, source: str, key: str, problem: str):
+        super().__init__(f"{source}: {key}: {problem}")
+        self.source, self.key, self.problem = source, key, problem
+
+
+@dataclasses.dataclass(frozen=True)
+class TimeToAccuracy:
+    accuracy_tag: str
+    accuracy_threshold: float
+
+
+@dataclasses.dataclass(frozen=True)
+class SuccessCondition:
+    comparison: str
+    fixed_value: Optional[float] = None
+    stddevs_from_mean: Optional[float] = None
+    wait_for_n_points_of_history: int = 0
+    history_max_points: int = 100
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricCollectionConfig:
+    default_aggregation_strategies: Tuple[str, ...] = ("final",)
+    metric_to_aggregation_strategies: Mapping[str, Tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    tags_to_ignore: frozenset = frozenset()
+    time_to_accuracy: Optional[TimeToAccuracy] = None
+    write_to_bigquery: bool = True
+
+    def strategies_for(self, tag: str) -> Tuple[str, ...]:
+        return self.metric_to_aggregation_strategies.get(tag, self.default_aggregation_strategies)
+
+
+@dataclasses.dataclass(frozen=True)
+class RegressionTestConfig:
+    metric_success_conditions: Mapping[str, SuccessCondition] = dataclasses.field(default_factory=dict)
+    metric_subset_to_alert: Optional[frozenset] = None
+    required_metrics: Tuple[str, ...] = ()
+    alert_for_oob_metrics: bool = True
+    alert_for_failed_jobs: bool = True
+    alert_after_second_test_failure: bool = True
+
+    def condition_for(self, metric: str) -> Optional[SuccessCondition]:
+        conditions = self.metric_success_conditions
+        return conditions.get(metric, conditions.get(DEFAULT_CONFIG_NAME))
+
+    def may_alert_on(self, metric: str) -> bool:
+        return self.metric_subset_to_alert is None or metric in self.metric_subset_to_alert
+
+
+@dataclasses.dataclass(frozen=True)
+class TestConfig:
+    __test__ = False  # not a pytest test class
+    metric_collection: MetricCollectionConfig = MetricCollectionConfig()
+    regression_test: RegressionTestConfig = RegressionTestConfig()
+    source: str = "<built-in default>"
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigSet:
+    """All per-test configs; tests without a file of their own get the default."""
+    by_test: Mapping[str, TestConfig]
+    default: TestConfig = TestConfig()
+
+    def for_test(self, test: str) -> TestConfig:
+        return self.by_test.get(test, self.default)
+
+
+def test_name_from_filename(filename: str) -> str:
+    return filename[: -len(".json")].replace("__", "/")
+
+
+def filename_for_test(test: str) -> str:
+    return test.replace("/", "__") + ".json"
+
+
+def load_config_dir(directory: str) -> ConfigSet:
+    """Loads every ``*.json`` in ``directory``; ``default.json`` is the fallback."""
+    if not os.path.isdir(directory):
+        raise ConfigError(directory, "-", "config directory does not exist")
+    by_test: Dict[str, TestConfig] = {}
+    default = TestConfig()
+    for filename in sorted(os.listdir(directory)):
+        if not filename.endswith(".json"):
+            continue
+        path = os.path.join(directory, filename)
+        config = load_config_file(path)
+        name = test_name_from_filename(filename)
+        if name == DEFAULT_CONFIG_NAME:
+            default = config
+        else:
+            by_test[name] = config
+    return ConfigSet(by_test, default)
+
+
+def load_config_file(path: str) -> TestConfig:
+    try:
+        with open(path, encoding="utf-8") as f:
+            raw = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ConfigError(path, "-", f"cannot read JSON: {e}") from None
+    return parse_test_config(raw, path)
+
+
+def parse_test_config(raw: Any, source: str) -> TestConfig:
+    reader = _Reader(source)
+    top = reader.object(raw, "")
+    reader.only_keys(top, "", {"metric_collection_config", "regression_test_config"})
+    collection = _parse_collection(reader, top.get("metric_collection_config", {}))
+    regression = _parse_regression(reader, top.get("regression_test_config", {}))
+    tta = collection.time_to_accuracy
+    if tta is not None and tta.accuracy_tag in collection.tags_to_ignore:
+        raise ConfigError(source, "metric_collection_config.time_to_accuracy.accuracy_tag",
+                          f"{tta.accuracy_tag!r} is also in tags_to_ignore")
+    return TestConfig(collection, regression, source)
+
+
+def _parse_collection(reader: "_Reader", raw: Any) -> MetricCollectionConfig:
+    where = "metric_collection_config"
+    obj = reader.object(raw, where)
+    singular, plural = "metric_to_aggregation_strategy", "metric_to_aggregation_strategies"
+    reader.only_keys(obj, where, {"default_aggregation_strategies", plural, singular,
+                                  "tags_to_ignore", "time_to_accuracy", "write_to_bigquery"})
+    if singular in obj and plural in obj:
+        raise ConfigError(reader.source, f"{where}.{singular}", f"give either {singular} or {plural}, not both")
+    defaults = reader.strategies(obj.get("default_aggregation_strategies", ["final"]),
+                                 f"{where}.default_aggregation_strategies")
+    per_tag_key = singular if singular in obj else plural
+    per_tag_raw = reader.object(obj.get(per_tag_key, {}), f"{where}.{per_tag_key}")
+    per_tag = {tag: reader.strategies(value, f"{where}.{per_tag_key}.{tag}")
+               for tag, value in per_tag_raw.items() if tag != COMMENT_KEY}
+    ignored = frozenset(reader.strings(obj.get("tags_to_ignore", []), f"{where}.tags_to_ignore"))
+    tta = None
+    if obj.get("time_to_accuracy") is not None:
+        tta_where = f"{where}.time_to_accuracy"
+        tta_obj = reader.object(obj["time_to_accuracy"], tta_where)
+        reader.only_keys(tta_obj, tta_where, {"accuracy_tag", "accuracy_threshold"}, required=True)
+        tta = TimeToAccuracy(reader.string(tta_obj["accuracy_tag"], f"{tta_where}.accuracy_tag"),
+                             reader.number(tta_obj["accuracy_threshold"], f"{tta_where}.accuracy_threshold"))
+    write = reader.boolean(obj.get("write_to_bigquery", True), f"{where}.write_to_bigquery")
+    return MetricCollectionConfig(defaults, per_tag, ignored, tta, write)
+
+
+def _parse_regression(reader: "_Reader", raw: Any) -> RegressionTestConfig:
+    where = "regression_test_config"
+    obj = reader.object(raw, where)
+    reader.only_keys(obj, where, {"metric_success_conditions", "metric_subset_to_alert", "required_metrics",
+                                  "alert_for_oob_metrics", "alert_for_failed_jobs",
+                                  "alert_after_second_test_failure"})
+    conditions_where = f"{where}.metric_success_conditions"
+    conditions_raw = reader.object(obj.get("metric_success_conditions", {}), conditions_where)
+    conditions = {metric: _parse_condition(reader, value, f"{conditions_where}.{metric}")
+                  for metric, value in conditions_raw.items() if metric != COMMENT_KEY}
+    subset = obj.get("metric_subset_to_alert")
+    return RegressionTestConfig(
+        metric_success_conditions=conditions,
+        metric_subset_to_alert=None if subset is None else frozenset(
+            reader.strings(subset, f"{where}.metric_subset_to_alert")),
+        required_metrics=tuple(reader.strings(obj.get("required_metrics", []), f"{where}.required_metrics")),
+        alert_for_oob_metrics=reader.boolean(obj.get("alert_for_oob_metrics", True),
+                                             f"{where}.alert_for_oob_metrics"),
+        alert_for_failed_jobs=reader.boolean(obj.get("alert_for_failed_jobs", True),
+                                             f"{where}.alert_for_failed_jobs"),
+        alert_after_second_test_failure=reader.boolean(obj.get("alert_after_second_test_failure", True),
+                                                       f"{where}.alert_after_second_test_failure"),
+    )
+
+
+def _parse_condition(reader: "_Reader", raw: Any, where: str) -> SuccessCondition:
+    obj = reader.object(raw, where)
+    reader.only_keys(obj, where, {"comparison", "success_threshold", "wait_for_n_points_of_history",
+                                  "history_max_points"})
+    for key in ("comparison", "success_threshold"):
+        if key not in obj:
+            raise ConfigError(reader.source, f"{where}.{key}", "is required")
+    comparison = reader.string(obj["comparison"], f"{where}.comparison")
+    if comparison not in COMPARISONS:
+        raise ConfigError(reader.source, f"{where}.comparison", f"{comparison!r} is not one of {list(COMPARISONS)}")
+    threshold_where = f"{where}.success_threshold"
+    threshold = reader.object(obj["success_threshold"], threshold_where)
+    kinds = [k for k in threshold if k != COMMENT_KEY]
+    if len(kinds) != 1 or kinds[0] not in ("fixed_value", "stddevs_from_mean"):
+        raise ConfigError(reader.source, threshold_where,
+                          "must hold exactly one of 'fixed_value' or 'stddevs_from_mean'")
+    kind = kinds[0]
+    value = reader.number(threshold[kind], f"{threshold_where}.{kind}")
+    if kind == "stddevs_from_mean":
+        if comparison == "equal":
+            raise ConfigError(reader.source, threshold_where,
+                              "'equal' cannot be combined with 'stddevs_from_mean'")
+        if value < 0:
+            raise ConfigError(reader.source, f"{threshold_where}.{kind}", "must not be negative")
+    return SuccessCondition(
+        comparison=comparison,
+        fixed_value=value if kind == "fixed_value" else None,
+        stddevs_from_mean=value if kind == "stddevs_from_mean" else None,
+        wait_for_n_points_of_history=reader.integer(obj.get("wait_for_n_points_of_history", 0),
+                                                    f"{where}.wait_for_n_points_of_history", minimum=0),
+        history_max_points=reader.integer(obj.get("history_max_points", 100),
+                                          f"{where}.history_max_points", minimum=1),
+    )
+
+
+@dataclasses.dataclass
+class _Reader:
+    """Typed accessors that raise ``ConfigError`` naming the file and the key."""
+    source: str
+
+    def fail(self, key: str, problem: str) -> ConfigError:
+        return ConfigError(self.source, key or "<top level>", problem)
+
+    def object(self, value: Any, key: str) -> Dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(key, f"must be an object, got {type(value).__name__}")
+        return value
+
+    def only_keys(self, obj: Dict[str, Any], key: str, allowed: set, required: bool = False) -> None:
+        for name in obj:
+            if name != COMMENT_KEY and name not in allowed:
+                raise self.fail(f"{key}.{name}" if key else name, f"unknown key (allowed: {sorted(allowed)})")
+        if required:
+            for name in sorted(allowed - obj.keys()):
+                raise self.fail(f"{key}.{name}", "is required")
+
+    def string(self, value: Any, key: str) -> str:
+        if not isinstance(value, str) or not value:
+            raise self.fail(key, f"must be a non-empty string, got {value!r}")
+        return value
+
+    def strings(self, value: Any, key: str) -> list:
+        if not isinstance(value, list):
+            raise self.fail(key, f"must be a list of strings, got {type(value).__name__}")
+        return [self.string(item, key) for item in value]
+
+    def strategies(self, value: Any, key: str) -> Tuple[str, ...]:
+        names = self.strings(value, key)
+        if not names:
+            raise self.fail(key, "must name at least one strategy")
+        for name in names:
+            if name not in STRATEGIES:
+                raise self.fail(key, f"{name!r} is not one of {list(STRATEGIES)}")
+        return tuple(dict.fromkeys(names))
+
+    def number(self, value: Any, key: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise self.fail(key, f"must be a finite number, got {value!r}")
+        return float(value)
+
+    def integer(self, value: Any, key: str, minimum: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self.fail(key, f"must be an integer >= {minimum}, got {value!r}")
+        return value
+
+    def boolean(self, value: Any, key: str) -> bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise self.fail(key, f"must be true/false or the strings \"True\"/\"False\", got {value!r}")

@@ -1,0 +1,85 @@
+"""The trainguard graph: raw messages in; history rows, alerts and dead letters out.
+
+The same graph runs as a bounded replay of files (FnApiRunner) and as a
+streaming job on Pub/Sub (BundleBasedDirectRunner locally, Dataflow in
+production): every stateful step is keyed and driven by event-time timers, so
+no step needs to see all input at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import apache_beam as beam
+
+from pipeline.config import ConfigSet
+from transforms.parse import DeduplicateMessages, ParseMessages
+from transforms.records import Alert, job_history_row
+from transforms.regression import CheckJobHistory, CheckMetricHistory
+from transforms.runs import AssembleRuns, SkipStoredRuns
+
+JOB_HISTORY, METRIC_HISTORY, ALERTS, DEAD_LETTER = "job_history", "metric_history", "alerts", "dead_letter"
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphSettings:
+    configs: ConfigSet
+    run_grace_seconds: float = 60.0
+    run_timeout_seconds: float = 6 * 3600.0
+    dedup_horizon_seconds: float = 24 * 3600.0
+    finalized_run_retention_seconds: float = 7 * 24 * 3600.0
+
+    @staticmethod
+    def from_options(configs: ConfigSet, options) -> "GraphSettings":
+        return GraphSettings(configs, options.run_grace_seconds, options.run_timeout_seconds,
+                             options.dedup_horizon_seconds, options.finalized_run_retention_seconds)
+
+
+class KeepRecordedTests(beam.PTransform):
+    """Drops history rows of tests configured with ``write_to_bigquery: false``."""
+
+    def __init__(self, configs: ConfigSet):
+        super().__init__()
+        self.configs = configs
+
+    def expand(self, rows):
+        configs = self.configs
+        return rows | beam.Filter(lambda row: configs.for_test(row["test_name"]).metric_collection.write_to_bigquery)
+
+
+class DetectRegressions(beam.PTransform):
+    """RawMessage -> dict of PCollections keyed by output table name.
+
+    ``job_history`` and ``metric_history`` hold row dicts of finalized runs,
+    ``alerts`` alert row dicts (also the alerts topic's payload) and
+    ``dead_letter`` rows for every input that could not be used.
+    ``seed`` is a one-element PCollection with the ``HistorySeed`` of earlier
+    invocations, so that history continues across restarts.
+    """
+
+    def __init__(self, settings: GraphSettings, seed: beam.PCollection):
+        super().__init__()
+        self.settings = settings
+        self.seed = seed
+
+    def expand(self, raw_messages):
+        settings = self.settings
+        seed = beam.pvalue.AsSingleton(self.seed)
+        messages, bad_input = raw_messages | "Parse" >> ParseMessages()
+        runs, late_messages = (
+            messages
+            | "Deduplicate" >> DeduplicateMessages(settings.dedup_horizon_seconds)
+            | "SkipStoredRuns" >> SkipStoredRuns(seed)
+            | "AssembleRuns" >> AssembleRuns(settings.configs, settings.run_grace_seconds,
+                                             settings.run_timeout_seconds,
+                                             settings.finalized_run_retention_seconds))
+        metric_rows, metric_alerts = runs | "CheckMetrics" >> CheckMetricHistory(settings.configs, seed)
+        run_alerts = runs | "CheckRuns" >> CheckJobHistory(settings.configs, seed)
+        return {
+            JOB_HISTORY: (runs | "JobRows" >> beam.Map(job_history_row)
+                          | "RecordedJobs" >> KeepRecordedTests(settings.configs)),
+            METRIC_HISTORY: metric_rows | "RecordedMetrics" >> KeepRecordedTests(settings.configs),
+            ALERTS: ((run_alerts, metric_alerts) | "AllAlerts" >> beam.Flatten()
+                     | "AlertRows" >> beam.Map(Alert.to_row)),
+            DEAD_LETTER: (bad_input, late_messages) | "AllDeadLetters" >> beam.Flatten(),
+        }

@@ -1,0 +1,124 @@
+"""The local store: an embedded DuckDB file with the same tables as BigQuery.
+
+Rows are inserted with ``INSERT OR IGNORE`` on each table's key, so re-running
+the pipeline on the same input never duplicates a row. At start-up the store
+is read back into a ``HistorySeed`` so a new invocation continues the history.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from typing import Dict, Iterable, List
+
+import apache_beam as beam
+import duckdb
+import pyarrow as pa
+
+from pipeline.config import ConfigSet
+from sinks.schema import JOB_HISTORY, METRIC_HISTORY, TABLES, Table
+from transforms.history import HistorySeed, history_max_points, seed_job_history, seed_metric_history
+
+_DUCKDB_TYPES = {"STRING": "VARCHAR", "FLOAT64": "DOUBLE", "INT64": "BIGINT", "BOOL": "BOOLEAN",
+                 "TIMESTAMP": "TIMESTAMPTZ"}
+# How rows are staged in Arrow before the insert casts them (timestamps arrive as ISO strings).
+_ARROW_TYPES = {"STRING": pa.string(), "FLOAT64": pa.float64(), "INT64": pa.int64(), "BOOL": pa.bool_(),
+                "TIMESTAMP": pa.string()}
+# DuckDB serializes writers within a process only per connection; one lock per file keeps
+# concurrent bundles of the local streaming runner from conflicting on primary keys.
+_WRITE_LOCKS: Dict[str, threading.Lock] = collections.defaultdict(threading.Lock)
+
+
+class DuckDBStore:
+    def __init__(self, path: str):
+        self.path = path
+
+    def connect(self) -> duckdb.DuckDBPyConnection:
+        connection = duckdb.connect(self.path)
+        connection.execute("SET TimeZone = 'UTC'")
+        return connection
+
+    def ensure_schema(self) -> None:
+        with self.connect() as connection:
+            for table in TABLES.values():
+                columns = ", ".join(
+                    f'"{c.name}" {_DUCKDB_TYPES[c.type]}{" NOT NULL" if c.required else ""}' for c in table.columns)
+                key = ", ".join(f'"{k}"' for k in table.key)
+                connection.execute(f'CREATE TABLE IF NOT EXISTS "{table.name}" ({columns}, PRIMARY KEY ({key}))')
+
+    def insert(self, table: Table, rows: List[dict]) -> int:
+        """Inserts rows whose key is new; returns how many were inserted."""
+        if not rows:
+            return 0
+        staged = pa.table({c.name: pa.array([row.get(c.name) for row in rows], type=_ARROW_TYPES[c.type])
+                           for c in table.columns})
+        casts = ", ".join(f'CAST("{c.name}" AS {_DUCKDB_TYPES[c.type]})' for c in table.columns)
+        with _WRITE_LOCKS[self.path], self.connect() as connection:
+            connection.register("staged_rows", staged)
+            before = self._count(connection, table)
+            connection.execute(f'INSERT OR IGNORE INTO "{table.name}" SELECT {casts} FROM staged_rows')
+            return self._count(connection, table) - before
+
+    @staticmethod
+    def _count(connection, table: Table) -> int:
+        return connection.execute(f'SELECT count(*) FROM "{table.name}"').fetchone()[0]
+
+    def counts(self) -> Dict[str, int]:
+        with self.connect() as connection:
+            return {name: self._count(connection, table) for name, table in TABLES.items()}
+
+    def query(self, sql: str, parameters: Iterable = ()) -> list:
+        with self.connect() as connection:
+            return connection.execute(sql, list(parameters)).fetchall()
+
+    def read_seed(self, configs: ConfigSet) -> HistorySeed:
+        """The history state that earlier invocations left behind."""
+        jobs = self.query(f'SELECT test_name, epoch(processed_at), run_id, job_status FROM "{JOB_HISTORY.name}"')
+        runs_by_test = collections.defaultdict(list)
+        for test, finalized_at, run, status in jobs:
+            runs_by_test[test].append((finalized_at, run, status))
+        metrics = self.query(
+            f'SELECT m.test_name, m.metric_name, epoch(j.processed_at), m.run_id, m.metric_value, '
+            f'm.within_bounds, j.job_status FROM "{METRIC_HISTORY.name}" m '
+            f'JOIN "{JOB_HISTORY.name}" j USING (test_name, run_id)')
+        rows_by_metric = collections.defaultdict(list)
+        for test, metric, *row in metrics:
+            rows_by_metric[(test, metric)].append(tuple(row))
+        return HistorySeed(
+            metrics={key: seed_metric_history(
+                rows, history_max_points(configs.for_test(key[0]).regression_test, key[1]))
+                     for key, rows in rows_by_metric.items()},
+            jobs={test: seed_job_history(rows) for test, rows in runs_by_test.items()},
+            stored_runs=frozenset((test, run) for test, _, run, _ in jobs))
+
+
+class _InsertRowsFn(beam.DoFn):
+    """Buffers a bundle's rows and inserts them in one statement when the bundle ends."""
+
+    def __init__(self, path: str, table_name: str):
+        self.path = path
+        self.table_name = table_name
+        self.rows: List[dict] = []
+
+    def start_bundle(self):
+        self.rows = []
+
+    def process(self, row: dict):
+        self.rows.append(row)
+
+    def finish_bundle(self):
+        DuckDBStore(self.path).insert(TABLES[self.table_name], self.rows)
+        self.rows = []
+
+
+class WriteToDuckDB(beam.PTransform):
+    """Row dicts -> rows of ``table`` in the DuckDB file at ``path`` (tables must exist)."""
+
+    def __init__(self, path: str, table: Table):
+        super().__init__()
+        self.path = path
+        self.table = table
+
+    def expand(self, rows):
+        return rows | beam.ParDo(_InsertRowsFn(self.path, self.table.name))
+

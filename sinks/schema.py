@@ -1,0 +1,76 @@
+"""The output tables, defined once for every sink (DuckDB locally, BigQuery in production)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, Tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class Column:
+    name: str
+    type: str  # BigQuery standard SQL type: STRING, FLOAT64, INT64, BOOL, TIMESTAMP
+    required: bool = False
+    description: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+    name: str
+    columns: Tuple[Column, ...]
+    key: Tuple[str, ...]      # what makes a row unique: re-processing never duplicates it
+    time_column: str          # partitioning column in BigQuery
+    cluster_by: Tuple[str, ...] = ("test_name",)
+
+    @property
+    def column_names(self) -> Tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+
+JOB_HISTORY = Table("job_history", (
+    Column("run_id", "STRING", True),
+    Column("test_name", "STRING", True),
+    Column("job_status", "STRING", True, "success, failure, timeout or missing"),
+    Column("num_failures", "INT64"),
+    Column("start_time", "TIMESTAMP"),
+    Column("timestamp", "TIMESTAMP", True, "end of the run (last activity for a missing run)"),
+    Column("job_duration_sec", "FLOAT64"),
+    Column("processed_at", "TIMESTAMP", True, "event time at which the pipeline finalized the run"),
+    Column("events", "STRING", False, "JSON list of the run's events"),
+), key=("test_name", "run_id"), time_column="timestamp")
+
+METRIC_HISTORY = Table("metric_history", (
+    Column("run_id", "STRING", True),
+    Column("test_name", "STRING", True),
+    Column("metric_name", "STRING", True),
+    Column("metric_value", "FLOAT64", True),
+    Column("metric_lower_bound", "FLOAT64", False, "NULL where unbounded below or unchecked"),
+    Column("metric_upper_bound", "FLOAT64", False, "NULL where unbounded above or unchecked"),
+    Column("within_bounds", "BOOL", False, "NULL where not checked"),
+    Column("timestamp", "TIMESTAMP", True, "end of the run"),
+    Column("step", "INT64"),
+), key=("test_name", "run_id", "metric_name"), time_column="timestamp")
+
+ALERTS = Table("alerts", (
+    Column("alert_id", "STRING", True, "deterministic: re-processing yields the same id"),
+    Column("kind", "STRING", True),
+    Column("test_name", "STRING", True),
+    Column("run_id", "STRING", True),
+    Column("metric_name", "STRING"),
+    Column("value", "FLOAT64"),
+    Column("lower_bound", "FLOAT64"),
+    Column("upper_bound", "FLOAT64"),
+    Column("message", "STRING", True),
+    Column("created_at", "TIMESTAMP", True, "event time of the check that raised it"),
+    Column("details", "STRING", False, "JSON: comparison, history size, run data, ..."),
+), key=("alert_id",), time_column="created_at")
+
+DEAD_LETTER = Table("dead_letter", (
+    Column("received_at", "TIMESTAMP", False, "publish time where known"),
+    Column("reason", "STRING", True),
+    Column("payload", "STRING", True, "the raw payload; invalid UTF-8 as \\xNN escapes"),
+    Column("source", "STRING", True),
+    Column("dead_letter_id", "STRING", True, "hash of source, reason and payload"),
+), key=("dead_letter_id",), time_column="received_at", cluster_by=("source",))
+
+TABLES: Dict[str, Table] = {t.name: t for t in (JOB_HISTORY, METRIC_HISTORY, ALERTS, DEAD_LETTER)}

@@ -1,0 +1,1 @@
+from tests.servers.fixtures import pubsub_server  # noqa: F401

@@ -1,0 +1,42 @@
+"""Pytest fixtures for the in-process test servers.
+
+Import the fixtures into a ``conftest.py`` to use them::
+
+    from tests.servers.fixtures import pubsub_server  # noqa: F401
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterator
+
+import pytest
+
+from tests.servers.pubsub import DEFAULT_PROJECT, PubSubServer
+
+_LOCAL_HOSTS = ("127.0.0.1", "localhost")
+
+
+def _no_grpc_proxy_for_local_hosts() -> str:
+    """``no_grpc_proxy`` value exempting local hosts, keeping existing exemptions.
+
+    gRPC honours ``http(s)_proxy``; without this, a proxy configured on the
+    machine would swallow connections to the in-process server.
+    """
+    current = os.environ.get("no_grpc_proxy") or os.environ.get("no_proxy") or ""
+    entries = [entry for entry in current.split(",") if entry]
+    return ",".join(entries + [host for host in _LOCAL_HOSTS if host not in entries])
+
+
+@pytest.fixture
+def pubsub_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[PubSubServer]:
+    """A started :class:`PubSubServer` that Pub/Sub clients created in the test use.
+
+    Sets ``PUBSUB_EMULATOR_HOST`` (read when a client is constructed) and
+    ``PUBSUB_PROJECT_ID``; the server is stopped after the test.
+    """
+    with PubSubServer(project=DEFAULT_PROJECT) as server:
+        monkeypatch.setenv("PUBSUB_EMULATOR_HOST", server.host)
+        monkeypatch.setenv("PUBSUB_PROJECT_ID", server.project)
+        monkeypatch.setenv("no_grpc_proxy", _no_grpc_proxy_for_local_hosts())
+        yield server

@@ -1,0 +1,104 @@
+"""Records passed between the pipeline's stages and the rows they become.
+
+Rows are JSON-ready dicts with the column names of the output tables
+(``sinks/schema.py``): timestamps are ISO-8601 UTC strings, which BigQuery,
+DuckDB and the alerts JSONL file all accept as they are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import json
+from typing import Any, Dict, Optional
+
+from transforms.aggregation import RunResult
+
+
+def iso_utc(seconds: Optional[float]) -> Optional[str]:
+    if seconds is None:
+        return None
+    moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def stable_id(*parts: Optional[str]) -> str:
+    """A short deterministic id: the same parts always give the same id."""
+    joined = "\x1f".join("" if p is None else p for p in parts)
+    return hashlib.sha256(joined.encode("utf-8")).hexdigest()[:32]
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricObservation:
+    """One aggregated metric of one finalized run, on its way to the history check."""
+    test: str
+    run: str
+    metric: str
+    value: float
+    step: Optional[int]
+    status: str
+    end_time: float
+    finalized_at: float
+
+    @property
+    def order(self):
+        return self.finalized_at, self.run
+
+    @staticmethod
+    def all_of(run: RunResult):
+        return [MetricObservation(run.test, run.run, m.name, m.value, m.step, run.status,
+                                  run.end_time, run.finalized_at) for m in run.metrics]
+
+
+@dataclasses.dataclass(frozen=True)
+class Alert:
+    kind: str
+    test: str
+    run: str
+    message: str
+    created_at: float
+    metric: Optional[str] = None
+    value: Optional[float] = None
+    lower_bound: Optional[float] = None
+    upper_bound: Optional[float] = None
+    details: Dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def alert_id(self) -> str:
+        return stable_id(self.kind, self.test, self.run, self.metric)
+
+    def to_row(self) -> Dict[str, Any]:
+        return {
+            "alert_id": self.alert_id, "kind": self.kind, "test_name": self.test, "run_id": self.run,
+            "metric_name": self.metric, "value": self.value,
+            "lower_bound": self.lower_bound, "upper_bound": self.upper_bound,
+            "message": self.message, "created_at": iso_utc(self.created_at),
+            "details": json.dumps(self.details, sort_keys=True, default=str),
+        }
+
+
+def job_history_row(run: RunResult) -> Dict[str, Any]:
+    return {
+        "run_id": run.run, "test_name": run.test, "job_status": run.status,
+        "num_failures": run.num_failures, "start_time": iso_utc(run.start_time),
+        "timestamp": iso_utc(run.end_time), "job_duration_sec": run.duration,
+        "processed_at": iso_utc(run.finalized_at), "events": run.events_json(),
+    }
+
+
+def metric_history_row(observation: MetricObservation, lower: Optional[float], upper: Optional[float],
+                       within: Optional[bool]) -> Dict[str, Any]:
+    return {
+        "run_id": observation.run, "test_name": observation.test, "metric_name": observation.metric,
+        "metric_value": observation.value, "metric_lower_bound": lower, "metric_upper_bound": upper,
+        "within_bounds": within, "timestamp": iso_utc(observation.end_time), "step": observation.step,
+    }
+
+
+def dead_letter_row(reason: str, payload: Any, source: str, received_at: Optional[float]) -> Dict[str, Any]:
+    """A dead-letter row; a bytes payload keeps every byte (invalid UTF-8 as \\xNN escapes)."""
+    if isinstance(payload, bytes):
+        payload = payload.decode("utf-8", errors="backslashreplace")
+    return {"received_at": iso_utc(received_at), "reason": reason, "payload": payload, "source": source,
+            "dead_letter_id": stable_id(source, reason, payload)}

@@ -1,0 +1,79 @@
+"""The history checks as Beam transforms: RunResult in, rows and alerts out."""
+
+from __future__ import annotations
+
+import apache_beam as beam
+
+from pipeline.config import ConfigSet
+from transforms.aggregation import RunResult
+from transforms.history import JobHistory, MetricHistory, check_job, check_metric
+from transforms.ordered import in_event_time_order
+from transforms.records import MetricObservation
+
+ALERTS = "alerts"
+
+
+class _MetricMachine:
+    def __init__(self, configs: ConfigSet):
+        self.configs = configs
+
+    def initial(self, key, seed):
+        return seed.metrics.get(key) or MetricHistory()
+
+    def step(self, history, observation):
+        row, alert = check_metric(history, observation, self.configs.for_test(observation.test).regression_test)
+        yield row
+        if alert is not None:
+            yield beam.pvalue.TaggedOutput(ALERTS, alert)
+
+
+class _JobMachine:
+    def __init__(self, configs: ConfigSet):
+        self.configs = configs
+
+    def initial(self, key, seed):
+        return seed.jobs.get(key) or JobHistory()
+
+    def step(self, history, run):
+        for alert in check_job(history, run, self.configs.for_test(run.test)):
+            yield alert
+
+
+class CheckMetricHistory(beam.PTransform):
+    """RunResult -> (metric_history rows with bounds, metric_out_of_bounds alerts).
+
+    Keyed by (test, metric); each key sees its runs in the order they ended and
+    bounds every value by the history of the earlier successful runs.
+    """
+
+    def __init__(self, configs: ConfigSet, seed):
+        super().__init__()
+        self.configs = configs
+        self.seed = seed
+
+    def expand(self, runs):
+        outputs = (runs
+                   | "Observations" >> beam.FlatMap(MetricObservation.all_of)
+                   | "KeyByMetric" >> beam.Map(lambda o: ((o.test, o.metric), o)).with_output_types(
+                       beam.typehints.KV[beam.typehints.Tuple[str, str], MetricObservation])
+                   | "CheckInOrder" >> beam.ParDo(in_event_time_order(_MetricMachine(self.configs), "metric"),
+                                                  self.seed).with_outputs(ALERTS, main="rows"))
+        return outputs.rows, outputs[ALERTS]
+
+
+class CheckJobHistory(beam.PTransform):
+    """RunResult -> run-level alerts (failed or missing job, required metric missing, ...).
+
+    Keyed by test, in the order runs ended, so that "alert only after the second
+    failure in a row" sees the true previous run.
+    """
+
+    def __init__(self, configs: ConfigSet, seed):
+        super().__init__()
+        self.configs = configs
+        self.seed = seed
+
+    def expand(self, runs):
+        return (runs
+                | "KeyByTest" >> beam.Map(lambda r: (r.test, r)).with_output_types(beam.typehints.KV[str, RunResult])
+                | "CheckInOrder" >> beam.ParDo(in_event_time_order(_JobMachine(self.configs), "job"), self.seed))

@@ -1,0 +1,122 @@
+"""Per-run assembly: messages of one (test, run) -> one ``RunResult`` when the run ends."""
+
+from __future__ import annotations
+
+import json
+from typing import Tuple
+
+import apache_beam as beam
+from apache_beam.coders import BooleanCoder, PickleCoder
+from apache_beam.transforms.timeutil import TimeDomain
+from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
+from apache_beam.utils.timestamp import Duration, Timestamp
+
+from pipeline.config import ConfigSet
+from transforms.aggregation import RunAccumulator
+from transforms.parse import DEAD_LETTER
+from transforms.records import dead_letter_row
+from trainguard import wire
+
+RunKey = Tuple[str, str]
+
+
+def message_json(message: wire.Message) -> str:
+    """A message in wire form again, for dead-letter payloads of late messages."""
+    return json.dumps({
+        "schema": wire.SCHEMA, "id": message.id, "test": message.test, "run": message.run,
+        "points": [p._asdict() for p in message.points],
+        "events": [e._asdict() for e in message.events]}, sort_keys=True)
+
+
+class SkipStoredRuns(beam.PTransform):
+    """Drops messages of runs that the store already holds (re-running the same files).
+
+    Takes ``wire.Message``s and the start-up seed as a singleton side input;
+    what it drops is counted (``messages_of_stored_runs``) and reported.
+    """
+
+    def __init__(self, seed):
+        super().__init__()
+        self.seed = seed
+
+    def expand(self, messages):
+        skipped = beam.metrics.Metrics.counter("trainguard", "messages_of_stored_runs")
+
+        def is_new(message, seed):
+            if (message.test, message.run) in seed.stored_runs:
+                skipped.inc()
+                return False
+            return True
+
+        return messages | beam.Filter(is_new, self.seed)
+
+
+class AssembleRunFn(beam.DoFn):
+    """Accumulates a run's messages in state and emits its ``RunResult`` once, when it ends.
+
+    A run ends ``grace`` seconds of event time after its ``run_finished`` event
+    (stragglers still count), or ``run_timeout`` seconds after its latest point
+    when it never finishes (status ``missing``). Messages arriving after that
+    are dead-lettered as late; the run's tombstone is kept for ``retention``.
+    """
+
+    ACCUMULATOR = ReadModifyWriteStateSpec("accumulator", PickleCoder())
+    FINALIZED = ReadModifyWriteStateSpec("finalized", BooleanCoder())
+    FINALIZE = TimerSpec("finalize", TimeDomain.WATERMARK)
+    EXPIRE = TimerSpec("expire", TimeDomain.WATERMARK)
+
+    def __init__(self, configs: ConfigSet, grace: float, run_timeout: float, retention: float):
+        self.configs = configs
+        self.grace = grace
+        self.run_timeout = run_timeout
+        self.retention = retention
+        self.runs_finalized = beam.metrics.Metrics.counter("trainguard", "runs_finalized")
+
+    def process(self, element, timestamp=beam.DoFn.TimestampParam,
+                accumulator_state=beam.DoFn.StateParam(ACCUMULATOR),
+                finalized=beam.DoFn.StateParam(FINALIZED),
+                finalize_timer=beam.DoFn.TimerParam(FINALIZE)):
+        (test, run), message = element
+        if finalized.read():
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER, dead_letter_row(
+                "late: run already finalized", message_json(message), f"run:{test}/{run}", float(timestamp)))
+            return
+        accumulator = accumulator_state.read() or RunAccumulator(test, run)
+        overflow = accumulator.add(message, self.configs.for_test(test))
+        for event in overflow:
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER, dead_letter_row(
+                f"too many events in run (limit {RunAccumulator.MAX_EVENTS})",
+                json.dumps(event._asdict(), sort_keys=True), f"run:{test}/{run}", float(timestamp)))
+        accumulator_state.write(accumulator)
+        finalize_timer.set(Timestamp.of(accumulator.finalize_at(self.grace, self.run_timeout)))
+
+    @on_timer(FINALIZE)
+    def finalize(self, key=beam.DoFn.KeyParam, fired_at=beam.DoFn.TimestampParam,
+                 accumulator_state=beam.DoFn.StateParam(ACCUMULATOR),
+                 finalized=beam.DoFn.StateParam(FINALIZED),
+                 expire_timer=beam.DoFn.TimerParam(EXPIRE)):
+        accumulator = accumulator_state.read()
+        accumulator_state.clear()
+        finalized.write(True)
+        expire_timer.set(fired_at + Duration(seconds=self.retention))
+        self.runs_finalized.inc()
+        yield accumulator.result(self.configs.for_test(key[0]), self.grace, self.run_timeout)
+
+    @on_timer(EXPIRE)
+    def expire(self, finalized=beam.DoFn.StateParam(FINALIZED)):
+        finalized.clear()
+
+
+class AssembleRuns(beam.PTransform):
+    """wire.Message -> (RunResult per finalized run, dead-letter rows for late messages)."""
+
+    def __init__(self, configs: ConfigSet, grace: float, run_timeout: float, retention: float):
+        super().__init__()
+        self.fn = AssembleRunFn(configs, grace, run_timeout, retention)
+
+    def expand(self, messages):
+        outputs = (messages
+                   | "KeyByRun" >> beam.Map(lambda m: ((m.test, m.run), m)).with_output_types(
+                       beam.typehints.KV[beam.typehints.Tuple[str, str], wire.Message])
+                   | "Assemble" >> beam.ParDo(self.fn).with_outputs(DEAD_LETTER, main="runs"))
+        return outputs.runs, outputs[DEAD_LETTER]

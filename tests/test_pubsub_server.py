@@ -5,7 +5,8 @@ from __future__ import annotations
 import threading
 import time
 import warnings
-from typing import Callable, Iterator
+from collections.abc import Iterator
+from typing import Callable
 
 import pytest
 from google.api_core import exceptions
@@ -229,9 +230,7 @@ def test_ordering_key_is_kept(pubsub_server, topic, subscription):
     assert pubsub_server.published_messages(topic)[0].ordering_key == "run-1"
 
 
-def test_messages_published_before_the_subscription_are_not_delivered(
-    publisher, subscriber, topic, make_subscription
-):
+def test_messages_published_before_the_subscription_are_not_delivered(publisher, subscriber, topic, make_subscription):
     publish(publisher, topic, b"before")
     subscription = make_subscription()
     publish(publisher, topic, b"after")
@@ -319,6 +318,15 @@ def test_dead_letter_after_max_delivery_attempts(pubsub_server, publisher, subsc
     assert (stats.dead_lettered, stats.backlog, stats.outstanding) == (1, 0, 0)
 
 
+def test_deleting_a_subscription_ends_its_streams(subscriber, subscription):
+    stream = subscriber.subscribe(subscription, Collector())
+
+    subscriber.delete_subscription(subscription=subscription)
+
+    with pytest.raises(exceptions.NotFound):
+        stream.result(timeout=WAIT_SECONDS)
+
+
 # --------------------------------------------------------------------------
 # Fault injection
 # --------------------------------------------------------------------------
@@ -335,7 +343,9 @@ def test_duplicate_next_delivers_a_message_twice(pubsub_server, publisher, subsc
     assert received[0].ack_id != received[1].ack_id
 
 
-def test_duplicate_probability_is_deterministic_for_a_seed(pubsub_server, publisher, subscriber, topic, make_subscription):
+def test_duplicate_probability_is_deterministic_for_a_seed(
+    pubsub_server, publisher, subscriber, topic, make_subscription
+):
     def delivered_payloads(subscription_id: str) -> list[bytes]:
         subscription = make_subscription(subscription_id)
         pubsub_server.configure_faults(duplicate_probability=0.5, seed=42)

@@ -67,7 +67,7 @@ def check_metric(history: MetricHistory, observation: MetricObservation,
                      f"({_fmt(bounds.lower)}, {_fmt(bounds.upper)}) from {len(history.values)} earlier runs"),
             details={"comparison": condition.comparison, "history_size": len(history.values),
                      "fixed_value": condition.fixed_value, "stddevs_from_mean": condition.stddevs_from_mean,
-                     "step": observation.step})
+                     "step": observation.step, "run_data": observation.run_data})
     row = metric_history_row(observation, bounds.lower if bounds else None,
                              bounds.upper if bounds else None, within)
     history.record(observation.value, observation.status, within, history_max_points(config, metric))

@@ -40,6 +40,7 @@ class MetricObservation:
     status: str
     end_time: float
     finalized_at: float
+    run_data: Dict[str, Any] = dataclasses.field(default_factory=dict)  # e.g. the run's logs link
 
     @property
     def order(self):
@@ -47,8 +48,9 @@ class MetricObservation:
 
     @staticmethod
     def all_of(run: RunResult):
+        run_data = run.run_data
         return [MetricObservation(run.test, run.run, m.name, m.value, m.step, run.status,
-                                  run.end_time, run.finalized_at) for m in run.metrics]
+                                  run.end_time, run.finalized_at, run_data) for m in run.metrics]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,7 +8,7 @@ Import the fixtures into a ``conftest.py`` to use them::
 from __future__ import annotations
 
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 

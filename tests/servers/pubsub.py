@@ -55,8 +55,9 @@ import re
 import threading
 import time
 import types
+from collections.abc import Iterator
 from concurrent import futures
-from typing import Any, Callable, Iterator, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple
 
 import grpc
 from google.protobuf import empty_pb2
@@ -232,7 +233,7 @@ class _Lease:
 
     entry: _Pending
     deadline: float  # time.monotonic() after which it is redelivered
-    stream: Optional[_Stream] = None  # StreamingPull call that received it
+    stream: _Stream | None = None  # StreamingPull call that received it
 
 
 class _Stream:
@@ -250,7 +251,7 @@ class _Stream:
         self.message_ordering = message_ordering
         self.outstanding_messages = 0
         self.outstanding_bytes = 0
-        self.error: Optional[_RpcError] = None
+        self.error: _RpcError | None = None
         self._closed = threading.Event()
 
     @property
@@ -293,7 +294,7 @@ class _SubscriptionState:
         self.counters: collections.Counter[str] = collections.Counter()
 
     @property
-    def max_delivery_attempts(self) -> Optional[int]:
+    def max_delivery_attempts(self) -> int | None:
         """The dead-letter threshold, or None without a dead-letter policy."""
         policy = self.config.dead_letter_policy
         return policy.max_delivery_attempts if policy.dead_letter_topic else None
@@ -504,7 +505,7 @@ class _Broker:
                 if lease is not None:
                     lease.deadline = now + seconds
 
-    def _release(self, state: _SubscriptionState, ack_id: str) -> Optional[_Lease]:
+    def _release(self, state: _SubscriptionState, ack_id: str) -> _Lease | None:
         """Remove a lease (if it still exists) and its flow-control accounting."""
         lease = state.leases.pop(ack_id, None)
         if lease is not None and lease.stream is not None:
@@ -604,7 +605,7 @@ class _Broker:
             for ack_id, deadline in zip(ack_ids, seconds):
                 self.modify_ack_deadline(stream.subscription, [ack_id], deadline)
 
-    def next_stream_batch(self, stream: _Stream) -> Optional[list]:
+    def next_stream_batch(self, stream: _Stream) -> list | None:
         """Block until messages can be sent on ``stream``; None once it is closed."""
         with self._cond:
             while True:
@@ -620,7 +621,9 @@ class _Broker:
                     return batch
                 self._cond.wait(_TICK_SECONDS)
 
-    def _lease_ready(self, state: _SubscriptionState, limit: int, ack_deadline: int, stream: Optional[_Stream] = None) -> list:
+    def _lease_ready(
+        self, state: _SubscriptionState, limit: int, ack_deadline: int, stream: _Stream | None = None
+    ) -> list:
         """Lease up to ``limit`` deliverable messages as ReceivedMessage pbs."""
         now = time.monotonic()
         batch = []
@@ -631,7 +634,7 @@ class _Broker:
             batch.append(self._deliver(state, entry, now + ack_deadline, stream))
         return batch
 
-    def _take_ready(self, state: _SubscriptionState, now: float) -> Optional[_Pending]:
+    def _take_ready(self, state: _SubscriptionState, now: float) -> _Pending | None:
         """Remove the next deliverable copy from the backlog (a random one when reordering)."""
         ready = (index for index, entry in enumerate(state.backlog) if entry.ready_at <= now)
         if self._faults.reorder:
@@ -645,7 +648,7 @@ class _Broker:
         del state.backlog[index]
         return entry
 
-    def _deliver(self, state: _SubscriptionState, entry: _Pending, deadline: float, stream: Optional[_Stream]):
+    def _deliver(self, state: _SubscriptionState, entry: _Pending, deadline: float, stream: _Stream | None):
         """Lease ``entry`` under a fresh ack id, injecting a duplicate if due."""
         entry.attempts += 1
         ack_id = f"ack-{next(self._ack_ids)}"
@@ -696,7 +699,7 @@ class _Broker:
         with self._cond:
             self._faults = _Faults()
 
-    def redeliver_all_unacked(self, subscription: Optional[str]) -> int:
+    def redeliver_all_unacked(self, subscription: str | None) -> int:
         with self._cond:
             names = list(self._subscriptions) if subscription is None else [subscription]
             now = time.monotonic()
@@ -956,7 +959,8 @@ class _Housekeeper:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join()
+        if self._thread.ident is not None:  # started
+            self._thread.join()
 
     def _run(self) -> None:
         while not self._stop.wait(_TICK_SECONDS):
@@ -997,7 +1001,7 @@ class PubSubServer:
         max_workers: int = 32,
     ) -> None:
         self.project = project
-        self.port: Optional[int] = None
+        self.port: int | None = None
         self._bind_host = bind_host
         self._requested_port = port
         self._max_workers = max_workers
@@ -1007,8 +1011,8 @@ class PubSubServer:
         self._subscriber = _SubscriberServicer(self._broker, self._readers, pull_wait_seconds)
         self._publisher = _PublisherServicer(self._broker)
         self._housekeeper = _Housekeeper(self._broker, f"{self._name_prefix}-housekeeper")
-        self._executor: Optional[futures.ThreadPoolExecutor] = None
-        self._grpc_server: Optional[grpc.Server] = None
+        self._executor: futures.ThreadPoolExecutor | None = None
+        self._grpc_server: grpc.Server | None = None
         self._stopped = False
 
     # -- lifecycle ------------------------------------------------------
@@ -1025,7 +1029,7 @@ class PubSubServer:
         """Prefix of the names of all threads this server starts itself."""
         return self._name_prefix
 
-    def start(self) -> "PubSubServer":
+    def start(self) -> PubSubServer:
         """Bind the port and start serving; returns ``self``."""
         if self._grpc_server is not None or self._stopped:
             raise RuntimeError("A PubSubServer can only be started once")
@@ -1056,7 +1060,7 @@ class PubSubServer:
         self._housekeeper.stop()
         self._executor.shutdown(wait=True)
 
-    def __enter__(self) -> "PubSubServer":
+    def __enter__(self) -> PubSubServer:
         return self.start()
 
     def __exit__(self, *exc_info) -> None:
@@ -1086,10 +1090,10 @@ class PubSubServer:
     def configure_faults(
         self,
         *,
-        duplicate_probability: Optional[float] = None,
-        delivery_delay: Optional[float] = None,
-        reorder: Optional[bool] = None,
-        seed: Optional[int] = None,
+        duplicate_probability: float | None = None,
+        delivery_delay: float | None = None,
+        reorder: bool | None = None,
+        seed: int | None = None,
     ) -> None:
         """Change injected faults; arguments left as None keep their value.
 
@@ -1109,7 +1113,7 @@ class PubSubServer:
         """Remove every injected fault (the random generator is not re-seeded)."""
         self._broker.reset_faults()
 
-    def redeliver_all_unacked(self, subscription: Optional[str] = None) -> int:
+    def redeliver_all_unacked(self, subscription: str | None = None) -> int:
         """Expire every outstanding lease now (of one subscription, or all).
 
         Returns the number of leases expired. Dead-letter policies apply as

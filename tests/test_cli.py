@@ -1,0 +1,133 @@
+"""End-to-end tests of ``python -m pipeline`` on replay files."""
+
+import json
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+
+from pipeline.demo import daily_runs, run_messages
+from pipeline.main import main
+from sinks.duckdb_store import DuckDBStore
+from sinks.schema import TABLES
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CIFAR = "pt-cifar-tpu-v3-8"
+
+
+def replay(tmp_path, pattern, store="store.duckdb", alerts="alerts.jsonl", extra=()):
+    return main([f"--input_files={pattern}", f"--config_dir={REPO}/configs",
+                 f"--local_store={tmp_path / store}", f"--alerts_file={tmp_path / alerts}", *extra])
+
+
+def table_contents(path):
+    store = DuckDBStore(str(path))
+    return {name: sorted(map(repr, store.query(f'SELECT * FROM "{name}"'))) for name in TABLES}
+
+
+def write_lines(path, lines):
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    return str(path)
+
+
+def test_demo_replay_prints_summary_and_fills_the_store(tmp_path, capsys):
+    assert replay(tmp_path, f"{REPO}/data/demo/*.jsonl") == 0
+    out = capsys.readouterr().out
+    assert "replayed 4 file(s)" in out
+    assert "messages read          180" in out and "runs finalized          35" in out
+    assert "dead letters             3" in out
+    store = DuckDBStore(str(tmp_path / "store.duckdb"))
+    alerts = sorted(store.query("SELECT kind, run_id, metric_name FROM alerts"))
+    assert alerts == sorted([
+        ("job_failed", "jax-resnet50-failures-only-005", None),
+        ("metric_out_of_bounds", "pt-cifar-tpu-v3-8-010", "Accuracy/test_final"),
+        ("metric_out_of_bounds", "pt-cifar-tpu-v3-8-010", "Accuracy/test_max"),
+        ("metric_out_of_bounds", "pt-cifar-tpu-v3-8-010", "time_to_accuracy"),
+        ("metric_out_of_bounds", "pt-cifar-tpu-v3-8-011", "Accuracy/test_final"),
+        ("metric_out_of_bounds", "pt-cifar-tpu-v3-8-011", "Accuracy/test_max"),
+        ("metric_out_of_bounds", "pt-cifar-tpu-v3-8-011", "time_to_accuracy"),
+        ("metric_out_of_bounds", "tf-bert-squad-v100-007", "throughput/examples_per_sec_average"),
+        ("metric_out_of_bounds", "tf-bert-squad-v100-007", "total_wall_time"),
+        ("run_missing", "tf-bert-squad-v100-008", None),
+    ])
+    lines = [json.loads(line) for line in (tmp_path / "alerts.jsonl").read_text().splitlines()]
+    assert sorted(a["alert_id"] for a in lines) == sorted(r[0] for r in store.query("SELECT alert_id FROM alerts"))
+    assert set(lines[0]) == {"alert_id", "kind", "test_name", "run_id", "metric_name", "value", "lower_bound",
+                             "upper_bound", "message", "created_at", "details"}
+    # record-only test: history written, nothing alerts; ignored tag not recorded
+    assert store.query("SELECT count(*) FROM job_history WHERE test_name = 'pt-llama-record-only'") == [(6,)]
+    assert store.query("SELECT count(*) FROM metric_history WHERE metric_name LIKE 'loss_%' "
+                       "AND test_name = 'tf-bert-squad-v100'") == [(0,)]
+    logs = store.query("SELECT details FROM alerts WHERE run_id = 'pt-cifar-tpu-v3-8-011' LIMIT 1")
+    assert json.loads(logs[0][0])["run_data"]["logs_link"] == "https://logs.example/cifar/11"
+    dead = store.query("SELECT reason, source FROM dead_letter ORDER BY reason")
+    assert [r[0].split(":")[0] for r in dead] == ["invalid message", "invalid message", "invalid point [0]"]
+
+
+def test_rerun_on_the_same_files_adds_nothing(tmp_path, capsys):
+    assert replay(tmp_path, f"{REPO}/data/demo/*.jsonl") == 0
+    before = table_contents(tmp_path / "store.duckdb")
+    alerts_before = (tmp_path / "alerts.jsonl").read_text()
+    assert replay(tmp_path, f"{REPO}/data/demo/*.jsonl") == 0
+    assert "runs finalized           0" in capsys.readouterr().out
+    assert table_contents(tmp_path / "store.duckdb") == before
+    assert (tmp_path / "alerts.jsonl").read_text() == alerts_before
+
+
+def cifar_lines():
+    plans = daily_runs(CIFAR, 12, day_9={"accuracy_drop": 5.0}, day_10={"accuracy_drop": 5.0},
+                       day_11={"status": "failure"})
+    return [[m for m in run_messages(plan)] for plan in plans]
+
+
+def test_history_continues_across_invocations(tmp_path):
+    runs = cifar_lines()
+    whole = write_lines(tmp_path / "all.jsonl", [m for run in runs for m in run])
+    assert replay(tmp_path, whole, store="once.duckdb", alerts="once.jsonl") == 0
+    first = write_lines(tmp_path / "first.jsonl", [m for run in runs[:8] for m in run])
+    second = write_lines(tmp_path / "second.jsonl", [m for run in runs[8:] for m in run])
+    assert replay(tmp_path, first, store="twice.duckdb", alerts="twice.jsonl") == 0
+    assert replay(tmp_path, second, store="twice.duckdb", alerts="twice.jsonl") == 0
+    assert table_contents(tmp_path / "twice.duckdb") == table_contents(tmp_path / "once.duckdb")
+    once = DuckDBStore(str(tmp_path / "once.duckdb"))
+    assert ("metric_out_of_bounds", f"{CIFAR}-009") in once.query("SELECT kind, run_id FROM alerts")
+    assert sorted((tmp_path / "twice.jsonl").read_text().splitlines()) == \
+        sorted((tmp_path / "once.jsonl").read_text().splitlines())
+
+
+def test_line_order_and_duplicates_do_not_change_the_rows(tmp_path):
+    lines = [m for run in cifar_lines() for m in run]
+    ordered = write_lines(tmp_path / "ordered.jsonl", lines)
+    shuffled = lines + lines[::3]
+    random.Random(7).shuffle(shuffled)
+    scrambled = write_lines(tmp_path / "scrambled.jsonl", shuffled)
+    assert replay(tmp_path, ordered, store="a.duckdb", alerts="a.jsonl") == 0
+    assert replay(tmp_path, scrambled, store="b.duckdb", alerts="b.jsonl") == 0
+    a, b = table_contents(tmp_path / "a.duckdb"), table_contents(tmp_path / "b.duckdb")
+    assert a == b and len(a["metric_history"]) > 50
+
+
+def test_bad_config_is_a_start_up_error_naming_file_and_key(tmp_path, capsys):
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / f"{CIFAR}.json").write_text(json.dumps({"regression_test_config": {"alert_for_failed_jobs": "yes"}}))
+    code = main([f"--input_files={REPO}/data/demo/*.jsonl", f"--config_dir={configs}",
+                 f"--local_store={tmp_path / 's.duckdb'}", f"--alerts_file={tmp_path / 'a.jsonl'}"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"{CIFAR}.json: regression_test_config.alert_for_failed_jobs:" in err
+
+
+def test_no_matching_input_is_an_error(tmp_path, capsys):
+    assert replay(tmp_path, str(tmp_path / "nothing-*.jsonl")) == 2
+    assert "matches no file" in capsys.readouterr().err
+
+
+def test_module_entry_point_runs_on_embedded_defaults(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "pipeline"], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "runs finalized          35" in result.stdout
+    assert (tmp_path / "trainguard.duckdb").exists() and (tmp_path / "alerts.jsonl").exists()

@@ -1,0 +1,134 @@
+import json
+import os
+
+import pytest
+
+from pipeline.config import (ConfigError, SuccessCondition, TestConfig, filename_for_test, load_config_dir,
+                             parse_test_config)
+
+REPO_CONFIGS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs")
+
+
+def test_every_shipped_config_loads():
+    configs = load_config_dir(REPO_CONFIGS)
+    assert set(configs.by_test) == {"pt-cifar-tpu-v3-8", "tf-bert-squad-v100", "jax-resnet50-failures-only",
+                                    "pt-llama-record-only"}
+    bert = configs.for_test("tf-bert-squad-v100")
+    assert bert.regression_test.alert_after_second_test_failure is False  # written as the string "False"
+    assert bert.metric_collection.tags_to_ignore == {"loss"}
+    assert configs.for_test("some-unknown-test").source.endswith("default.json")
+
+
+def test_defaults_without_any_file():
+    config = parse_test_config({}, "x.json")
+    assert config.metric_collection.default_aggregation_strategies == ("final",)
+    assert config.metric_collection.write_to_bigquery is True
+    regression = config.regression_test
+    assert regression.alert_for_oob_metrics and regression.alert_for_failed_jobs
+    assert regression.alert_after_second_test_failure
+    assert regression.condition_for("anything") is None
+
+
+def test_conditions_per_metric_fall_back_to_default():
+    config = parse_test_config({"regression_test_config": {"metric_success_conditions": {
+        "default": {"comparison": "less", "success_threshold": {"stddevs_from_mean": 2}},
+        "acc_final": {"comparison": "greater", "success_threshold": {"fixed_value": 70},
+                      "wait_for_n_points_of_history": 3, "history_max_points": 10}}}}, "x.json")
+    regression = config.regression_test
+    assert regression.condition_for("acc_final") == SuccessCondition("greater", fixed_value=70.0,
+                                                                     wait_for_n_points_of_history=3,
+                                                                     history_max_points=10)
+    assert regression.condition_for("loss_final") == SuccessCondition("less", stddevs_from_mean=2.0)
+
+
+@pytest.mark.parametrize("spelling", ["metric_to_aggregation_strategies", "metric_to_aggregation_strategy"])
+def test_per_tag_strategies_replace_the_defaults_in_both_spellings(spelling):
+    config = parse_test_config({"metric_collection_config": {
+        "default_aggregation_strategies": ["final", "max"], spelling: {"loss": ["min", "average"]}}}, "x.json")
+    assert config.metric_collection.strategies_for("loss") == ("min", "average")
+    assert config.metric_collection.strategies_for("acc") == ("final", "max")
+
+
+@pytest.mark.parametrize("text, expected", [(True, True), ("True", True), ("TRUE", True), ("false", False),
+                                            (False, False)])
+def test_booleans_accept_json_and_strings(text, expected):
+    config = parse_test_config({"regression_test_config": {"alert_for_failed_jobs": text}}, "x.json")
+    assert config.regression_test.alert_for_failed_jobs is expected
+
+
+@pytest.mark.parametrize("raw, key", [
+    ({"metric_collection_config": {"write_to_bigquery": "yes"}}, "metric_collection_config.write_to_bigquery"),
+    ({"metric_collection_config": {"write_to_bigquery": 1}}, "metric_collection_config.write_to_bigquery"),
+    ({"metric_colection_config": {}}, "metric_colection_config"),
+    ({"regression_test_config": {"alert_on_everything": True}}, "regression_test_config.alert_on_everything"),
+    ({"metric_collection_config": {"default_aggregation_strategies": ["median"]}},
+     "metric_collection_config.default_aggregation_strategies"),
+    ({"metric_collection_config": {"default_aggregation_strategies": []}},
+     "metric_collection_config.default_aggregation_strategies"),
+    ({"metric_collection_config": {"time_to_accuracy": {"accuracy_tag": "acc"}}},
+     "metric_collection_config.time_to_accuracy.accuracy_threshold"),
+    ({"metric_collection_config": {"tags_to_ignore": ["acc"], "time_to_accuracy": {
+        "accuracy_tag": "acc", "accuracy_threshold": 1}}}, "metric_collection_config.time_to_accuracy.accuracy_tag"),
+    ({"metric_collection_config": {"metric_to_aggregation_strategy": {}, "metric_to_aggregation_strategies": {}}},
+     "metric_collection_config.metric_to_aggregation_strategy"),
+    ({"regression_test_config": {"metric_success_conditions": {"m": {
+        "comparison": "equal", "success_threshold": {"stddevs_from_mean": 1}}}}},
+     "regression_test_config.metric_success_conditions.m.success_threshold"),
+    ({"regression_test_config": {"metric_success_conditions": {"m": {
+        "comparison": "bigger", "success_threshold": {"fixed_value": 1}}}}},
+     "regression_test_config.metric_success_conditions.m.comparison"),
+    ({"regression_test_config": {"metric_success_conditions": {"m": {
+        "comparison": "less", "success_threshold": {"fixed_value": 1, "stddevs_from_mean": 1}}}}},
+     "regression_test_config.metric_success_conditions.m.success_threshold"),
+    ({"regression_test_config": {"metric_success_conditions": {"m": {
+        "comparison": "less", "success_threshold": {"fixed_value": "1"}}}}},
+     "regression_test_config.metric_success_conditions.m.success_threshold.fixed_value"),
+    ({"regression_test_config": {"metric_success_conditions": {"m": {
+        "comparison": "less", "success_threshold": {"fixed_value": 1}, "wait_for_n_points_of_history": -1}}}},
+     "regression_test_config.metric_success_conditions.m.wait_for_n_points_of_history"),
+    ({"regression_test_config": {"metric_success_conditions": {"m": {"comparison": "less"}}}},
+     "regression_test_config.metric_success_conditions.m.success_threshold"),
+    ({"regression_test_config": {"required_metrics": "acc_final"}}, "regression_test_config.required_metrics"),
+    ([1, 2], "<top level>"),
+])
+def test_bad_configs_fail_naming_file_and_key(raw, key):
+    with pytest.raises(ConfigError) as failure:
+        parse_test_config(raw, "configs/my-test.json")
+    assert failure.value.source == "configs/my-test.json"
+    assert failure.value.key == key
+    assert str(failure.value).startswith(f"configs/my-test.json: {key}: ")
+
+
+def test_comment_keys_are_allowed_anywhere():
+    config = parse_test_config({"//": "top", "metric_collection_config": {"//": "x", "metric_to_aggregation_strategies": {
+        "//": "y", "loss": ["min"]}}, "regression_test_config": {"metric_success_conditions": {
+            "//": "z", "m": {"//": "w", "comparison": "less", "success_threshold": {"//": "v", "fixed_value": 1}}}}},
+        "x.json")
+    assert config.metric_collection.strategies_for("loss") == ("min",)
+    assert config.regression_test.condition_for("m").fixed_value == 1.0
+
+
+def test_directory_maps_file_names_to_test_names(tmp_path):
+    (tmp_path / filename_for_test("team/cifar")).write_text(json.dumps(
+        {"regression_test_config": {"alert_for_failed_jobs": False}}))
+    (tmp_path / "default.json").write_text(json.dumps({"regression_test_config": {"alert_for_oob_metrics": False}}))
+    (tmp_path / "README.txt").write_text("ignored")
+    configs = load_config_dir(str(tmp_path))
+    assert filename_for_test("team/cifar") == "team__cifar.json"
+    assert configs.for_test("team/cifar").regression_test.alert_for_failed_jobs is False
+    assert configs.for_test("other").regression_test.alert_for_oob_metrics is False
+
+
+def test_unreadable_file_names_the_file(tmp_path):
+    (tmp_path / "broken.json").write_text("{oops")
+    with pytest.raises(ConfigError, match="broken.json: -: cannot read JSON"):
+        load_config_dir(str(tmp_path))
+
+
+def test_missing_directory_is_an_error(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config_dir(str(tmp_path / "nope"))
+
+
+def test_built_in_default_when_no_default_json(tmp_path):
+    assert load_config_dir(str(tmp_path)).for_test("x") == TestConfig()

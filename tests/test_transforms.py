@@ -1,0 +1,155 @@
+import json
+import random
+
+import apache_beam as beam
+import pytest
+from apache_beam.testing.test_stream import TestStream
+
+TestStream.__test__ = False  # a Beam transform, not a pytest test class
+from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.utils.timestamp import Timestamp
+
+from pipeline.graph import ALERTS, DEAD_LETTER, JOB_HISTORY, METRIC_HISTORY, GraphSettings
+from tests.beam_support import (T0, batch_pipeline, configs, detect, finished, gather, raw, simple_run, started,
+                                streaming_pipeline)
+from transforms.parse import DeduplicateMessages, ParseMessages, RawMessage
+from transforms.history import HistorySeed, MetricHistory, JobHistory
+
+ALERTING = configs(cifar={"regression_test_config": {
+    "metric_success_conditions": {"acc_final": {"comparison": "greater", "success_threshold": {"fixed_value": 50}}},
+    "alert_after_second_test_failure": False}})
+SETTINGS = GraphSettings(ALERTING, run_grace_seconds=60, run_timeout_seconds=3600)
+
+
+def test_parse_splits_good_messages_from_dead_letters():
+    with batch_pipeline() as p:
+        messages, dead = (p | beam.Create([
+            RawMessage(json.dumps({"schema": "trainguard/v1", "id": "m1", "test": "t", "run": "r", "points": [
+                {"tag": "loss", "value": 1.0, "time": T0}, {"tag": "loss", "value": float("nan"), "time": T0}]}
+            ).encode(), "test"),
+            RawMessage(b"{broken", "file:x.jsonl"),
+            RawMessage(b"\xff\x00", "file:y.jsonl", received_at=T0),
+        ]) | ParseMessages())
+        assert_that(messages | beam.Map(lambda m: (m.id, len(m.points))), equal_to([("m1", 1)]), label="good")
+        assert_that(dead | beam.Map(lambda d: (d["source"], d["reason"].split(":")[0], d["received_at"])),
+                    equal_to([("test", "invalid point [1]", None), ("file:x.jsonl", "invalid message", None),
+                              ("file:y.jsonl", "invalid message", "2025-11-21T04:40:00.000000Z")]), label="dead")
+        assert_that(dead | "payloads" >> beam.Map(lambda d: d["payload"]) | beam.Filter(lambda s: "\\x" in s),
+                    equal_to(["\\xff\x00"]), label="raw bytes kept")
+
+
+def test_dedup_passes_each_message_id_once():
+    with batch_pipeline() as p:
+        messages, _ = (p | beam.Create([raw("t", "r", "a", points=[("x", 1.0, 1, T0)])] * 3
+                                       + [raw("t", "r", "b", points=[("x", 2.0, 2, T0)])]) | ParseMessages())
+        assert_that(messages | DeduplicateMessages(3600) | beam.Map(lambda m: m.id), equal_to(["a", "b"]))
+
+
+def history_input():
+    messages = []
+    for day, accuracy in enumerate([70, 72, 40, 71, 30, 31]):
+        messages += simple_run("cifar", f"run-{day}", T0 + day * 86400, accuracy,
+                               status="failure" if day == 3 else "success")
+    return messages + messages[:4] + [RawMessage(b"junk", "file:z")]
+
+
+def collect(outputs):
+    return {name: pcoll | f"Json_{name}" >> beam.Map(lambda r: json.dumps(r, sort_keys=True))
+            for name, pcoll in outputs.items()}
+
+
+def expected_history_outputs():
+    with batch_pipeline() as p:
+        collected = collect(detect(p | beam.Create(history_input()), SETTINGS))
+        results = {name: gather(pcoll, name) for name, pcoll in collected.items()}
+    return results
+
+
+def test_history_checks_in_end_time_order():
+    results = {k: [json.loads(r) for r in v] for k, v in expected_history_outputs().items()}
+    jobs = sorted(results[JOB_HISTORY], key=lambda r: r["run_id"])
+    assert [j["job_status"] for j in jobs] == ["success", "success", "success", "failure", "success", "success"]
+    metrics = sorted(results[METRIC_HISTORY], key=lambda r: (r["run_id"], r["metric_name"]))
+    acc = [m for m in metrics if m["metric_name"] == "acc_final"]
+    assert [m["within_bounds"] for m in acc] == [True, True, False, True, False, False]
+    assert sorted((a["kind"], a["run_id"]) for a in results[ALERTS]) == [
+        ("job_failed", "run-3"), ("metric_out_of_bounds", "run-2"), ("metric_out_of_bounds", "run-4"),
+        ("metric_out_of_bounds", "run-5")]
+    assert [d["reason"][:15] for d in results[DEAD_LETTER]] == ["invalid message"]
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_outputs_do_not_depend_on_input_order(seed):
+    shuffled = history_input()
+    random.Random(seed).shuffle(shuffled)
+    expected = {k: sorted(v) for k, v in expected_history_outputs().items()}
+    with batch_pipeline() as p:
+        collected = collect(detect(p | beam.Create(shuffled), SETTINGS))
+        for name, pcoll in collected.items():
+            assert_that(pcoll, equal_to(expected[name]), label=f"same_{name}")
+
+
+def test_seeded_history_continues_across_invocations():
+    seed = HistorySeed(metrics={("cifar", "acc_final"): MetricHistory([70.0], last_out_of_bounds=False)},
+                       jobs={"cifar": JobHistory("failure")},
+                       stored_runs=frozenset({("cifar", "old-run")}))
+    stdd = configs(cifar={"regression_test_config": {"metric_success_conditions": {"acc_final": {
+        "comparison": "greater", "success_threshold": {"stddevs_from_mean": 1}}}}})
+    with batch_pipeline() as p:
+        outputs = detect(p | beam.Create(simple_run("cifar", "old-run", T0, 10.0)
+                                         + simple_run("cifar", "new", T0 + 86400, 69.0, status="failure")),
+                         GraphSettings(stdd), seed)
+        assert_that(outputs[JOB_HISTORY] | beam.Map(lambda r: r["run_id"]), equal_to(["new"]), label="skip stored")
+        assert_that(outputs[METRIC_HISTORY] | beam.Map(lambda r: (r["metric_name"], r["metric_lower_bound"],
+                                                                   r["within_bounds"])),
+                    equal_to([("acc_final", 70.0, False), ("total_wall_time", None, None)]), label="bounds from seed")
+        assert_that(outputs[ALERTS] | beam.Map(lambda a: a["kind"]), equal_to(["job_failed"]), label="2nd failure")
+
+
+def at(time):
+    return Timestamp.of(time)
+
+
+def test_streaming_run_is_finalized_by_the_watermark_with_stragglers_and_late_data():
+    settings = GraphSettings(ALERTING, run_grace_seconds=60, run_timeout_seconds=600)
+    stream = (TestStream()
+              .advance_watermark_to(at(T0))
+              .add_elements([raw("cifar", "r1", "e", events=[started(T0), finished(T0 + 100)])])
+              .add_elements([raw("cifar", "r1", "p1", points=[("acc", 80.0, 1, T0 + 50)])])
+              .advance_watermark_to(at(T0 + 120))
+              # a straggler within the grace period, and a duplicate
+              .add_elements([raw("cifar", "r1", "p2", points=[("acc", 40.0, 2, T0 + 110)]),
+                             raw("cifar", "r1", "p1", points=[("acc", 80.0, 1, T0 + 50)])])
+              .advance_watermark_to(at(T0 + 200))
+              # after finalization: dead-lettered as late, not lost
+              .add_elements([raw("cifar", "r1", "p3", points=[("acc", 99.0, 3, T0 + 150)])])
+              .advance_watermark_to_infinity())
+    with streaming_pipeline() as p:
+        outputs = detect(p | stream, settings)
+        assert_that(outputs[METRIC_HISTORY] | beam.Map(lambda r: (r["metric_name"], r["metric_value"], r["step"])),
+                    equal_to([("acc_final", 40.0, 2), ("total_wall_time", 100.0, None)]), label="rows")
+        assert_that(outputs[ALERTS] | beam.Map(lambda a: (a["kind"], a["value"])),
+                    equal_to([("metric_out_of_bounds", 40.0)]), label="alerts")
+        assert_that(outputs[DEAD_LETTER] | beam.Map(lambda d: (d["reason"], json.loads(d["payload"])["id"])),
+                    equal_to([("late: run already finalized", "p3")]), label="late")
+
+
+def test_streaming_run_without_finish_becomes_missing_after_timeout():
+    settings = GraphSettings(ALERTING, run_grace_seconds=60, run_timeout_seconds=600)
+    quiet = configs(cifar={"regression_test_config": {"alert_after_second_test_failure": False}})
+    stream = (TestStream()
+              .advance_watermark_to(at(T0))
+              .add_elements([raw("cifar", "r1", "a", points=[("acc", 1.0, 1, T0 + 10)], events=[started(T0)])])
+              .advance_watermark_to(at(T0 + 500))
+              .add_elements([raw("cifar", "r1", "b", points=[("acc", 2.0, 2, T0 + 400)])])
+              .advance_watermark_to(at(T0 + 900))  # 400 + 600 not yet reached: still open
+              .add_elements([raw("cifar", "r1", "c", points=[("acc", 3.0, 3, T0 + 800)])])
+              .advance_watermark_to(at(T0 + 1500))  # 800 + 600 passed: missing
+              .advance_watermark_to_infinity())
+    with streaming_pipeline() as p:
+        outputs = detect(p | stream, GraphSettings(quiet, 60, 600))
+        assert_that(outputs[JOB_HISTORY] | beam.Map(lambda r: (r["job_status"], r["timestamp"], r["processed_at"])),
+                    equal_to([("missing", "2025-11-21T04:53:20.000000Z", "2025-11-21T05:03:20.000000Z")]),
+                    label="missing")
+        assert_that(outputs[ALERTS] | beam.Map(lambda a: a["kind"]), equal_to(["run_missing"]), label="alert")
+        assert_that(outputs[METRIC_HISTORY] | beam.Map(lambda r: r["metric_value"]), equal_to([3.0]), label="final")

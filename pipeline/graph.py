@@ -13,7 +13,7 @@ import dataclasses
 import apache_beam as beam
 
 from pipeline.config import ConfigSet
-from transforms.parse import DeduplicateMessages, ParseMessages
+from transforms.parse import DeduplicateMessages, ParseMessages, SummarizeMessages
 from transforms.records import Alert, job_history_row
 from transforms.regression import CheckJobHistory, CheckMetricHistory
 from transforms.runs import AssembleRuns, SkipStoredRuns
@@ -68,6 +68,7 @@ class DetectRegressions(beam.PTransform):
         messages, bad_input = raw_messages | "Parse" >> ParseMessages()
         runs, late_messages = (
             messages
+            | "Summarize" >> SummarizeMessages(settings.configs)
             | "Deduplicate" >> DeduplicateMessages(settings.dedup_horizon_seconds)
             | "SkipStoredRuns" >> SkipStoredRuns(seed)
             | "AssembleRuns" >> AssembleRuns(settings.configs, settings.run_grace_seconds,

@@ -15,12 +15,12 @@ from typing import Dict, List, Optional
 
 import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
-from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.config import ConfigError, load_config_dir
 from pipeline.graph import ALERTS, DetectRegressions, GraphSettings
 from pipeline.options import DEMO_INPUT, TrainguardOptions
+from pipeline.runners import runner_for
 from sinks.alerts_file import AppendAlertsToFile
 from sinks.duckdb_store import DuckDBStore, WriteToDuckDB
 from sinks.schema import TABLES
@@ -73,14 +73,6 @@ def _alert_kinds(store: DuckDBStore) -> Dict[str, int]:
     return dict(store.query("SELECT kind, count(*) FROM alerts GROUP BY kind"))
 
 
-def _runner_for(options: PipelineOptions):
-    """FnApiRunner for bounded replays; never let Beam pick one (it may try to download Prism)."""
-    standard = options.view_as(StandardOptions)
-    if standard.runner is None:
-        return FnApiRunner()
-    return standard.runner
-
-
 def run(argv: Optional[List[str]] = None) -> ReplaySummary:
     """Replays wire-format files through the pipeline into the local store."""
     options = PipelineOptions(argv)
@@ -94,9 +86,10 @@ def run(argv: Optional[List[str]] = None) -> ReplaySummary:
     store.ensure_schema()
     counts_before, kinds_before = store.counts(), _alert_kinds(store)
     seed = store.read_seed(configs)
+    store.close()  # the pipeline's sinks open their own connections
 
     started = time.monotonic()
-    pipeline = beam.Pipeline(runner=_runner_for(options), options=options)
+    pipeline = beam.Pipeline(runner=runner_for(options), options=options)
     outputs = (pipeline
                | "ReadFiles" >> ReadReplayFiles(pattern)
                | "DetectRegressions" >> DetectRegressions(

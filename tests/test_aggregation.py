@@ -5,7 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.config import MetricCollectionConfig, TestConfig, TimeToAccuracy
-from transforms.aggregation import STATUS_MISSING, RunAccumulator, exact_mean, exact_units
+from transforms.aggregation import (STATUS_MISSING, RunAccumulator, exact_batch_units, exact_mean, exact_units,
+                                    summarize)
 from trainguard import wire
 
 T0 = 1763700000.0
@@ -13,7 +14,7 @@ ALL = TestConfig(MetricCollectionConfig(default_aggregation_strategies=("final",
 
 
 def msg(points=(), events=(), mid="m"):
-    return wire.Message(mid, "t", "r", tuple(wire.Point(*p) for p in points), tuple(wire.Event(*e) for e in events))
+    return wire.Message(mid, "t", "r", tuple(points), tuple(wire.Event(*e) for e in events))
 
 
 def started(t=T0):
@@ -27,7 +28,7 @@ def finished(t, status="success", failures=0):
 def result(messages, config=ALL, grace=60.0, timeout=3600.0):
     accumulator = RunAccumulator("t", "r")
     for m in messages:
-        accumulator.add(m, config)
+        accumulator.add(summarize(m, b"", config))
     return accumulator.result(config, grace, timeout)
 
 
@@ -60,6 +61,13 @@ def test_average_is_exact():
     values = [1e16, 1.0, -1e16, 1.0] * 10
     run = result([msg([("a", v, i, T0 + i) for i, v in enumerate(values)])])
     assert metrics(run)["a_average"][0] == 0.5  # a naive running sum gives 0.0
+
+
+def test_exact_batch_sum_matches_exact_rational_sum():
+    from fractions import Fraction
+    for values in ([0.1] * 10, [1e308, 1e308, -1e308], [1e-300, 1e300, -1e300, 3.0], [5e-324, 5e-324], [0.0, -0.0]):
+        exact = sum(map(Fraction, values))
+        assert Fraction(exact_batch_units(values), 2 ** 1074) == exact
 
 
 def test_exact_units_round_trip():
@@ -106,7 +114,7 @@ def test_events_are_kept_sorted_and_bounded():
     accumulator = RunAccumulator("t", "r")
     overflow = []
     for i in range(RunAccumulator.MAX_EVENTS + 5):
-        overflow += accumulator.add(msg(events=[("tick", T0 + 1000 - i, {"i": i})]), ALL)
+        overflow += accumulator.add(summarize(msg(events=[("tick", T0 + 1000 - i, {"i": i})]), b"", ALL))
     assert len(overflow) == 5
     events = accumulator.result(ALL, 0, 0).events
     assert [e.time for e in events] == sorted(e.time for e in events)

@@ -12,7 +12,7 @@ from apache_beam.utils.timestamp import Timestamp
 from pipeline.graph import ALERTS, DEAD_LETTER, JOB_HISTORY, METRIC_HISTORY, GraphSettings
 from tests.beam_support import (T0, batch_pipeline, configs, detect, finished, gather, raw, simple_run, started,
                                 streaming_pipeline)
-from transforms.parse import DeduplicateMessages, ParseMessages, RawMessage
+from transforms.parse import DeduplicateMessages, ParseMessages, RawMessage, SummarizeMessages
 from transforms.history import HistorySeed, MetricHistory, JobHistory
 
 ALERTING = configs(cifar={"regression_test_config": {
@@ -30,7 +30,8 @@ def test_parse_splits_good_messages_from_dead_letters():
             RawMessage(b"{broken", "file:x.jsonl"),
             RawMessage(b"\xff\x00", "file:y.jsonl", received_at=T0),
         ]) | ParseMessages())
-        assert_that(messages | beam.Map(lambda m: (m.id, len(m.points))), equal_to([("m1", 1)]), label="good")
+        assert_that(messages | beam.Map(lambda m: (m.message.id, len(m.message.points), m.payload[:1])),
+                    equal_to([("m1", 1, b"{")]), label="good")
         assert_that(dead | beam.Map(lambda d: (d["source"], d["reason"].split(":")[0], d["received_at"])),
                     equal_to([("test", "invalid point [1]", None), ("file:x.jsonl", "invalid message", None),
                               ("file:y.jsonl", "invalid message", "2025-11-21T04:40:00.000000Z")]), label="dead")
@@ -42,7 +43,8 @@ def test_dedup_passes_each_message_id_once():
     with batch_pipeline() as p:
         messages, _ = (p | beam.Create([raw("t", "r", "a", points=[("x", 1.0, 1, T0)])] * 3
                                        + [raw("t", "r", "b", points=[("x", 2.0, 2, T0)])]) | ParseMessages())
-        assert_that(messages | DeduplicateMessages(3600) | beam.Map(lambda m: m.id), equal_to(["a", "b"]))
+        summaries = messages | SummarizeMessages(configs())
+        assert_that(summaries | DeduplicateMessages(3600) | beam.Map(lambda m: m.id), equal_to(["a", "b"]))
 
 
 def history_input():

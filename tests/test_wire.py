@@ -22,15 +22,15 @@ def test_valid_message_round_trips_through_encode():
     parsed, rejections = wire.parse_message(payload)
     assert rejections == []
     assert parsed.id == "id-1" and parsed.test == "t/x" and parsed.run == "r1"
-    assert parsed.points == (wire.Point("loss", 1.5, 3, T0),)
+    assert parsed.points == (("loss", 1.5, 3, T0),)
     assert parsed.events[0].type == wire.RUN_FINISHED
     assert parsed.event_time == T0 + 1
 
 
 def test_integer_values_become_floats_and_step_is_optional():
     parsed, _ = wire.parse_message(message(points=[{"tag": "a", "value": 3, "time": T0}]))
-    assert parsed.points == (wire.Point("a", 3.0, None, T0),)
-    assert isinstance(parsed.points[0].value, float)
+    assert parsed.points == (("a", 3.0, None, T0),)
+    assert isinstance(parsed.points[0][1], float)
 
 
 @pytest.mark.parametrize("payload, reason", [
@@ -68,7 +68,7 @@ def test_invalid_messages_are_rejected_with_a_reason(payload, reason):
 def test_a_bad_point_is_rejected_alone(point, reason):
     good = {"tag": "ok", "value": 1.0, "time": T0}
     parsed, rejections = wire.parse_message(message(points=[good, point]))
-    assert parsed.points == (wire.Point("ok", 1.0, None, T0),)
+    assert parsed.points == (("ok", 1.0, None, T0),)
     assert len(rejections) == 1
     assert rejections[0].reason.startswith("invalid point [1]: ") and reason in rejections[0].reason
     context = json.loads(rejections[0].payload)

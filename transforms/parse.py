@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import apache_beam as beam
 from apache_beam.transforms.deduplicate import DeduplicatePerKey
 from apache_beam.utils.timestamp import Duration
 
+from pipeline.config import ConfigSet
+from transforms.aggregation import MessageSummary, summarize
 from transforms.records import dead_letter_row
 from trainguard import wire
 
@@ -21,6 +23,11 @@ class RawMessage:
     payload: bytes
     source: str                  # e.g. "file:data/a.jsonl" or "pubsub:projects/p/subscriptions/s"
     received_at: Optional[float] = None  # publish time, where the source knows one
+
+
+class ParsedMessage(NamedTuple):
+    message: wire.Message
+    payload: bytes  # the raw bytes it came from
 
 
 class ParseMessageFn(beam.DoFn):
@@ -45,19 +52,36 @@ class ParseMessageFn(beam.DoFn):
             yield beam.pvalue.TaggedOutput(DEAD_LETTER, dead_letter_row(
                 rejection.reason, rejection.payload, raw.source, raw.received_at))
         if message.points or message.events:
-            yield beam.window.TimestampedValue(message, message.event_time)
+            yield beam.window.TimestampedValue(ParsedMessage(message, raw.payload), message.event_time)
 
 
 class ParseMessages(beam.PTransform):
-    """RawMessage -> (valid ``wire.Message`` in event time, dead-letter rows)."""
+    """RawMessage -> (ParsedMessage in event time, dead-letter rows)."""
 
     def expand(self, raw_messages):
         outputs = raw_messages | beam.ParDo(ParseMessageFn()).with_outputs(DEAD_LETTER, main="messages")
         return outputs.messages, outputs[DEAD_LETTER]
 
 
+class SummarizeMessages(beam.PTransform):
+    """ParsedMessage -> MessageSummary: per-tag partial aggregates under the test's config.
+
+    Done before any shuffle, so that points never cross one: only small
+    summaries (and the raw payload bytes) do.
+    """
+
+    def __init__(self, configs: ConfigSet):
+        super().__init__()
+        self.configs = configs
+
+    def expand(self, parsed_messages):
+        configs = self.configs
+        return parsed_messages | beam.Map(
+            lambda parsed: summarize(parsed.message, parsed.payload, configs.for_test(parsed.message.test)))
+
+
 class DeduplicateMessages(beam.PTransform):
-    """Drops redeliveries: a message id seen within ``horizon_seconds`` of event time passes once.
+    """MessageSummary -> the same, each message id once within ``horizon_seconds`` of event time.
 
     Pub/Sub delivers at least once; a redelivered message carries the same id
     and event time, so keying by id catches it wherever it lands in the stream.
@@ -69,6 +93,6 @@ class DeduplicateMessages(beam.PTransform):
 
     def expand(self, messages):
         return (messages
-                | "KeyById" >> beam.Map(lambda m: (m.id, m)).with_output_types(beam.typehints.KV[str, wire.Message])
+                | "KeyById" >> beam.Map(lambda m: (m.id, m)).with_output_types(beam.typehints.KV[str, MessageSummary])
                 | "FirstPerId" >> DeduplicatePerKey(event_time_duration=Duration(seconds=self.horizon_seconds))
                 | "DropKey" >> beam.Values())

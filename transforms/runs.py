@@ -12,26 +12,17 @@ from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec
 from apache_beam.utils.timestamp import Duration, Timestamp
 
 from pipeline.config import ConfigSet
-from transforms.aggregation import RunAccumulator
+from transforms.aggregation import MessageSummary, RunAccumulator
 from transforms.parse import DEAD_LETTER
 from transforms.records import dead_letter_row
-from trainguard import wire
 
 RunKey = Tuple[str, str]
-
-
-def message_json(message: wire.Message) -> str:
-    """A message in wire form again, for dead-letter payloads of late messages."""
-    return json.dumps({
-        "schema": wire.SCHEMA, "id": message.id, "test": message.test, "run": message.run,
-        "points": [p._asdict() for p in message.points],
-        "events": [e._asdict() for e in message.events]}, sort_keys=True)
 
 
 class SkipStoredRuns(beam.PTransform):
     """Drops messages of runs that the store already holds (re-running the same files).
 
-    Takes ``wire.Message``s and the start-up seed as a singleton side input;
+    Takes ``MessageSummary``s and the start-up seed as a singleton side input;
     what it drops is counted (``messages_of_stored_runs``) and reported.
     """
 
@@ -76,13 +67,13 @@ class AssembleRunFn(beam.DoFn):
                 accumulator_state=beam.DoFn.StateParam(ACCUMULATOR),
                 finalized=beam.DoFn.StateParam(FINALIZED),
                 finalize_timer=beam.DoFn.TimerParam(FINALIZE)):
-        (test, run), message = element
+        (test, run), summary = element
         if finalized.read():
             yield beam.pvalue.TaggedOutput(DEAD_LETTER, dead_letter_row(
-                "late: run already finalized", message_json(message), f"run:{test}/{run}", float(timestamp)))
+                "late: run already finalized", summary.payload, f"run:{test}/{run}", float(timestamp)))
             return
         accumulator = accumulator_state.read() or RunAccumulator(test, run)
-        overflow = accumulator.add(message, self.configs.for_test(test))
+        overflow = accumulator.add(summary)
         for event in overflow:
             yield beam.pvalue.TaggedOutput(DEAD_LETTER, dead_letter_row(
                 f"too many events in run (limit {RunAccumulator.MAX_EVENTS})",
@@ -108,7 +99,7 @@ class AssembleRunFn(beam.DoFn):
 
 
 class AssembleRuns(beam.PTransform):
-    """wire.Message -> (RunResult per finalized run, dead-letter rows for late messages)."""
+    """MessageSummary -> (RunResult per finalized run, dead-letter rows for late messages)."""
 
     def __init__(self, configs: ConfigSet, grace: float, run_timeout: float, retention: float):
         super().__init__()
@@ -117,6 +108,6 @@ class AssembleRuns(beam.PTransform):
     def expand(self, messages):
         outputs = (messages
                    | "KeyByRun" >> beam.Map(lambda m: ((m.test, m.run), m)).with_output_types(
-                       beam.typehints.KV[beam.typehints.Tuple[str, str], wire.Message])
+                       beam.typehints.KV[beam.typehints.Tuple[str, str], MessageSummary])
                    | "Assemble" >> beam.ParDo(self.fn).with_outputs(DEAD_LETTER, main="runs"))
         return outputs.runs, outputs[DEAD_LETTER]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import collections
 import glob
-import json
 import math
 import os
 import shutil
@@ -25,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pipeline.demo import synthetic_plans, write_lines  # noqa: E402
 from pipeline.main import run  # noqa: E402
+from trainguard.wire import decode_json  # noqa: E402  (the pipeline's decoder, for a fair comparison)
 
 TAGS_PER_STEP = 3
 
@@ -41,13 +41,13 @@ def generate(workdir: str, points: int, tests: int = 20, runs_per_test: int = 25
 
 
 def reference(pattern: str):
-    """Plain single-process Python: per (test, run, tag) final/min/max/average."""
+    """Plain single-process Python: per (test, run, tag) final/min/max/average (no validation, no dedup)."""
     aggregates = {}
     points = 0
     for path in sorted(glob.glob(pattern)):
         with open(path, "rb") as f:
             for line in f:
-                message = json.loads(line)
+                message = decode_json(line)
                 key = (message["test"], message["run"])
                 for p in message.get("points", ()):
                     points += 1

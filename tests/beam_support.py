@@ -52,8 +52,8 @@ def started(time):
 
 def simple_run(test, run, start, accuracy, status="success"):
     """Two messages: a point and the lifecycle events."""
-    return [raw(test, run, f"{run}-p", points=[("acc", accuracy, 100, start + 10)]),
-            raw(test, run, f"{run}-e", events=[started(start), finished(start + 20, status)])]
+    return [raw(test, run, f"{test}/{run}-p", points=[("acc", accuracy, 100, start + 10)]),
+            raw(test, run, f"{test}/{run}-e", events=[started(start), finished(start + 20, status)])]
 
 
 def without_volatile(rows):

@@ -155,3 +155,35 @@ def test_streaming_run_without_finish_becomes_missing_after_timeout():
                     label="missing")
         assert_that(outputs[ALERTS] | beam.Map(lambda a: a["kind"]), equal_to(["run_missing"]), label="alert")
         assert_that(outputs[METRIC_HISTORY] | beam.Map(lambda r: r["metric_value"]), equal_to([3.0]), label="final")
+
+
+def test_streaming_history_follows_end_time_not_arrival():
+    fixed = configs(cifar={"regression_test_config": {"metric_success_conditions": {"acc_final": {
+        "comparison": "greater", "success_threshold": {"stddevs_from_mean": 1}, "wait_for_n_points_of_history": 1}},
+        "alert_after_second_test_failure": False}})
+    late_run, early_run = simple_run("cifar", "r2", T0 + 100, 10.0), simple_run("cifar", "r1", T0, 90.0)
+    stream = (TestStream()
+              .advance_watermark_to(at(T0))
+              .add_elements(late_run)   # the later run's messages arrive first
+              .add_elements(early_run)
+              .advance_watermark_to(at(T0 + 1000))
+              .advance_watermark_to_infinity())
+    with streaming_pipeline() as p:
+        outputs = detect(p | stream, GraphSettings(fixed, 60, 600))
+        assert_that(outputs[METRIC_HISTORY] | beam.Filter(lambda r: r["metric_name"] == "acc_final")
+                    | beam.Map(lambda r: (r["run_id"], r["within_bounds"])),
+                    equal_to([("r1", None), ("r2", False)]), label="r1 is r2's history")
+        assert_that(outputs[ALERTS] | beam.Map(lambda a: a["run_id"]), equal_to(["r2"]), label="alert")
+
+
+def test_write_to_bigquery_false_keeps_history_out_but_still_alerts():
+    unrecorded = configs(cifar={"metric_collection_config": {"write_to_bigquery": "false"},
+                                "regression_test_config": {"alert_after_second_test_failure": False}})
+    with batch_pipeline() as p:
+        outputs = detect(p | beam.Create(simple_run("cifar", "r1", T0, 1.0, status="failure")
+                                         + simple_run("other", "r1", T0, 1.0)), GraphSettings(unrecorded))
+        assert_that(outputs[JOB_HISTORY] | beam.Map(lambda r: r["test_name"]), equal_to(["other"]), label="jobs")
+        assert_that(outputs[METRIC_HISTORY] | beam.Map(lambda r: r["test_name"]), equal_to(["other", "other"]),
+                    label="metrics")
+        assert_that(outputs[ALERTS] | beam.Map(lambda a: (a["test_name"], a["kind"])),
+                    equal_to([("cifar", "job_failed")]), label="alerts")

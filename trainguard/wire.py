@@ -20,6 +20,11 @@ from __future__ import annotations
 import json
 import math
 import uuid
+
+try:  # 3x faster decoding where available (it comes with apache-beam); the stdlib is the fallback
+    from orjson import loads as _fast_loads
+except ImportError:  # pragma: no cover - trainer installs without orjson
+    _fast_loads = None
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 SCHEMA = "trainguard/v1"
@@ -96,14 +101,7 @@ def parse_message(payload: bytes) -> Tuple[Message, List[Rejection]]:
     """
     if len(payload) > MAX_MESSAGE_BYTES:
         raise InvalidMessage(f"message is {len(payload)} bytes, limit is {MAX_MESSAGE_BYTES}")
-    try:
-        text = payload.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise InvalidMessage(f"not UTF-8: {e.reason} at byte {e.start}") from None
-    try:
-        obj = json.loads(text)
-    except (ValueError, RecursionError) as e:
-        raise InvalidMessage(f"not JSON: {e}") from None
+    obj = decode_json(payload)
     if not isinstance(obj, dict):
         raise InvalidMessage(f"not a JSON object but {type(obj).__name__}")
     schema = obj.get("schema")
@@ -131,6 +129,24 @@ def parse_message(payload: bytes) -> Tuple[Message, List[Rejection]]:
     if not points and not events and not rejections:
         raise InvalidMessage("message carries no points and no events")
     return Message(message_id, test, run, tuple(points), tuple(events)), rejections
+
+
+def decode_json(payload: bytes) -> Any:
+    """Strict UTF-8 JSON; NaN and Infinity literals decode (and are rejected per point later)."""
+    if _fast_loads is not None:
+        try:
+            return _fast_loads(payload)
+        except ValueError:
+            pass  # not strict JSON: let the stdlib decode NaN literals or explain the error
+    try:
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InvalidMessage(f"not UTF-8: {e.reason} at byte {e.start}") from None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise InvalidMessage(f"not JSON: {e}") from None
+
 
 
 def _rejection(reason: str, message_id: str, test: str, run: str, kind: str, raw: Any) -> Rejection:

@@ -2,20 +2,21 @@
 
 History checks must see a test's runs in the order they ended, not the order
 their results happen to arrive in (a bounded replay finalizes every run at
-once; a streaming job may finish two runs in one bundle). Items wait in a bag
+once; a streaming job may finish two runs in one bundle). Items wait in state
 until the watermark passes their event time, then are fed to the machine in
 ``item.order`` order. Thus the result is the same for any input order.
 """
 
 from __future__ import annotations
 
+import bisect
 import copy
 from typing import Any, Iterable, Protocol
 
 import apache_beam as beam
 from apache_beam.coders import PickleCoder
 from apache_beam.transforms.timeutil import TimeDomain
-from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec, TimerSpec, on_timer
+from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.utils.timestamp import Timestamp
 
 
@@ -27,8 +28,21 @@ class StateMachine(Protocol):
         """Applies one item to ``state`` (mutating it) and yields outputs."""
 
 
+def _order(item):
+    return item.order
+
+
 def _due(item) -> Timestamp:
     return Timestamp.of(item.order[0])
+
+
+class _Keyed:
+    """All that one key keeps: the machine's state and its items waiting for the watermark."""
+
+    def __init__(self, machine_state: Any):
+        self.machine_state = machine_state
+        self.pending: list = []          # sorted by ``order``
+        self.scheduled: Timestamp = None  # when the flush timer is set to fire
 
 
 def in_event_time_order(machine: StateMachine, name: str) -> beam.DoFn:
@@ -37,53 +51,46 @@ def in_event_time_order(machine: StateMachine, name: str) -> beam.DoFn:
     Items need an ``order`` tuple whose first field is their event time in
     seconds. The ``seed`` side input is passed to ``machine.initial``.
 
+    A key's state and pending items are one state value, read and written whole
+    (one pickle, not one state operation per item): a bounded replay buffers a
+    test's whole history in it before the first timer fires.
+
     Each instance gets its own state and timer names: FnApiRunner confuses the
     timers of two stateful DoFns that share a timer name when it fuses them
     into one stage (one loses its output, or the timers fail to decode).
     """
-    pending_spec = BagStateSpec(f"{name}_pending", PickleCoder())
-    state_spec = ReadModifyWriteStateSpec(f"{name}_state", PickleCoder())
-    next_flush_spec = ReadModifyWriteStateSpec(f"{name}_next_flush", PickleCoder())
+    keyed_spec = ReadModifyWriteStateSpec(f"{name}_keyed", PickleCoder())
     flush_spec = TimerSpec(f"{name}_flush", TimeDomain.WATERMARK)
 
     class InEventTimeOrderFn(beam.DoFn):
         def process(self, element, seed,
-                    pending=beam.DoFn.StateParam(pending_spec),
-                    state=beam.DoFn.StateParam(state_spec),
-                    next_flush=beam.DoFn.StateParam(next_flush_spec),
+                    keyed_state=beam.DoFn.StateParam(keyed_spec),
                     flush=beam.DoFn.TimerParam(flush_spec)):
             key, item = element
-            if state.read() is None:
-                state.write(copy.deepcopy(machine.initial(key, seed)))
-            pending.add(item)
+            keyed = keyed_state.read()
+            if keyed is None:
+                keyed = _Keyed(copy.deepcopy(machine.initial(key, seed)))
+            bisect.insort(keyed.pending, item, key=_order)
             due = _due(item)
-            scheduled = next_flush.read()
-            if scheduled is None or due < scheduled:
+            if keyed.scheduled is None or due < keyed.scheduled:
                 flush.set(due)
-                next_flush.write(due)
+                keyed.scheduled = due
+            keyed_state.write(keyed)
 
         @on_timer(flush_spec)
         def on_flush(self, fired_at=beam.DoFn.TimestampParam,
-                     pending=beam.DoFn.StateParam(pending_spec),
-                     state=beam.DoFn.StateParam(state_spec),
-                     next_flush=beam.DoFn.StateParam(next_flush_spec),
+                     keyed_state=beam.DoFn.StateParam(keyed_spec),
                      flush=beam.DoFn.TimerParam(flush_spec)):
-            items = sorted(pending.read(), key=lambda i: i.order)
-            ready = [i for i in items if _due(i) <= fired_at]
-            waiting = [i for i in items if _due(i) > fired_at]
-            machine_state = state.read()
-            for item in ready:
-                yield from machine.step(machine_state, item)
-            state.write(machine_state)
-            pending.clear()
-            for item in waiting:
-                pending.add(item)
-            if waiting:
-                due = _due(waiting[0])
-                flush.set(due)
-                next_flush.write(due)
-            else:
-                next_flush.clear()
+            keyed = keyed_state.read()
+            ready = 0
+            while ready < len(keyed.pending) and _due(keyed.pending[ready]) <= fired_at:
+                yield from machine.step(keyed.machine_state, keyed.pending[ready])
+                ready += 1
+            del keyed.pending[:ready]
+            keyed.scheduled = _due(keyed.pending[0]) if keyed.pending else None
+            if keyed.scheduled is not None:
+                flush.set(keyed.scheduled)
+            keyed_state.write(keyed)
 
     InEventTimeOrderFn.__name__ = InEventTimeOrderFn.__qualname__ = f"InEventTimeOrder[{name}]"
     return InEventTimeOrderFn()

@@ -15,6 +15,9 @@ import math
 import os
 from typing import Any, Dict, Mapping, Optional, Tuple
 
+from transforms.windows import AGGREGATIONS as WINDOW_AGGREGATIONS
+from transforms.windows import WindowSpec
+
 STRATEGIES = ("final", "min", "max", "average")
 COMPARISONS = ("greater", "less", "equal", "greater_or_equal", "less_or_equal")
 COMMENT_KEY = "//"
@@ -74,11 +77,39 @@ class RegressionTestConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class WindowCheck:
+    """One live check of one window aggregate against history."""
+    aggregation: str
+    condition: SuccessCondition
+    history: str = "step_aligned"  # or "trailing": earlier windows of the same run
+    history_runs: int = 5          # step_aligned: the last K successful runs
+    trailing_windows: int = 10     # trailing: the last J windows of the run
+    min_effect_abs: float = 0.0    # out of bounds only counts when this far from the reference...
+    min_effect_rel: float = 0.0    # ...and this far relative to it
+    debounce_windows: int = 1      # alert once `debounce_out_of_bounds` of the last
+    debounce_out_of_bounds: int = 1  # `debounce_windows` windows are out of bounds
+
+
+@dataclasses.dataclass(frozen=True)
+class TagWindowConfig:
+    spec: WindowSpec
+    checks: Tuple[WindowCheck, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowConfig:
+    tags: Mapping[str, TagWindowConfig] = dataclasses.field(default_factory=dict)
+    allowed_lateness_seconds: float = 0.0
+    stall_seconds: Optional[float] = None
+
+
+@dataclasses.dataclass(frozen=True)
 class TestConfig:
     __test__ = False  # not a pytest test class
     metric_collection: MetricCollectionConfig = MetricCollectionConfig()
     regression_test: RegressionTestConfig = RegressionTestConfig()
     source: str = "<built-in default>"
+    windows: WindowConfig = WindowConfig()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,14 +161,15 @@ def load_config_file(path: str) -> TestConfig:
 def parse_test_config(raw: Any, source: str) -> TestConfig:
     reader = _Reader(source)
     top = reader.object(raw, "")
-    reader.only_keys(top, "", {"metric_collection_config", "regression_test_config"})
+    reader.only_keys(top, "", {"metric_collection_config", "regression_test_config", "window_config"})
     collection = _parse_collection(reader, top.get("metric_collection_config", {}))
     regression = _parse_regression(reader, top.get("regression_test_config", {}))
+    windows = _parse_windows(reader, top.get("window_config", {}))
     tta = collection.time_to_accuracy
     if tta is not None and tta.accuracy_tag in collection.tags_to_ignore:
         raise ConfigError(source, "metric_collection_config.time_to_accuracy.accuracy_tag",
                           f"{tta.accuracy_tag!r} is also in tags_to_ignore")
-    return TestConfig(collection, regression, source)
+    return TestConfig(collection, regression, source, windows)
 
 
 def _parse_collection(reader: "_Reader", raw: Any) -> MetricCollectionConfig:
@@ -226,6 +258,82 @@ def _parse_condition(reader: "_Reader", raw: Any, where: str) -> SuccessConditio
     )
 
 
+def _parse_windows(reader: "_Reader", raw: Any) -> WindowConfig:
+    where = "window_config"
+    obj = reader.object(raw, where)
+    reader.only_keys(obj, where, {"tags", "allowed_lateness_seconds", "stall_seconds"})
+    tags_raw = reader.object(obj.get("tags", {}), f"{where}.tags")
+    tags = {tag: _parse_tag_windows(reader, value, f"{where}.tags.{tag}")
+            for tag, value in tags_raw.items() if tag != COMMENT_KEY}
+    lateness = reader.number(obj.get("allowed_lateness_seconds", 0), f"{where}.allowed_lateness_seconds")
+    stall = obj.get("stall_seconds")
+    return WindowConfig(tags, reader.positive(lateness, f"{where}.allowed_lateness_seconds", allow_zero=True),
+                        None if stall is None else reader.positive(
+                            reader.number(stall, f"{where}.stall_seconds"), f"{where}.stall_seconds"))
+
+
+def _parse_tag_windows(reader: "_Reader", raw: Any, where: str) -> TagWindowConfig:
+    obj = reader.object(raw, where)
+    reader.only_keys(obj, where, {"count", "time_seconds", "period_seconds", "aggregations", "checks"})
+    count = obj.get("count")
+    if count is not None:
+        count = reader.integer(count, f"{where}.count", minimum=1)
+    time_seconds = period = None
+    if obj.get("time_seconds") is not None:
+        time_seconds = reader.positive(reader.number(obj["time_seconds"], f"{where}.time_seconds"),
+                                       f"{where}.time_seconds")
+    if obj.get("period_seconds") is not None:
+        period = reader.positive(reader.number(obj["period_seconds"], f"{where}.period_seconds"),
+                                 f"{where}.period_seconds")
+        if time_seconds is None or count is not None or period > time_seconds:
+            raise reader.fail(f"{where}.period_seconds",
+                              "needs time_seconds (no count) and must not exceed it")
+    if count is None and time_seconds is None:
+        raise reader.fail(where, "needs count, time_seconds or both")
+    aggregations = tuple(dict.fromkeys(reader.strings(obj.get("aggregations", ["mean", "min", "max"]),
+                                                      f"{where}.aggregations")))
+    for name in aggregations:
+        if name not in WINDOW_AGGREGATIONS:
+            raise reader.fail(f"{where}.aggregations", f"{name!r} is not one of {list(WINDOW_AGGREGATIONS)}")
+    checks_raw = obj.get("checks", [])
+    if not isinstance(checks_raw, list):
+        raise reader.fail(f"{where}.checks", "must be a list")
+    checks = tuple(_parse_window_check(reader, check, f"{where}.checks[{i}]", aggregations)
+                   for i, check in enumerate(checks_raw))
+    return TagWindowConfig(WindowSpec(count, time_seconds, period, aggregations), checks)
+
+
+def _parse_window_check(reader: "_Reader", raw: Any, where: str, aggregations: Tuple[str, ...]) -> WindowCheck:
+    obj = reader.object(raw, where)
+    reader.only_keys(obj, where, {"aggregation", "condition", "history", "history_runs", "trailing_windows",
+                                  "min_effect_abs", "min_effect_rel", "debounce"})
+    aggregation = reader.string(obj.get("aggregation"), f"{where}.aggregation")
+    if aggregation not in aggregations or aggregation == "histogram":
+        raise reader.fail(f"{where}.aggregation", f"{aggregation!r} is not a numeric aggregation of this tag's "
+                                                  f"windows {list(aggregations)}")
+    if "condition" not in obj:
+        raise reader.fail(f"{where}.condition", "is required")
+    history = obj.get("history", "step_aligned")
+    if history not in ("step_aligned", "trailing"):
+        raise reader.fail(f"{where}.history", f"{history!r} is not 'step_aligned' or 'trailing'")
+    debounce = reader.object(obj.get("debounce", {"windows": 1, "out_of_bounds": 1}), f"{where}.debounce")
+    reader.only_keys(debounce, f"{where}.debounce", {"windows", "out_of_bounds"}, required=True)
+    windows = reader.integer(debounce["windows"], f"{where}.debounce.windows", minimum=1)
+    out_of_bounds = reader.integer(debounce["out_of_bounds"], f"{where}.debounce.out_of_bounds", minimum=1)
+    if out_of_bounds > windows:
+        raise reader.fail(f"{where}.debounce.out_of_bounds", "must not exceed debounce.windows")
+    return WindowCheck(
+        aggregation=aggregation, condition=_parse_condition(reader, obj["condition"], f"{where}.condition"),
+        history=history,
+        history_runs=reader.integer(obj.get("history_runs", 5), f"{where}.history_runs", minimum=1),
+        trailing_windows=reader.integer(obj.get("trailing_windows", 10), f"{where}.trailing_windows", minimum=1),
+        min_effect_abs=reader.positive(reader.number(obj.get("min_effect_abs", 0), f"{where}.min_effect_abs"),
+                                       f"{where}.min_effect_abs", allow_zero=True),
+        min_effect_rel=reader.positive(reader.number(obj.get("min_effect_rel", 0), f"{where}.min_effect_rel"),
+                                       f"{where}.min_effect_rel", allow_zero=True),
+        debounce_windows=windows, debounce_out_of_bounds=out_of_bounds)
+
+
 @dataclasses.dataclass
 class _Reader:
     """Typed accessors that raise ``ConfigError`` naming the file and the key."""
@@ -270,6 +378,11 @@ class _Reader:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise self.fail(key, f"must be a finite number, got {value!r}")
         return float(value)
+
+    def positive(self, value: float, key: str, allow_zero: bool = False) -> float:
+        if value < 0 or (value == 0 and not allow_zero):
+            raise self.fail(key, f"must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+        return value
 
     def integer(self, value: Any, key: str, minimum: int) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:

@@ -65,10 +65,12 @@ class Alert:
     lower_bound: Optional[float] = None
     upper_bound: Optional[float] = None
     details: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    instance: Optional[str] = None  # tells apart alerts of one (kind, test, run, metric), e.g. a window
 
     @property
     def alert_id(self) -> str:
-        return stable_id(self.kind, self.test, self.run, self.metric)
+        parts = (self.kind, self.test, self.run, self.metric)
+        return stable_id(*parts) if self.instance is None else stable_id(*parts, self.instance)
 
     def to_row(self) -> Dict[str, Any]:
         return {

@@ -1,0 +1,107 @@
+import pytest
+
+from pipeline.config import ConfigError, SuccessCondition, TagWindowConfig, WindowCheck, parse_test_config
+from transforms.window_checks import (RunEnded, WindowHistory, WindowResult, check_window, end_run,
+                                      step_aligned_history)
+from transforms.windows import WindowSpec
+
+T0 = 1763700000.0
+LESS_3SD = SuccessCondition("less", stddevs_from_mean=3, wait_for_n_points_of_history=2)
+
+
+def window(run, index, mean, steps=100, test="t"):
+    return WindowResult(test, run, "loss", "count", index, T0 + index, T0 + index + 1, index * steps,
+                        index * steps + steps - 1, steps, False, {"mean": mean})
+
+
+def config(**check):
+    fields = dict(aggregation="mean", condition=LESS_3SD)
+    fields.update(check)
+    return TagWindowConfig(WindowSpec(count=100), (WindowCheck(**fields),))
+
+
+def finished_run(state, run, means, cfg, status="success"):
+    for i, mean in enumerate(means):
+        check_window(state, window(run, i, mean), cfg)
+    end_run(state, RunEnded("t", run, status, T0 + 1000))
+
+
+def test_step_aligned_history_picks_the_most_overlapping_window():
+    runs = [("a", [window("a", 0, 1.0), window("a", 1, 2.0, steps=100)]),
+            ("b", [window("b", 0, 5.0, steps=200)])]
+    values, compared = step_aligned_history(window("c", 1, 0.0), runs, "mean")
+    assert values == [2.0, 5.0] and compared == ["a", "b"]
+
+
+def test_windows_compare_with_the_same_steps_of_earlier_successful_runs():
+    cfg = config()
+    state = WindowHistory()
+    finished_run(state, "r1", [1.0, 0.50, 0.30], cfg)
+    finished_run(state, "r2", [1.1, 0.52, 0.31], cfg)
+    finished_run(state, "r3", [9.0, 9.0, 9.0], cfg, status="failure")  # not history
+    assert check_window(state, window("r4", 1, 0.53), cfg) == []
+    (alert,) = check_window(state, window("r4", 2, 0.60), cfg)
+    assert alert.kind == "window_out_of_bounds" and alert.metric == "loss_mean" and alert.value == 0.60
+    assert alert.details["compared_runs"] == ["r1", "r2"] and alert.details["history_size"] == 2
+    assert alert.upper_bound == pytest.approx(0.305 + 3 * 0.005)
+    assert alert.details["window"]["start_step"] == 200
+
+
+def test_warm_up_and_min_effect_keep_quiet():
+    state = WindowHistory()
+    cfg = config(min_effect_abs=0.1)
+    finished_run(state, "r1", [0.5], cfg)
+    assert check_window(state, window("r2", 0, 10.0), config()) == []  # one run of history < wait 2
+    finished_run(state, "r3", [0.5], cfg)
+    assert check_window(state, window("r4", 0, 0.55), cfg) == []   # out of bounds by 0.05 < 0.1
+    assert len(check_window(state, window("r5", 0, 0.65), cfg)) == 1
+
+
+def test_trailing_history_with_debounce_and_recovery():
+    cfg = config(history="trailing", trailing_windows=3, debounce_windows=3, debounce_out_of_bounds=2,
+                 condition=SuccessCondition("less", fixed_value=1.0))
+    state = WindowHistory()
+    fired = [len(check_window(state, window("r", i, m), cfg)) for i, m in
+             enumerate([0.5, 2.0, 0.5, 2.0, 2.0, 0.5, 0.5, 0.5, 2.0, 2.0])]
+    # fires on the 2nd out-of-bounds within 3 windows, stays quiet until recovered, fires again
+    assert fired == [0, 0, 0, 1, 0, 0, 0, 0, 0, 1]
+
+
+def test_alert_ids_differ_per_window_and_repeat_on_replay():
+    cfg = config(history="trailing", condition=SuccessCondition("less", fixed_value=1.0))
+    first = check_window(WindowHistory(), window("r", 3, 2.0), cfg)[0]
+    again = check_window(WindowHistory(), window("r", 3, 2.0), cfg)[0]
+    other = check_window(WindowHistory(), window("r", 4, 2.0), cfg)[0]
+    assert first.alert_id == again.alert_id != other.alert_id
+
+
+def test_window_config_parses_and_validates():
+    config_ = parse_test_config({"window_config": {
+        "allowed_lateness_seconds": 120, "stall_seconds": 600,
+        "tags": {"loss": {"count": 50, "aggregations": ["mean", "p90"], "checks": [{
+            "aggregation": "p90", "history": "trailing", "min_effect_rel": 0.1,
+            "condition": {"comparison": "less", "success_threshold": {"stddevs_from_mean": 4}},
+            "debounce": {"windows": 5, "out_of_bounds": 3}}]},
+                 "throughput": {"time_seconds": 300, "period_seconds": 60}}}}, "x.json")
+    windows = config_.windows
+    assert windows.allowed_lateness_seconds == 120 and windows.stall_seconds == 600
+    assert windows.tags["loss"].spec.kind == "count" and windows.tags["throughput"].spec.period == 60
+    check = windows.tags["loss"].checks[0]
+    assert (check.debounce_windows, check.debounce_out_of_bounds, check.min_effect_rel) == (5, 3, 0.1)
+
+
+@pytest.mark.parametrize("tag_config, key", [
+    ({}, "window_config.tags.loss"),
+    ({"count": 0}, "window_config.tags.loss.count"),
+    ({"time_seconds": 10, "period_seconds": 20}, "window_config.tags.loss.period_seconds"),
+    ({"count": 5, "aggregations": ["median"]}, "window_config.tags.loss.aggregations"),
+    ({"count": 5, "checks": [{"aggregation": "p90", "condition": {}}]}, "window_config.tags.loss.checks[0].aggregation"),
+    ({"count": 5, "checks": [{"aggregation": "mean"}]}, "window_config.tags.loss.checks[0].condition"),
+    ({"count": 5, "checks": [{"aggregation": "mean", "condition": {
+        "comparison": "less", "success_threshold": {"fixed_value": 1}}, "debounce": {"windows": 2, "out_of_bounds": 3}}]},
+     "window_config.tags.loss.checks[0].debounce.out_of_bounds"),
+])
+def test_bad_window_config_names_the_key(tag_config, key):
+    with pytest.raises(ConfigError) as failure:
+        parse_test_config({"window_config": {"tags": {"loss": tag_config}}}, "x.json")
+    assert failure.value.key == key

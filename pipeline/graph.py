@@ -13,12 +13,14 @@ import dataclasses
 import apache_beam as beam
 
 from pipeline.config import ConfigSet
+from transforms.live_windows import LiveWindows
 from transforms.parse import DeduplicateMessages, ParseMessages, SummarizeMessages
 from transforms.records import Alert, job_history_row
 from transforms.regression import CheckJobHistory, CheckMetricHistory
 from transforms.runs import AssembleRuns, SkipStoredRuns
 
 JOB_HISTORY, METRIC_HISTORY, ALERTS, DEAD_LETTER = "job_history", "metric_history", "alerts", "dead_letter"
+METRIC_WINDOWS = "metric_windows"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +53,7 @@ class DetectRegressions(beam.PTransform):
     """RawMessage -> dict of PCollections keyed by output table name.
 
     ``job_history`` and ``metric_history`` hold row dicts of finalized runs,
+    ``metric_windows`` rows of live windows (tests with a ``window_config``),
     ``alerts`` alert row dicts (also the alerts topic's payload) and
     ``dead_letter`` rows for every input that could not be used.
     ``seed`` is a one-element PCollection with the ``HistorySeed`` of earlier
@@ -66,21 +69,24 @@ class DetectRegressions(beam.PTransform):
         settings = self.settings
         seed = beam.pvalue.AsSingleton(self.seed)
         messages, bad_input = raw_messages | "Parse" >> ParseMessages()
-        runs, late_messages = (
-            messages
-            | "Summarize" >> SummarizeMessages(settings.configs)
-            | "Deduplicate" >> DeduplicateMessages(settings.dedup_horizon_seconds)
-            | "SkipStoredRuns" >> SkipStoredRuns(seed)
-            | "AssembleRuns" >> AssembleRuns(settings.configs, settings.run_grace_seconds,
-                                             settings.run_timeout_seconds,
-                                             settings.finalized_run_retention_seconds))
+        summaries = (messages
+                     | "Summarize" >> SummarizeMessages(settings.configs)
+                     | "Deduplicate" >> DeduplicateMessages(settings.dedup_horizon_seconds)
+                     | "SkipStoredRuns" >> SkipStoredRuns(seed))
+        runs, late_messages = summaries | "AssembleRuns" >> AssembleRuns(
+            settings.configs, settings.run_grace_seconds, settings.run_timeout_seconds,
+            settings.finalized_run_retention_seconds)
         metric_rows, metric_alerts = runs | "CheckMetrics" >> CheckMetricHistory(settings.configs, seed)
         run_alerts = runs | "CheckRuns" >> CheckJobHistory(settings.configs, seed)
+        window_rows, window_alerts, late_points = (summaries, runs) | "LiveWindows" >> LiveWindows(
+            settings.configs, settings.run_grace_seconds, settings.run_timeout_seconds,
+            settings.finalized_run_retention_seconds)
         return {
             JOB_HISTORY: (runs | "JobRows" >> beam.Map(job_history_row)
                           | "RecordedJobs" >> KeepRecordedTests(settings.configs)),
             METRIC_HISTORY: metric_rows | "RecordedMetrics" >> KeepRecordedTests(settings.configs),
-            ALERTS: ((run_alerts, metric_alerts) | "AllAlerts" >> beam.Flatten()
+            METRIC_WINDOWS: window_rows | "RecordedWindows" >> KeepRecordedTests(settings.configs),
+            ALERTS: ((run_alerts, metric_alerts, window_alerts) | "AllAlerts" >> beam.Flatten()
                      | "AlertRows" >> beam.Map(Alert.to_row)),
-            DEAD_LETTER: (bad_input, late_messages) | "AllDeadLetters" >> beam.Flatten(),
+            DEAD_LETTER: (bad_input, late_messages, late_points) | "AllDeadLetters" >> beam.Flatten(),
         }

@@ -73,4 +73,29 @@ DEAD_LETTER = Table("dead_letter", (
     Column("dead_letter_id", "STRING", True, "hash of source, reason and payload"),
 ), key=("dead_letter_id",), time_column="received_at", cluster_by=("source",))
 
-TABLES: Dict[str, Table] = {t.name: t for t in (JOB_HISTORY, METRIC_HISTORY, ALERTS, DEAD_LETTER)}
+METRIC_WINDOWS = Table("metric_windows", (
+    Column("run_id", "STRING", True),
+    Column("test_name", "STRING", True),
+    Column("tag", "STRING", True),
+    Column("window_kind", "STRING", True, "count, time or count_or_time"),
+    Column("window_index", "INT64", True, "count kinds: 0, 1, ... per run; time: start // period"),
+    Column("revision", "INT64", True, "0, then +1 each time a late point updates the window; use the highest"),
+    Column("partial", "BOOL", True, "closed by the end of the run before it was full"),
+    Column("start_time", "TIMESTAMP", True),
+    Column("end_time", "TIMESTAMP", True),
+    Column("start_step", "INT64"),
+    Column("end_step", "INT64"),
+    Column("n", "INT64", True, "points in the window"),
+    Column("last", "FLOAT64"),
+    Column("mean", "FLOAT64"),
+    Column("min", "FLOAT64"),
+    Column("max", "FLOAT64"),
+    Column("sum", "FLOAT64"),
+    Column("stddev", "FLOAT64", False, "population standard deviation"),
+    Column("p50", "FLOAT64", False, "exact percentiles, linear interpolation"),
+    Column("p90", "FLOAT64"),
+    Column("p99", "FLOAT64"),
+    Column("histogram", "STRING", False, 'JSON {"edges": [11 floats], "counts": [10 ints]}'),
+), key=("test_name", "run_id", "tag", "window_kind", "window_index", "revision"), time_column="end_time")
+
+TABLES: Dict[str, Table] = {t.name: t for t in (JOB_HISTORY, METRIC_HISTORY, ALERTS, DEAD_LETTER, METRIC_WINDOWS)}

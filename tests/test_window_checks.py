@@ -23,7 +23,7 @@ def config(**check):
 def finished_run(state, run, means, cfg, status="success"):
     for i, mean in enumerate(means):
         check_window(state, window(run, i, mean), cfg)
-    end_run(state, RunEnded("t", run, status, T0 + 1000))
+    end_run(state, RunEnded("t", run, status, T0 + 1000, "loss", "count"))
 
 
 def test_step_aligned_history_picks_the_most_overlapping_window():

@@ -173,6 +173,12 @@ class MessageSummary:
     first_time: float
     last_time: float
     payload: bytes
+    window_points: Tuple[wire.Point, ...] = ()  # points of tags with live windows configured
+
+
+def finalization_time(finished_time: Optional[float], last_time: float, grace: float, run_timeout: float) -> float:
+    """When a run ends in event time: after its run_finished plus grace, else after run_timeout of silence."""
+    return finished_time + grace if finished_time is not None else last_time + run_timeout
 
 
 def summarize(message: wire.Message, payload: bytes, config: TestConfig) -> MessageSummary:
@@ -197,8 +203,10 @@ def summarize(message: wire.Message, payload: bytes, config: TestConfig) -> Mess
             if reached:
                 aggregate.first_reach = min(reached)
     times = [p[3] for p in message.points] + [e.time for e in message.events]
+    windowed = config.windows.tags
+    window_points = tuple(p for p in message.points if p[0] in windowed) if windowed else ()
     return MessageSummary(message.id, message.test, message.run, tags, message.events,
-                          min(times), max(times), payload)
+                          min(times), max(times), payload, window_points)
 
 
 class RunAccumulator:
@@ -246,9 +254,7 @@ class RunAccumulator:
     def finalize_at(self, grace: float, run_timeout: float) -> float:
         """Event time at which this run is finalized, given what has arrived so far."""
         finished = self.finished
-        if finished is not None:
-            return finished.time + grace
-        return self.last_time + run_timeout
+        return finalization_time(None if finished is None else finished.time, self.last_time, grace, run_timeout)
 
     def result(self, config: TestConfig, grace: float, run_timeout: float) -> RunResult:
         started, finished = self.started, self.finished

@@ -56,6 +56,8 @@ class RunEnded:
     run: str
     status: str
     finalized_at: float
+    tag: str
+    kind: str
 
     @property
     def order(self):

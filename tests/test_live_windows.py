@@ -1,0 +1,116 @@
+import json
+import random
+
+import apache_beam as beam
+from apache_beam.testing.test_stream import TestStream
+from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.utils.timestamp import Timestamp
+
+from pipeline.graph import ALERTS, DEAD_LETTER, METRIC_WINDOWS, GraphSettings
+from tests.beam_support import (T0, batch_pipeline, configs, detect, finished, gather, raw, started,
+                                streaming_pipeline)
+
+TestStream.__test__ = False
+
+LOSS_WINDOWS = {"window_config": {
+    "allowed_lateness_seconds": 30, "stall_seconds": 300,
+    "tags": {"loss": {"count": 4, "aggregations": ["mean", "max", "p90"], "checks": [{
+        "aggregation": "mean", "history": "step_aligned",
+        "condition": {"comparison": "less", "success_threshold": {"stddevs_from_mean": 3},
+                      "wait_for_n_points_of_history": 2}, "min_effect_rel": 0.05}]},
+             "tput": {"time_seconds": 20, "aggregations": ["mean"]}}}}
+SETTINGS = GraphSettings(configs(cifar=LOSS_WINDOWS), run_grace_seconds=10, run_timeout_seconds=600)
+
+
+def loss_points(run, start, values, first_step=0):
+    return [raw("cifar", run, f"{run}/loss/{i}", points=[("loss", v, first_step + i * 10, start + 5 + i)])
+            for i, v in enumerate(values)]
+
+
+def run_messages(run, start, values, status="success"):
+    return ([raw("cifar", run, f"{run}/start", events=[started(start)])] + loss_points(run, start, values)
+            + [raw("cifar", run, f"{run}/end", events=[finished(start + 5 + len(values), status)])])
+
+
+def key(row):
+    return row["run_id"], row["tag"], row["window_kind"], row["window_index"], row["revision"], row["partial"], row["n"]
+
+
+def test_count_windows_partial_at_run_end_and_step_aligned_alerts():
+    messages = (run_messages("r1", T0, [1.0] * 4 + [0.50, 0.52, 0.51, 0.49] + [0.3])
+                + run_messages("r2", T0 + 1000, [1.0] * 4 + [0.51, 0.50, 0.50, 0.52] + [0.3])
+                + run_messages("r3", T0 + 2000, [1.0] * 4 + [0.9, 0.95, 0.9, 0.92] + [0.3]))
+    with batch_pipeline() as p:
+        outputs = detect(p | beam.Create(messages), SETTINGS)
+        windows = outputs[METRIC_WINDOWS]
+        assert_that(windows | beam.Filter(lambda r: r["tag"] == "loss") | beam.Map(key), equal_to([
+            (run, "loss", "count", index, 0, index == 2, 1 if index == 2 else 4)
+            for run in ("r1", "r2", "r3") for index in range(3)]), label="loss windows")
+        assert_that(outputs[ALERTS] | beam.Map(lambda a: (a["kind"], a["run_id"], a["metric_name"],
+                                                          json.loads(a["details"])["window"]["index"])),
+                    equal_to([("window_out_of_bounds", "r3", "loss_mean", 1)]), label="alert")
+
+
+def test_window_rows_carry_the_requested_aggregations():
+    with batch_pipeline() as p:
+        outputs = detect(p | beam.Create(run_messages("r1", T0, [1.0, 2.0, 3.0, 4.0])), SETTINGS)
+        assert_that(outputs[METRIC_WINDOWS] | beam.Filter(lambda r: r["tag"] == "loss")
+                    | beam.Map(lambda r: (r["mean"], r["max"], r["p90"], r.get("min"), r["start_step"],
+                                          r["end_step"])),
+                    equal_to([(2.5, 4.0, 3.7, None, 0, 30)]))
+
+
+def test_windows_do_not_depend_on_input_order():
+    messages = run_messages("r1", T0, [float(i) for i in range(11)]) + [
+        raw("cifar", "r1", f"t{i}", points=[("tput", 100.0 + i, i, T0 + 3 * i)]) for i in range(12)]
+    shuffled = messages[:] + messages[::4]  # and some redeliveries
+    random.Random(5).shuffle(shuffled)
+    results = []
+    for order in (messages, shuffled):
+        with batch_pipeline() as p:
+            rows = detect(p | beam.Create(order), SETTINGS)[METRIC_WINDOWS]
+            results.append(gather(rows | beam.Map(lambda r: json.dumps(r, sort_keys=True)), "rows"))
+    assert sorted(results[0]) == sorted(results[1])
+    assert len(results[0]) == 3 + 2  # loss: 4 + 4 + 3 (partial); tput: [T0, T0+20) and [T0+20, T0+40)
+
+
+def at(time):
+    return Timestamp.of(time)
+
+
+def test_streaming_late_points_update_within_lateness_and_dead_letter_beyond():
+    stream = (TestStream()
+              .advance_watermark_to(at(T0))
+              .add_elements(run_messages("r1", T0, [1.0, 2.0, 3.0, 4.0, 5.0])[:5])  # start + 4 points
+              .advance_watermark_to(at(T0 + 40))       # window 0 (4 points) emitted; timers seen up to T0+8
+              .add_elements([raw("cifar", "r1", "late-ok", points=[("loss", 9.0, 15, T0 + 20)])])  # within 30 s
+              .add_elements([raw("cifar", "r1", "next", points=[("loss", 1.0, 100, T0 + 70)])])
+              .advance_watermark_to(at(T0 + 100))      # timers seen up to T0+70
+              .add_elements([raw("cifar", "r1", "late-no", points=[("loss", 9.0, 16, T0 + 21)])])  # 49 s behind
+              .add_elements([raw("cifar", "r1", "end", events=[finished(T0 + 101)])])
+              .advance_watermark_to(at(T0 + 200))
+              .advance_watermark_to_infinity())
+    with streaming_pipeline() as p:
+        outputs = detect(p | stream, SETTINGS)
+        assert_that(outputs[METRIC_WINDOWS] | beam.Filter(lambda r: r["tag"] == "loss")
+                    | beam.Map(lambda r: (r["window_index"], r["revision"], r["n"], r["max"])),
+                    equal_to([(0, 0, 4, 4.0), (0, 1, 5, 9.0), (1, 0, 1, 1.0)]), label="revision")
+        assert_that(outputs[DEAD_LETTER] | beam.Map(lambda d: (d["reason"][:4], json.loads(d["payload"])["id"])),
+                    equal_to([("late", "late-no")]), label="late")
+
+
+def test_streaming_stall_alert_is_driven_by_the_watermark():
+    stream = (TestStream()
+              .advance_watermark_to(at(T0))
+              .add_elements([raw("cifar", "r1", "s", events=[started(T0)], points=[("loss", 1.0, 0, T0 + 1)])])
+              .advance_watermark_to(at(T0 + 200))  # 199 s of silence: not yet
+              .advance_watermark_to(at(T0 + 302))  # 301 s: stalled
+              .add_elements([raw("cifar", "r1", "p", points=[("loss", 1.0, 10, T0 + 303)])])
+              .advance_watermark_to(at(T0 + 500))  # resumed, quiet again for 197 s: no second alert
+              .add_elements([raw("cifar", "r1", "end", events=[finished(T0 + 501)])])
+              .advance_watermark_to(at(T0 + 1000))
+              .advance_watermark_to_infinity())
+    with streaming_pipeline() as p:
+        outputs = detect(p | stream, SETTINGS)
+        assert_that(outputs[ALERTS] | beam.Map(lambda a: (a["kind"], a["created_at"])),
+                    equal_to([("run_stalled", "2025-11-21T04:45:01.000000Z")]), label="stall")

@@ -80,7 +80,7 @@ class DetectRegressions(beam.PTransform):
         run_alerts = runs | "CheckRuns" >> CheckJobHistory(settings.configs, seed)
         window_rows, window_alerts, late_points = (summaries, runs) | "LiveWindows" >> LiveWindows(
             settings.configs, settings.run_grace_seconds, settings.run_timeout_seconds,
-            settings.finalized_run_retention_seconds)
+            settings.finalized_run_retention_seconds, seed)
         return {
             JOB_HISTORY: (runs | "JobRows" >> beam.Map(job_history_row)
                           | "RecordedJobs" >> KeepRecordedTests(settings.configs)),

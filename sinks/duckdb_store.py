@@ -16,8 +16,9 @@ import duckdb
 import pyarrow as pa
 
 from pipeline.config import ConfigSet
-from sinks.schema import JOB_HISTORY, METRIC_HISTORY, TABLES, Table
+from sinks.schema import JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS, TABLES, Table
 from transforms.history import HistorySeed, history_max_points, seed_job_history, seed_metric_history
+from transforms.window_checks import NUMERIC_AGGREGATIONS, WindowResult, seed_window_history
 
 _DUCKDB_TYPES = {"STRING": "VARCHAR", "FLOAT64": "DOUBLE", "INT64": "BIGINT", "BOOL": "BOOLEAN",
                  "TIMESTAMP": "TIMESTAMPTZ"}
@@ -96,11 +97,30 @@ class DuckDBStore:
         for test, metric, *row in metrics:
             rows_by_metric[(test, metric)].append(tuple(row))
         return HistorySeed(
+            windows=self._window_seed(),
             metrics={key: seed_metric_history(
                 rows, history_max_points(configs.for_test(key[0]).regression_test, key[1]))
                      for key, rows in rows_by_metric.items()},
             jobs={test: seed_job_history(rows) for test, rows in runs_by_test.items()},
             stored_runs=frozenset((test, run) for test, _, run, _ in jobs))
+
+
+    def _window_seed(self):
+        """Step-aligned window history: the latest revision of each window of successful runs."""
+        aggregations = ", ".join(f'w."{name}"' for name in NUMERIC_AGGREGATIONS)
+        rows = self.query(
+            f'SELECT w.test_name, w.tag, w.window_kind, epoch(j.processed_at), w.run_id, w.window_index, '
+            f'epoch(w.start_time), epoch(w.end_time), w.start_step, w.end_step, w.n, w.partial, {aggregations} '
+            f'FROM "{METRIC_WINDOWS.name}" w JOIN "{JOB_HISTORY.name}" j USING (test_name, run_id) '
+            f"WHERE j.job_status = 'success' QUALIFY w.revision = max(w.revision) OVER "
+            f'(PARTITION BY w.test_name, w.run_id, w.tag, w.window_kind, w.window_index)')
+        runs = collections.defaultdict(lambda: collections.defaultdict(list))
+        for test, tag, kind, finalized_at, run, index, start, end, start_step, end_step, n, partial, *values in rows:
+            result = WindowResult(test, run, tag, kind, index, start, end, start_step, end_step, n, partial,
+                                  {a: v for a, v in zip(NUMERIC_AGGREGATIONS, values) if v is not None})
+            runs[(test, tag, kind)][(finalized_at, run)].append(result)
+        return {key: seed_window_history([(f, r, windows) for (f, r), windows in by_run.items()])
+                for key, by_run in runs.items()}
 
 
 class _InsertRowsFn(beam.DoFn):

@@ -51,7 +51,11 @@ def test_demo_replay_prints_summary_and_fills_the_store(tmp_path, capsys):
         ("metric_out_of_bounds", "tf-bert-squad-v100-007", "throughput/examples_per_sec_average"),
         ("metric_out_of_bounds", "tf-bert-squad-v100-007", "total_wall_time"),
         ("run_missing", "tf-bert-squad-v100-008", None),
+        ("window_out_of_bounds", "pt-cifar-tpu-v3-8-010", "Accuracy/test_mean"),
     ])
+    # live windows: 6 accuracy windows per cifar run (the last partial), throughput in sliding windows
+    assert store.query("SELECT count(*), sum(partial::INT) FROM metric_windows WHERE tag = 'Accuracy/test'") == \
+        [(72, 12)]
     lines = [json.loads(line) for line in (tmp_path / "alerts.jsonl").read_text().splitlines()]
     assert sorted(a["alert_id"] for a in lines) == sorted(r[0] for r in store.query("SELECT alert_id FROM alerts"))
     assert set(lines[0]) == {"alert_id", "kind", "test_name", "run_id", "metric_name", "value", "lower_bound",

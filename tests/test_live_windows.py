@@ -114,3 +114,13 @@ def test_streaming_stall_alert_is_driven_by_the_watermark():
         outputs = detect(p | stream, SETTINGS)
         assert_that(outputs[ALERTS] | beam.Map(lambda a: (a["kind"], a["created_at"])),
                     equal_to([("run_stalled", "2025-11-21T04:45:01.000000Z")]), label="stall")
+
+
+def test_replay_finds_a_mid_run_stall_once_like_the_stream_would():
+    points = [raw("cifar", "r1", f"p{i}", points=[("loss", 1.0, i, T0 + t)]) for i, t in enumerate([1, 2, 500, 501])]
+    messages = ([raw("cifar", "r1", "s", events=[started(T0)])] + points
+                + [raw("cifar", "r1", "e", events=[finished(T0 + 502)])])
+    with batch_pipeline() as p:
+        outputs = detect(p | beam.Create(messages + messages[:2]), SETTINGS)
+        assert_that(outputs[ALERTS] | beam.Map(lambda a: (a["kind"], a["created_at"])),
+                    equal_to([("run_stalled", "2025-11-21T04:45:02.000000Z")]))  # silent from T0+2, +300 s

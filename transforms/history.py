@@ -10,7 +10,7 @@ continues across invocations.
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, FrozenSet, Iterable, List, Optional, Tuple
+from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Tuple
 
 from pipeline.config import RegressionTestConfig, TestConfig
 from transforms.aggregation import STATUS_MISSING, RunResult
@@ -128,3 +128,4 @@ class HistorySeed:
     metrics: Dict[Tuple[str, str], MetricHistory] = dataclasses.field(default_factory=dict)
     jobs: Dict[str, JobHistory] = dataclasses.field(default_factory=dict)
     stored_runs: FrozenSet[Tuple[str, str]] = frozenset()
+    windows: Dict[Tuple[str, str, str], Any] = dataclasses.field(default_factory=dict)  # WindowHistory

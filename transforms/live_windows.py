@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Dict, Optional
+from typing import Dict, List, Optional, Tuple
 
 import apache_beam as beam
 from apache_beam.coders import PickleCoder
@@ -34,15 +34,56 @@ def window_row(result: WindowResult, revision: int) -> dict:
 
 
 @dataclasses.dataclass
+class StallWatch:
+    """Finds silences of at least ``stall_seconds`` between a run's messages, each once.
+
+    A silence is a gap between the time spans of consecutive messages (in event
+    time), found when the watermark passes the message that ends it, or while
+    it lasts (``ongoing``). Content-based, so a replay finds the same stalls as
+    the live stream did.
+    """
+    stall_seconds: float
+    pending: List[Tuple[float, float]] = dataclasses.field(default_factory=list)  # (first, last) spans
+    frontier: Optional[float] = None   # latest time of the spans already settled
+    alerted: set = dataclasses.field(default_factory=set)  # gap starts
+
+    def add(self, first: float, last: float) -> None:
+        self.pending.append((first, last))
+
+    def next_due(self) -> Optional[float]:
+        return min(first for first, _ in self.pending) if self.pending else None
+
+    def settle(self, watermark: float) -> List[float]:
+        """Gap starts of the silences that the spans up to ``watermark`` end."""
+        ready = sorted(span for span in self.pending if span[0] <= watermark)
+        self.pending = [span for span in self.pending if span[0] > watermark]
+        gaps = []
+        for first, last in ready:
+            if self.frontier is not None and first - self.frontier >= self.stall_seconds:
+                gaps += self._new(self.frontier)
+            self.frontier = last if self.frontier is None else max(self.frontier, last)
+        return gaps
+
+    def ongoing(self, now: float, last_activity: float) -> List[float]:
+        """The silence since ``last_activity``, if it has lasted ``stall_seconds`` by ``now``."""
+        return self._new(last_activity) if now - last_activity >= self.stall_seconds else []
+
+    def _new(self, gap_start: float) -> List[float]:
+        if gap_start in self.alerted:
+            return []
+        self.alerted.add(gap_start)
+        return [gap_start]
+
+
+@dataclasses.dataclass
 class _RunWindows:
     """Everything one run keeps for its windows."""
     tags: Dict[str, TagWindows]
+    stalls: Optional[StallWatch] = None
     last_time: Optional[float] = None        # latest point or event
-    last_point_time: Optional[float] = None
     finished_time: Optional[float] = None
     watermark_floor: float = float("-inf")   # the watermark is at least this (a timer fired there)
     closed: bool = False
-    stalled_since: Optional[float] = None    # last point time of the stall already alerted
 
 
 class WindowRunFn(beam.DoFn):
@@ -77,7 +118,9 @@ class WindowRunFn(beam.DoFn):
                 close=beam.DoFn.TimerParam(CLOSE), stall=beam.DoFn.TimerParam(STALL)):
         (test, run), summary = element
         config = self._windows(test)
-        run_windows = state.read() or _RunWindows({tag: TagWindows(c.spec) for tag, c in config.tags.items()})
+        run_windows = state.read() or _RunWindows(
+            {tag: TagWindows(c.spec) for tag, c in config.tags.items()},
+            None if config.stall_seconds is None else StallWatch(config.stall_seconds))
         if run_windows.closed:
             return  # the run assembler dead-letters the whole late message
         for tag, value, step, time in summary.window_points:
@@ -90,7 +133,8 @@ class WindowRunFn(beam.DoFn):
                 continue
             for window in run_windows.tags[tag].add((time, NO_STEP if step is None else step, value)):
                 yield self._result(test, run, tag, window)
-            run_windows.last_point_time = max(time, run_windows.last_point_time or time)
+        if run_windows.stalls is not None:
+            run_windows.stalls.add(summary.first_time, summary.last_time)
         for event in summary.events:
             if event.type == wire.RUN_FINISHED:
                 run_windows.finished_time = max(event.time, run_windows.finished_time or event.time)
@@ -98,13 +142,30 @@ class WindowRunFn(beam.DoFn):
         self._schedule(run_windows, settle)
         close.set(Timestamp.of(finalization_time(run_windows.finished_time, run_windows.last_time,
                                                  self.grace, self.run_timeout)))
-        if config.stall_seconds is not None and run_windows.last_point_time is not None:
-            stall.set(Timestamp.of(run_windows.last_point_time + config.stall_seconds))
+        if run_windows.stalls is not None:
+            stall.set(Timestamp.of(run_windows.last_time + config.stall_seconds))
         state.write(run_windows)
+
+    def _finalized_at(self, run_windows: _RunWindows) -> float:
+        return finalization_time(run_windows.finished_time, run_windows.last_time, self.grace, self.run_timeout)
+
+    def _stall_alerts(self, key, run_windows: _RunWindows, gap_starts):
+        test, run = key
+        for gap_start in gap_starts:
+            detected = gap_start + run_windows.stalls.stall_seconds
+            if detected >= self._finalized_at(run_windows):
+                continue  # the run had ended by then: silence after the end is no stall
+            yield beam.pvalue.TaggedOutput(ALERTS, Alert(
+                kind="run_stalled", test=test, run=run, created_at=detected, instance=repr(gap_start),
+                message=f"run {run} sent nothing for {run_windows.stalls.stall_seconds:g} s of event time "
+                        f"after {iso_utc(gap_start)}",
+                details={"silent_since": iso_utc(gap_start), "stall_seconds": run_windows.stalls.stall_seconds}))
 
     @staticmethod
     def _schedule(run_windows: _RunWindows, settle) -> None:
         dues = [d for d in (w.next_due() for w in run_windows.tags.values()) if d is not None]
+        if run_windows.stalls is not None and run_windows.stalls.next_due() is not None:
+            dues.append(run_windows.stalls.next_due())
         if dues:
             settle.set(Timestamp.of(max(min(dues), run_windows.watermark_floor)))
 
@@ -128,6 +189,8 @@ class WindowRunFn(beam.DoFn):
             for window in windows.settle(watermark):
                 yield self._result(*key, tag, window)
             windows.expire(before=watermark - lateness)
+        if run_windows.stalls is not None:
+            yield from self._stall_alerts(key, run_windows, run_windows.stalls.settle(watermark))
         self._schedule(run_windows, settle)
         state.write(run_windows)
 
@@ -140,6 +203,10 @@ class WindowRunFn(beam.DoFn):
         for tag, windows in run_windows.tags.items():
             for window in windows.close():
                 yield self._result(*key, tag, window)
+        if run_windows.stalls is not None:  # timer families may fire in any order: finish the stall check here
+            stalls = run_windows.stalls
+            gaps = stalls.settle(float("inf")) + stalls.ongoing(float("inf"), run_windows.last_time)
+            yield from self._stall_alerts(key, run_windows, gaps)
         # Keep only the fact that the run is closed (its windows can no longer change) for a while.
         state.write(_RunWindows({}, closed=True))
         expire.set(fired_at + self.retention)
@@ -154,19 +221,11 @@ class WindowRunFn(beam.DoFn):
         run_windows = state.read()
         if run_windows is None or run_windows.closed:
             return
-        run_windows.watermark_floor = max(run_windows.watermark_floor, float(fired_at))
+        now = float(fired_at)
+        run_windows.watermark_floor = max(run_windows.watermark_floor, now)
+        gaps = run_windows.stalls.ongoing(now, run_windows.last_time)
         state.write(run_windows)
-        if run_windows.stalled_since == run_windows.last_point_time:
-            return
-        run_windows.stalled_since = run_windows.last_point_time
-        state.write(run_windows)
-        test, run = key
-        silence = float(fired_at) - run_windows.last_point_time
-        yield beam.pvalue.TaggedOutput(ALERTS, Alert(
-            kind="run_stalled", test=test, run=run, created_at=float(fired_at),
-            instance=repr(run_windows.last_point_time),
-            message=f"run {run} has sent no points for {silence:g} s of event time",
-            details={"last_point_time": iso_utc(run_windows.last_point_time), "silence_seconds": silence}))
+        yield from self._stall_alerts(key, run_windows, gaps)
 
 
 class _WindowCheckMachine:
@@ -174,7 +233,7 @@ class _WindowCheckMachine:
         self.configs = configs
 
     def initial(self, key, seed):
-        return WindowHistory()
+        return seed.windows.get(key) or WindowHistory()
 
     def step(self, history, item):
         if isinstance(item, RunEnded):
@@ -186,14 +245,18 @@ class _WindowCheckMachine:
 class LiveWindows(beam.PTransform):
     """(de-duplicated MessageSummary, RunResult) -> (metric_windows rows, window alerts, late points).
 
+    ``seed`` (a singleton side input of ``HistorySeed``) carries the step-aligned
+    history of earlier invocations.
+
     Only tests with a ``window_config`` cost anything: other messages carry no
     window points and are dropped before the shuffle.
     """
 
-    def __init__(self, configs: ConfigSet, grace: float, run_timeout: float, retention: float):
+    def __init__(self, configs: ConfigSet, grace: float, run_timeout: float, retention: float, seed):
         super().__init__()
         self.configs = configs
         self.fn = WindowRunFn(configs, grace, run_timeout, retention)
+        self.seed = seed
 
     def expand(self, inputs):
         summaries, runs = inputs
@@ -215,6 +278,6 @@ class LiveWindows(beam.PTransform):
             (first_results, run_ends) | "CheckInputs" >> beam.Flatten()
             | "KeyByTagKind" >> beam.Map(lambda i: ((i.test, i.tag, i.kind), i)).with_output_types(
                 beam.typehints.KV[beam.typehints.Tuple[str, str, str], beam.typehints.Any])
-            | "CheckInOrder" >> beam.ParDo(in_event_time_order(_WindowCheckMachine(configs), "window"), None))
+            | "CheckInOrder" >> beam.ParDo(in_event_time_order(_WindowCheckMachine(configs), "window"), self.seed))
         alerts = (windowed[ALERTS], check_alerts) | "WindowAlerts" >> beam.Flatten()
         return rows, alerts, windowed[DEAD_LETTER]

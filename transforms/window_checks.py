@@ -156,6 +156,17 @@ def _alert(window: WindowResult, check: WindowCheck, value: float, bounds: Bound
                  "debounce": f"{check.debounce_out_of_bounds} of {check.debounce_windows}"})
 
 
+NUMERIC_AGGREGATIONS = ("last", "mean", "min", "max", "sum", "stddev", "p50", "p90", "p99")
+
+
+def seed_window_history(runs: List[Tuple[float, str, List[WindowResult]]]) -> WindowHistory:
+    """Rebuilds one (test, tag, kind)'s step-aligned history from stored (finalized_at, run, windows)."""
+    history = WindowHistory()
+    for _, run, windows in sorted(runs, key=lambda r: (r[0], r[1])):
+        history.finished_runs.append((run, sorted(windows, key=lambda w: w.index)))
+    return history
+
+
 def end_run(state: WindowHistory, ended: RunEnded) -> None:
     """A run ended: its windows become step-aligned history if it succeeded; its debounce state goes."""
     windows = state.open_runs.pop(ended.run, [])

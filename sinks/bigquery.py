@@ -1,0 +1,345 @@
+"""BigQuery: the production store, with the same tables as the local DuckDB store.
+
+Every table comes from ``sinks/schema.py`` (one definition for both stores):
+created if missing with its explicit schema, partitioned by day on its time
+column and clustered by its ``cluster_by`` columns. Rows are written with
+Beam's ``WriteToBigQuery`` (streaming inserts, the portable default, or the
+Storage Write API on Dataflow); rows BigQuery rejects come back with
+BigQuery's error and go to the ``dead_letter`` table, so nothing is lost.
+At start-up the pipeline reads its ``HistorySeed`` back from the tables
+(``ReadSeedFromBigQuery``), so a new job continues where the last one stopped.
+
+``BigQueryTarget.endpoint`` points every client (ours and Beam's, through its
+``test_client`` hook) at another BigQuery API endpoint, such as a local
+emulator, with anonymous credentials.
+
+``python -m sinks.bigquery tables --schema_dir DIR`` writes one ``bq``-style
+JSON schema file per table and prints ``name time_column cluster_columns``
+lines: ``run_dataflow.sh`` creates the tables from them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import logging
+import os
+from typing import Any, Dict, List, Optional
+
+import apache_beam as beam
+from apache_beam.io.gcp.bigquery import BigQueryDisposition, WriteToBigQuery
+from apache_beam.io.gcp.bigquery_tools import RetryStrategy
+from apache_beam.options.pipeline_options import StandardOptions
+from apache_beam.utils.timestamp import Timestamp
+
+from pipeline.config import ConfigSet
+from sinks.schema import DEAD_LETTER, TABLES, Table
+from sinks.seed import SqlDialect, read_history_seed
+from transforms.history import HistorySeed
+from transforms.records import dead_letter_row
+
+_LOGGER = logging.getLogger(__name__)
+
+STREAMING_INSERTS = "streaming_inserts"
+STORAGE_WRITE_API = "storage_write_api"
+WRITE_METHODS = {STREAMING_INSERTS: WriteToBigQuery.Method.STREAMING_INSERTS,
+                 STORAGE_WRITE_API: WriteToBigQuery.Method.STORAGE_WRITE_API}
+
+
+@dataclasses.dataclass(frozen=True)
+class BigQueryTarget:
+    """Where the tables live, and which BigQuery API endpoint serves them."""
+    project: str
+    dataset: str
+    endpoint: Optional[str] = None  # e.g. "http://127.0.0.1:9050" for an emulator; None: Google's
+    location: Optional[str] = None  # of the dataset, when it has to be created
+
+    def table_id(self, table: Table) -> str:
+        """``project.dataset.table``: the client library's and SQL's form."""
+        return f"{self.project}.{self.dataset}.{table.name}"
+
+    def table_spec(self, table: Table) -> str:
+        """``project:dataset.table``: Beam's form."""
+        return f"{self.project}:{self.dataset}.{table.name}"
+
+    def client(self):
+        """A ``google.cloud.bigquery.Client`` for this target (anonymous credentials with an endpoint)."""
+        from google.cloud import bigquery
+
+        if self.endpoint is None:
+            return bigquery.Client(project=self.project)
+        from google.api_core.client_options import ClientOptions
+        from google.auth.credentials import AnonymousCredentials
+
+        return bigquery.Client(project=self.project, credentials=AnonymousCredentials(),
+                               client_options=ClientOptions(api_endpoint=self.endpoint))
+
+    def beam_test_client(self) -> Optional["EndpointClient"]:
+        """What to pass as ``WriteToBigQuery(test_client=...)``: None for Google's endpoint."""
+        return None if self.endpoint is None else EndpointClient(self)
+
+
+class EndpointClient:
+    """Beam's ``test_client`` for a BigQuery endpoint of our choosing (e.g. an emulator).
+
+    ``WriteToBigQuery`` calls ``insert_rows_json`` on its ``test_client``
+    instead of on a client of its own. The DoFn holding it is pickled to the
+    workers, and a live client is not picklable, so this wrapper pickles as
+    its ``BigQueryTarget`` and builds the real client on first use.
+    """
+
+    def __init__(self, target: BigQueryTarget):
+        self._target = target
+        self._client = None
+
+    def __getstate__(self):
+        return {"_target": self._target, "_client": None}
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if self._client is None:
+            self._client = self._target.client()
+        return getattr(self._client, name)
+
+
+# --------------------------------------------------------------------------
+# Schemas and table creation
+# --------------------------------------------------------------------------
+
+
+def schema_json(table: Table) -> List[Dict[str, str]]:
+    """The table's schema as BigQuery JSON (``bq mk --schema`` files, Beam's dict schemas)."""
+    return [{"name": c.name, "type": c.type, "mode": "REQUIRED" if c.required else "NULLABLE",
+             "description": c.description} for c in table.columns]
+
+
+def ensure_tables(target: BigQueryTarget, tables=tuple(TABLES.values())) -> List[str]:
+    """Creates the dataset and every missing table; returns the ids of the tables it created.
+
+    Tables get their explicit schema, daily partitioning on the time column
+    and clustering; existing tables are left as they are.
+    """
+    from google.api_core.exceptions import Conflict
+    from google.cloud import bigquery
+
+    client = target.client()
+    dataset = bigquery.Dataset(f"{target.project}.{target.dataset}")
+    if target.location:
+        dataset.location = target.location
+    client.create_dataset(dataset, exists_ok=True)
+    created = []
+    for table in tables:
+        resource = bigquery.Table(target.table_id(table),
+                                  schema=[bigquery.SchemaField.from_api_repr(f) for f in schema_json(table)])
+        resource.time_partitioning = bigquery.TimePartitioning(
+            type_=bigquery.TimePartitioningType.DAY, field=table.time_column)
+        resource.clustering_fields = list(table.cluster_by)
+        resource.description = f"trainguard {table.name}; key: {', '.join(table.key)}"
+        try:
+            client.create_table(resource)
+            created.append(resource.table_id)
+        except Conflict:
+            pass
+    return created
+
+
+# --------------------------------------------------------------------------
+# Start-up seed
+# --------------------------------------------------------------------------
+
+
+def _bigquery_dialect(target: BigQueryTarget) -> SqlDialect:
+    return SqlDialect(quote=lambda name: f"`{name}`",
+                      table=lambda table: f"`{target.table_id(table)}`",
+                      epoch_seconds=lambda expression: f"UNIX_MICROS({expression}) / 1000000")
+
+
+class BigQueryStore:
+    """Queries on the trainguard tables of one BigQuery dataset."""
+
+    def __init__(self, target: BigQueryTarget):
+        self.target = target
+        self._client = None
+
+    @property
+    def client(self):
+        if self._client is None:
+            self._client = self.target.client()
+        return self._client
+
+    def query(self, sql: str) -> List[tuple]:
+        return [tuple(row.values()) for row in self.client.query(sql).result()]
+
+    def read_seed(self, configs: ConfigSet) -> HistorySeed:
+        """The history state that earlier jobs left behind (the same seed as ``DuckDBStore.read_seed``)."""
+        return read_history_seed(configs, self.query, _bigquery_dialect(self.target))
+
+
+class _ReadSeedFn(beam.DoFn):
+    def __init__(self, target: BigQueryTarget, configs: ConfigSet):
+        self.target = target
+        self.configs = configs
+
+    def process(self, unused_impulse):
+        yield BigQueryStore(self.target).read_seed(self.configs)
+
+
+class ReadSeedFromBigQuery(beam.PTransform):
+    """PBegin -> a one-element PCollection: the ``HistorySeed`` in the BigQuery tables.
+
+    A bounded read at start-up, done by a worker rather than by the launcher,
+    so that the seed (which grows with the history) is not embedded in the job
+    graph. The graph takes it as a singleton side input.
+    """
+
+    def __init__(self, target: BigQueryTarget, configs: ConfigSet):
+        super().__init__()
+        self.target = target
+        self.configs = configs
+
+    def expand(self, pbegin):
+        return (pbegin
+                | "Start" >> beam.Create([None])
+                | "ReadTables" >> beam.ParDo(_ReadSeedFn(self.target, self.configs)))
+
+
+# --------------------------------------------------------------------------
+# Writing rows
+# --------------------------------------------------------------------------
+
+
+def storage_write_row(row: Dict[str, Any], table: Table) -> Dict[str, Any]:
+    """A row for the Storage Write API: TIMESTAMP columns as Beam ``Timestamp``s, not ISO strings.
+
+    (Streaming inserts take the rows as they are: BigQuery parses the strings.)
+    Unparseable timestamps are left as they are, for BigQuery to reject.
+    """
+    converted = dict(row)
+    for column in table.columns:
+        value = converted.get(column.name)
+        if column.type == "TIMESTAMP" and isinstance(value, str):
+            try:
+                converted[column.name] = Timestamp.from_rfc3339(value)
+            except ValueError:
+                pass
+    return converted
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Timestamp):
+        return value.to_rfc3339()
+    if isinstance(value, (datetime.datetime, datetime.date)):
+        return value.isoformat()
+    return str(value)
+
+
+def rejected_row_to_dead_letter(rejected: Any, table: Table) -> Dict[str, Any]:
+    """A row BigQuery refused -> a dead-letter row with BigQuery's error and the row as JSON.
+
+    Streaming inserts report ``(destination, row, [errors])``; the Storage
+    Write API ``{"failed_row": row, "error_message": message}``.
+    """
+    if isinstance(rejected, dict):
+        row, error = rejected["failed_row"], rejected["error_message"]
+    else:
+        _, row, errors = rejected
+        error = "; ".join(
+            f"{e.get('reason', 'error')}{' at ' + e['location'] if e.get('location') else ''}: {e.get('message', '')}"
+            for e in errors) if isinstance(errors, list) else str(errors)
+    payload = json.dumps(row, sort_keys=True, default=_jsonable)
+    return dead_letter_row(f"rejected by BigQuery ({table.name}): {error}", payload, f"bigquery:{table.name}", None)
+
+
+class WriteTableToBigQuery(beam.PTransform):
+    """Row dicts of one table -> that BigQuery table; returns the rows BigQuery rejected, as dead-letter rows.
+
+    The table must exist (``ensure_tables``). Transient errors are retried;
+    rows BigQuery calls invalid are not, and come back with its error.
+    """
+
+    def __init__(self, target: BigQueryTarget, table: Table, method: str = STREAMING_INSERTS,
+                 storage_write_triggering_seconds: float = 5.0):
+        super().__init__()
+        if method not in WRITE_METHODS:
+            raise ValueError(f"unknown BigQuery write method {method!r}; one of {sorted(WRITE_METHODS)}")
+        self.target = target
+        self.table = table
+        self.method = method
+        self.storage_write_triggering_seconds = storage_write_triggering_seconds
+
+    def expand(self, rows):
+        table = self.table
+        options = {}
+        if self.method == STORAGE_WRITE_API:
+            rows = rows | "TimestampsForStorageWrite" >> beam.Map(storage_write_row, table)
+            if rows.pipeline.options.view_as(StandardOptions).streaming:
+                options = {"triggering_frequency": self.storage_write_triggering_seconds, "with_auto_sharding": True}
+        result = rows | "Write" >> WriteToBigQuery(
+            self.target.table_spec(table), schema={"fields": schema_json(table)},
+            create_disposition=BigQueryDisposition.CREATE_NEVER,
+            write_disposition=BigQueryDisposition.WRITE_APPEND,
+            method=WRITE_METHODS[self.method],
+            insert_retry_strategy=RetryStrategy.RETRY_ON_TRANSIENT_ERROR,
+            test_client=self.target.beam_test_client(), **options)
+        return result.failed_rows_with_errors | "Rejected" >> beam.Map(rejected_row_to_dead_letter, table)
+
+
+class _LogLostRowFn(beam.DoFn):
+    """Rows the dead_letter table itself rejected: nowhere left to write them but the log."""
+
+    def __init__(self):
+        self.lost = beam.metrics.Metrics.counter("trainguard", "dead_letters_rejected_by_bigquery")
+
+    def process(self, row):
+        self.lost.inc()
+        _LOGGER.error("BigQuery rejected a dead-letter row; it is only in this log: %s",
+                      json.dumps(row, sort_keys=True))
+
+
+class WriteToBigQueryTables(beam.PTransform):
+    """The graph's outputs ({table name: row dicts}) -> the BigQuery tables of the same names.
+
+    Rows BigQuery rejects from any table become dead-letter rows (with
+    BigQuery's error and the row) and are written to ``dead_letter`` along
+    with the graph's own dead letters. Should ``dead_letter`` reject one,
+    it is logged as an error.
+    """
+
+    def __init__(self, target: BigQueryTarget, method: str = STREAMING_INSERTS):
+        super().__init__()
+        self.target = target
+        self.method = method
+
+    def expand(self, outputs: Dict[str, beam.PCollection]):
+        rejected = [rows | f"Write_{name}" >> WriteTableToBigQuery(self.target, TABLES[name], self.method)
+                    for name, rows in outputs.items() if name != DEAD_LETTER.name]
+        dead_letters = ([outputs[DEAD_LETTER.name]] if DEAD_LETTER.name in outputs else []) + rejected
+        unwritable = (dead_letters | "AllDeadLetters" >> beam.Flatten()
+                      | f"Write_{DEAD_LETTER.name}" >> WriteTableToBigQuery(self.target, DEAD_LETTER, self.method))
+        return unwritable | "LogUnwritable" >> beam.ParDo(_LogLostRowFn())
+
+
+# --------------------------------------------------------------------------
+# Command line (for run_dataflow.sh)
+# --------------------------------------------------------------------------
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m sinks.bigquery", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    tables = commands.add_parser("tables", help="Write one JSON schema file per table into --schema_dir and "
+                                                "print 'name time_column cluster,columns' per table.")
+    tables.add_argument("--schema_dir", required=True)
+    args = parser.parse_args(argv)
+    os.makedirs(args.schema_dir, exist_ok=True)
+    for table in TABLES.values():
+        with open(os.path.join(args.schema_dir, f"{table.name}.json"), "w", encoding="utf-8") as f:
+            json.dump(schema_json(table), f, indent=1)
+        print(table.name, table.time_column, ",".join(table.cluster_by))
+
+
+if __name__ == "__main__":
+    main()

@@ -4,7 +4,9 @@ Generates >= 1,000,000 points (100 points per message) of synthetic daily runs,
 replays them with ``python -m pipeline`` semantics on FnApiRunner into a fresh
 DuckDB store, and times a single-process plain-Python reference that computes
 the same per-run aggregates (final, min, max, average per tag) from the same
-files. Prints both rates and their ratio.
+files. The pipeline runs twice: with the run-level checks only, and with live
+windows (count windows of 100 points, checked step-aligned) on every tag.
+Prints the rates and their ratio to the reference.
 
     python bench/bench_replay.py [--points 1000000] [--workdir bench/out]
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import collections
 import glob
+import json
 import math
 import os
 import shutil
@@ -24,9 +27,18 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pipeline.demo import synthetic_plans, write_lines  # noqa: E402
 from pipeline.main import run  # noqa: E402
+from pipeline.options import DEFAULT_CONFIG_DIR  # noqa: E402
 from trainguard.wire import decode_json  # noqa: E402  (the pipeline's decoder, for a fair comparison)
 
 TAGS_PER_STEP = 3
+WINDOWED_CONFIG = {
+    "//": "Live windows on every tag, each checked against the same steps of the last 5 runs.",
+    "window_config": {"allowed_lateness_seconds": 60, "stall_seconds": 600, "tags": {
+        tag: {"count": 100, "aggregations": ["mean", "min", "max", "p90"], "checks": [{
+            "aggregation": "mean", "condition": {"comparison": "less_or_equal" if tag == "loss" else "greater_or_equal",
+                                                 "success_threshold": {"stddevs_from_mean": 6},
+                                                 "wait_for_n_points_of_history": 3}}]}
+        for tag in ("loss", "Accuracy/test", "throughput/examples_per_sec")}}}
 
 
 def generate(workdir: str, points: int, tests: int = 20, runs_per_test: int = 25) -> str:
@@ -81,19 +93,24 @@ def main() -> None:
     points, results = reference(pattern)
     reference_seconds = time.perf_counter() - started
 
-    store = os.path.join(args.workdir, "bench.duckdb")
-    started = time.perf_counter()
-    summary = run([f"--input_files={pattern}", f"--local_store={store}",
-                   f"--alerts_file={os.path.join(args.workdir, 'alerts.jsonl')}", *args.extra])
-    pipeline_seconds = time.perf_counter() - started
-
-    assert summary.counters["messages_read"] == messages, summary.counters
-    assert summary.rows_added["job_history"] == len({k[:2] for k in results})
     print(f"input: {points:,} points in {messages:,} messages, {len(results):,} (test, run, tag) aggregates")
     print(f"plain Python reference: {reference_seconds:6.2f} s  {points / reference_seconds:>12,.0f} points/s")
-    print(f"pipeline (FnApiRunner): {pipeline_seconds:6.2f} s  {points / pipeline_seconds:>12,.0f} points/s"
-          f"  (incl. start-up and writing {sum(summary.rows_added.values()):,} rows)")
-    print(f"pipeline / reference time: {pipeline_seconds / reference_seconds:.2f}x")
+    windowed_configs = os.path.join(args.workdir, "configs-windowed")
+    os.makedirs(windowed_configs)
+    with open(os.path.join(windowed_configs, "default.json"), "w") as f:
+        json.dump(WINDOWED_CONFIG, f)
+    for label, config_dir in (("run-level only", DEFAULT_CONFIG_DIR), ("windows on every tag", windowed_configs)):
+        name = label.split()[0]
+        started = time.perf_counter()
+        summary = run([f"--input_files={pattern}", f"--config_dir={config_dir}",
+                       f"--local_store={os.path.join(args.workdir, name + '.duckdb')}",
+                       f"--alerts_file={os.path.join(args.workdir, name + '-alerts.jsonl')}", *args.extra])
+        seconds = time.perf_counter() - started
+        assert summary.counters["messages_read"] == messages, summary.counters
+        assert summary.rows_added["job_history"] == len({k[:2] for k in results})
+        print(f"pipeline, {label + ':':22}{seconds:6.2f} s  {points / seconds:>12,.0f} points/s  "
+              f"{seconds / reference_seconds:5.2f}x the reference  (incl. start-up; "
+              f"{sum(summary.rows_added.values()):,} rows written)")
 
 
 if __name__ == "__main__":

@@ -30,11 +30,12 @@ class GraphSettings:
     run_timeout_seconds: float = 6 * 3600.0
     dedup_horizon_seconds: float = 24 * 3600.0
     finalized_run_retention_seconds: float = 7 * 24 * 3600.0
+    streaming: bool = False  # unbounded input: live windows settle as the watermark advances
 
     @staticmethod
-    def from_options(configs: ConfigSet, options) -> "GraphSettings":
+    def from_options(configs: ConfigSet, options, streaming: bool = False) -> "GraphSettings":
         return GraphSettings(configs, options.run_grace_seconds, options.run_timeout_seconds,
-                             options.dedup_horizon_seconds, options.finalized_run_retention_seconds)
+                             options.dedup_horizon_seconds, options.finalized_run_retention_seconds, streaming)
 
 
 class KeepRecordedTests(beam.PTransform):
@@ -76,11 +77,12 @@ class DetectRegressions(beam.PTransform):
         runs, late_messages = summaries | "AssembleRuns" >> AssembleRuns(
             settings.configs, settings.run_grace_seconds, settings.run_timeout_seconds,
             settings.finalized_run_retention_seconds)
-        metric_rows, metric_alerts = runs | "CheckMetrics" >> CheckMetricHistory(settings.configs, seed)
-        run_alerts = runs | "CheckRuns" >> CheckJobHistory(settings.configs, seed)
+        metric_rows, metric_alerts = runs | "CheckMetrics" >> CheckMetricHistory(
+            settings.configs, seed, settings.streaming)
+        run_alerts = runs | "CheckRuns" >> CheckJobHistory(settings.configs, seed, settings.streaming)
         window_rows, window_alerts, late_points = (summaries, runs) | "LiveWindows" >> LiveWindows(
             settings.configs, settings.run_grace_seconds, settings.run_timeout_seconds,
-            settings.finalized_run_retention_seconds, seed)
+            settings.finalized_run_retention_seconds, seed, settings.streaming)
         return {
             JOB_HISTORY: (runs | "JobRows" >> beam.Map(job_history_row)
                           | "RecordedJobs" >> KeepRecordedTests(settings.configs)),

@@ -16,15 +16,17 @@ import duckdb
 import pyarrow as pa
 
 from pipeline.config import ConfigSet
-from sinks.schema import JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS, TABLES, Table
-from transforms.history import HistorySeed, history_max_points, seed_job_history, seed_metric_history
-from transforms.window_checks import NUMERIC_AGGREGATIONS, WindowResult, seed_window_history
+from sinks.schema import TABLES, Table
+from sinks.seed import SqlDialect, read_history_seed
+from transforms.history import HistorySeed
 
 _DUCKDB_TYPES = {"STRING": "VARCHAR", "FLOAT64": "DOUBLE", "INT64": "BIGINT", "BOOL": "BOOLEAN",
                  "TIMESTAMP": "TIMESTAMPTZ"}
 # How rows are staged in Arrow before the insert casts them (timestamps arrive as ISO strings).
 _ARROW_TYPES = {"STRING": pa.string(), "FLOAT64": pa.float64(), "INT64": pa.int64(), "BOOL": pa.bool_(),
                 "TIMESTAMP": pa.string()}
+DUCKDB_SQL = SqlDialect(quote=lambda name: f'"{name}"', table=lambda table: f'"{table.name}"',
+                        epoch_seconds=lambda expression: f"epoch({expression})")
 # DuckDB serializes writers within a process only per connection; one lock per file keeps
 # concurrent bundles of the local streaming runner from conflicting on primary keys.
 _WRITE_LOCKS: Dict[str, threading.Lock] = collections.defaultdict(threading.Lock)
@@ -84,43 +86,8 @@ class DuckDBStore:
             return connection.execute(sql, list(parameters)).fetchall()
 
     def read_seed(self, configs: ConfigSet) -> HistorySeed:
-        """The history state that earlier invocations left behind."""
-        jobs = self.query(f'SELECT test_name, epoch(processed_at), run_id, job_status FROM "{JOB_HISTORY.name}"')
-        runs_by_test = collections.defaultdict(list)
-        for test, finalized_at, run, status in jobs:
-            runs_by_test[test].append((finalized_at, run, status))
-        metrics = self.query(
-            f'SELECT m.test_name, m.metric_name, epoch(j.processed_at), m.run_id, m.metric_value, '
-            f'm.within_bounds, j.job_status FROM "{METRIC_HISTORY.name}" m '
-            f'JOIN "{JOB_HISTORY.name}" j USING (test_name, run_id)')
-        rows_by_metric = collections.defaultdict(list)
-        for test, metric, *row in metrics:
-            rows_by_metric[(test, metric)].append(tuple(row))
-        return HistorySeed(
-            windows=self._window_seed(),
-            metrics={key: seed_metric_history(
-                rows, history_max_points(configs.for_test(key[0]).regression_test, key[1]))
-                     for key, rows in rows_by_metric.items()},
-            jobs={test: seed_job_history(rows) for test, rows in runs_by_test.items()},
-            stored_runs=frozenset((test, run) for test, _, run, _ in jobs))
-
-
-    def _window_seed(self):
-        """Step-aligned window history: the latest revision of each window of successful runs."""
-        aggregations = ", ".join(f'w."{name}"' for name in NUMERIC_AGGREGATIONS)
-        rows = self.query(
-            f'SELECT w.test_name, w.tag, w.window_kind, epoch(j.processed_at), w.run_id, w.window_index, '
-            f'epoch(w.start_time), epoch(w.end_time), w.start_step, w.end_step, w.n, w.partial, {aggregations} '
-            f'FROM "{METRIC_WINDOWS.name}" w JOIN "{JOB_HISTORY.name}" j USING (test_name, run_id) '
-            f"WHERE j.job_status = 'success' QUALIFY w.revision = max(w.revision) OVER "
-            f'(PARTITION BY w.test_name, w.run_id, w.tag, w.window_kind, w.window_index)')
-        runs = collections.defaultdict(lambda: collections.defaultdict(list))
-        for test, tag, kind, finalized_at, run, index, start, end, start_step, end_step, n, partial, *values in rows:
-            result = WindowResult(test, run, tag, kind, index, start, end, start_step, end_step, n, partial,
-                                  {a: v for a, v in zip(NUMERIC_AGGREGATIONS, values) if v is not None})
-            runs[(test, tag, kind)][(finalized_at, run)].append(result)
-        return {key: seed_window_history([(f, r, windows) for (f, r), windows in by_run.items()])
-                for key, by_run in runs.items()}
+        """The history state that earlier invocations left behind (``sinks/seed.py``)."""
+        return read_history_seed(configs, self.query, DUCKDB_SQL)
 
 
 class _InsertRowsFn(beam.DoFn):

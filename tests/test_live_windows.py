@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import random
 
@@ -20,6 +21,7 @@ LOSS_WINDOWS = {"window_config": {
                       "wait_for_n_points_of_history": 2}, "min_effect_rel": 0.05}]},
              "tput": {"time_seconds": 20, "aggregations": ["mean"]}}}}
 SETTINGS = GraphSettings(configs(cifar=LOSS_WINDOWS), run_grace_seconds=10, run_timeout_seconds=600)
+STREAMING = dataclasses.replace(SETTINGS, streaming=True)
 
 
 def loss_points(run, start, values, first_step=0):
@@ -91,7 +93,7 @@ def test_streaming_late_points_update_within_lateness_and_dead_letter_beyond():
               .advance_watermark_to(at(T0 + 200))
               .advance_watermark_to_infinity())
     with streaming_pipeline() as p:
-        outputs = detect(p | stream, SETTINGS)
+        outputs = detect(p | stream, STREAMING)
         assert_that(outputs[METRIC_WINDOWS] | beam.Filter(lambda r: r["tag"] == "loss")
                     | beam.Map(lambda r: (r["window_index"], r["revision"], r["n"], r["max"])),
                     equal_to([(0, 0, 4, 4.0), (0, 1, 5, 9.0), (1, 0, 1, 1.0)]), label="revision")
@@ -111,7 +113,7 @@ def test_streaming_stall_alert_is_driven_by_the_watermark():
               .advance_watermark_to(at(T0 + 1000))
               .advance_watermark_to_infinity())
     with streaming_pipeline() as p:
-        outputs = detect(p | stream, SETTINGS)
+        outputs = detect(p | stream, STREAMING)
         assert_that(outputs[ALERTS] | beam.Map(lambda a: (a["kind"], a["created_at"])),
                     equal_to([("run_stalled", "2025-11-21T04:45:01.000000Z")]), label="stall")
 

@@ -113,7 +113,7 @@ def at(time):
 
 
 def test_streaming_run_is_finalized_by_the_watermark_with_stragglers_and_late_data():
-    settings = GraphSettings(ALERTING, run_grace_seconds=60, run_timeout_seconds=600)
+    settings = GraphSettings(ALERTING, run_grace_seconds=60, run_timeout_seconds=600, streaming=True)
     stream = (TestStream()
               .advance_watermark_to(at(T0))
               .add_elements([raw("cifar", "r1", "e", events=[started(T0), finished(T0 + 100)])])
@@ -137,7 +137,6 @@ def test_streaming_run_is_finalized_by_the_watermark_with_stragglers_and_late_da
 
 
 def test_streaming_run_without_finish_becomes_missing_after_timeout():
-    settings = GraphSettings(ALERTING, run_grace_seconds=60, run_timeout_seconds=600)
     quiet = configs(cifar={"regression_test_config": {"alert_after_second_test_failure": False}})
     stream = (TestStream()
               .advance_watermark_to(at(T0))
@@ -149,7 +148,7 @@ def test_streaming_run_without_finish_becomes_missing_after_timeout():
               .advance_watermark_to(at(T0 + 1500))  # 800 + 600 passed: missing
               .advance_watermark_to_infinity())
     with streaming_pipeline() as p:
-        outputs = detect(p | stream, GraphSettings(quiet, 60, 600))
+        outputs = detect(p | stream, GraphSettings(quiet, 60, 600, streaming=True))
         assert_that(outputs[JOB_HISTORY] | beam.Map(lambda r: (r["job_status"], r["timestamp"], r["processed_at"])),
                     equal_to([("missing", "2025-11-21T04:53:20.000000Z", "2025-11-21T05:03:20.000000Z")]),
                     label="missing")
@@ -169,7 +168,7 @@ def test_streaming_history_follows_end_time_not_arrival():
               .advance_watermark_to(at(T0 + 1000))
               .advance_watermark_to_infinity())
     with streaming_pipeline() as p:
-        outputs = detect(p | stream, GraphSettings(fixed, 60, 600))
+        outputs = detect(p | stream, GraphSettings(fixed, 60, 600, streaming=True))
         assert_that(outputs[METRIC_HISTORY] | beam.Filter(lambda r: r["metric_name"] == "acc_final")
                     | beam.Map(lambda r: (r["run_id"], r["within_bounds"])),
                     equal_to([("r1", None), ("r2", False)]), label="r1 is r2's history")

@@ -9,7 +9,7 @@ from typing import Dict, List, Optional, Tuple
 import apache_beam as beam
 from apache_beam.coders import PickleCoder
 from apache_beam.transforms.timeutil import TimeDomain
-from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
+from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.utils.timestamp import Timestamp
 
 from pipeline.config import ConfigSet
@@ -83,6 +83,7 @@ class _RunWindows:
     last_time: Optional[float] = None        # latest point or event
     finished_time: Optional[float] = None
     watermark_floor: float = float("-inf")   # the watermark is at least this (a timer fired there)
+    scheduled: Optional[float] = None        # when the settle timer is set to fire
     closed: bool = False
 
 
@@ -100,22 +101,28 @@ class WindowRunFn(beam.DoFn):
     """
 
     STATE = ReadModifyWriteStateSpec("run_windows", PickleCoder())
+    POINTS = BagStateSpec("window_points", PickleCoder())  # batches of (tag, point) not yet placed
     SETTLE = TimerSpec("settle_windows", TimeDomain.WATERMARK)
     CLOSE = TimerSpec("close_windows", TimeDomain.WATERMARK)
     STALL = TimerSpec("stall", TimeDomain.WATERMARK)
     EXPIRE = TimerSpec("expire_windows", TimeDomain.WATERMARK)
 
-    def __init__(self, configs: ConfigSet, grace: float, run_timeout: float, retention: float):
+    def __init__(self, configs: ConfigSet, grace: float, run_timeout: float, retention: float,
+                 streaming: bool):
         self.configs = configs
         self.grace = grace
         self.run_timeout = run_timeout
         self.retention = retention
+        # A bounded replay has all its input before any timer fires: settling as the
+        # watermark advances would only re-read state, so the run's close does it all.
+        self.incremental = streaming
 
     def _windows(self, test: str):
         return self.configs.for_test(test).windows
 
-    def process(self, element, state=beam.DoFn.StateParam(STATE), settle=beam.DoFn.TimerParam(SETTLE),
-                close=beam.DoFn.TimerParam(CLOSE), stall=beam.DoFn.TimerParam(STALL)):
+    def process(self, element, state=beam.DoFn.StateParam(STATE), pending=beam.DoFn.StateParam(POINTS),
+                settle=beam.DoFn.TimerParam(SETTLE), close=beam.DoFn.TimerParam(CLOSE),
+                stall=beam.DoFn.TimerParam(STALL)):
         (test, run), summary = element
         config = self._windows(test)
         run_windows = state.read() or _RunWindows(
@@ -123,6 +130,7 @@ class WindowRunFn(beam.DoFn):
             None if config.stall_seconds is None else StallWatch(config.stall_seconds))
         if run_windows.closed:
             return  # the run assembler dead-letters the whole late message
+        waiting = []
         for tag, value, step, time in summary.window_points:
             if time < run_windows.watermark_floor - config.allowed_lateness_seconds:
                 yield beam.pvalue.TaggedOutput(DEAD_LETTER, dead_letter_row(
@@ -131,20 +139,42 @@ class WindowRunFn(beam.DoFn):
                         "tag": tag, "value": value, "step": step, "time": time}}, sort_keys=True),
                     f"run:{test}/{run}", time))
                 continue
-            for window in run_windows.tags[tag].add((time, NO_STEP if step is None else step, value)):
-                yield self._result(test, run, tag, window)
+            point = (time, NO_STEP if step is None else step, value)
+            updated = run_windows.tags[tag].update_emitted(point) if run_windows.tags[tag].emitted else None
+            if updated is None:
+                waiting.append((tag, point))
+            else:
+                yield self._result(test, run, tag, updated)
+        if waiting:
+            pending.add(waiting)
         if run_windows.stalls is not None:
             run_windows.stalls.add(summary.first_time, summary.last_time)
         for event in summary.events:
             if event.type == wire.RUN_FINISHED:
                 run_windows.finished_time = max(event.time, run_windows.finished_time or event.time)
         run_windows.last_time = max(summary.last_time, run_windows.last_time or summary.last_time)
-        self._schedule(run_windows, settle)
-        close.set(Timestamp.of(finalization_time(run_windows.finished_time, run_windows.last_time,
-                                                 self.grace, self.run_timeout)))
-        if run_windows.stalls is not None:
-            stall.set(Timestamp.of(run_windows.last_time + config.stall_seconds))
+        close.set(Timestamp.of(self._finalized_at(run_windows)))
+        if self.incremental:
+            span_due = [summary.first_time] if run_windows.stalls is not None else []
+            due = min([p[1][0] for p in waiting] + span_due + [run_windows.scheduled or float("inf")])
+            if due < float("inf") and due != run_windows.scheduled:
+                run_windows.scheduled = max(due, run_windows.watermark_floor)
+                settle.set(Timestamp.of(run_windows.scheduled))
+            if run_windows.stalls is not None:
+                stall.set(Timestamp.of(run_windows.last_time + config.stall_seconds))
         state.write(run_windows)
+
+    @staticmethod
+    def _take_pending(run_windows: _RunWindows, pending, upto: float) -> None:
+        """Moves the buffered points at or before ``upto`` into their tag's windows."""
+        waiting = [item for batch in pending.read() for item in batch]
+        later = [item for item in waiting if item[1][0] > upto]
+        pending.clear()
+        if later:
+            pending.add(later)
+        for tag, point in waiting:
+            if point[0] <= upto:
+                run_windows.tags[tag].pending.append(point)
 
     def _finalized_at(self, run_windows: _RunWindows) -> float:
         return finalization_time(run_windows.finished_time, run_windows.last_time, self.grace, self.run_timeout)
@@ -162,12 +192,14 @@ class WindowRunFn(beam.DoFn):
                 details={"silent_since": iso_utc(gap_start), "stall_seconds": run_windows.stalls.stall_seconds}))
 
     @staticmethod
-    def _schedule(run_windows: _RunWindows, settle) -> None:
+    def _schedule(run_windows: _RunWindows, settle, pending) -> None:
         dues = [d for d in (w.next_due() for w in run_windows.tags.values()) if d is not None]
+        dues += [item[1][0] for batch in pending.read() for item in batch]
         if run_windows.stalls is not None and run_windows.stalls.next_due() is not None:
             dues.append(run_windows.stalls.next_due())
-        if dues:
-            settle.set(Timestamp.of(max(min(dues), run_windows.watermark_floor)))
+        run_windows.scheduled = max(min(dues), run_windows.watermark_floor) if dues else None
+        if run_windows.scheduled is not None:
+            settle.set(Timestamp.of(run_windows.scheduled))
 
     def _result(self, test: str, run: str, tag: str, window: Window):
         aggregations = self._windows(test).tags[tag].spec.aggregations
@@ -178,12 +210,14 @@ class WindowRunFn(beam.DoFn):
 
     @on_timer(SETTLE)
     def on_settle(self, key=beam.DoFn.KeyParam, fired_at=beam.DoFn.TimestampParam,
-                  state=beam.DoFn.StateParam(STATE), settle=beam.DoFn.TimerParam(SETTLE)):
+                  state=beam.DoFn.StateParam(STATE), pending=beam.DoFn.StateParam(POINTS),
+                  settle=beam.DoFn.TimerParam(SETTLE)):
         run_windows = state.read()
         if run_windows is None or run_windows.closed:
             return
         watermark = float(fired_at)
         run_windows.watermark_floor = max(run_windows.watermark_floor, watermark)
+        self._take_pending(run_windows, pending, watermark)
         lateness = self._windows(key[0]).allowed_lateness_seconds
         for tag, windows in run_windows.tags.items():
             for window in windows.settle(watermark):
@@ -191,15 +225,18 @@ class WindowRunFn(beam.DoFn):
             windows.expire(before=watermark - lateness)
         if run_windows.stalls is not None:
             yield from self._stall_alerts(key, run_windows, run_windows.stalls.settle(watermark))
-        self._schedule(run_windows, settle)
+        self._schedule(run_windows, settle, pending)
         state.write(run_windows)
 
     @on_timer(CLOSE)
     def on_close(self, key=beam.DoFn.KeyParam, fired_at=beam.DoFn.TimestampParam,
-                 state=beam.DoFn.StateParam(STATE), expire=beam.DoFn.TimerParam(EXPIRE)):
+                 state=beam.DoFn.StateParam(STATE), pending=beam.DoFn.StateParam(POINTS),
+                 expire=beam.DoFn.TimerParam(EXPIRE)):
         run_windows = state.read()
         if run_windows is None or run_windows.closed:
             return
+        self._take_pending(run_windows, pending, float("inf"))
+        pending.clear()
         for tag, windows in run_windows.tags.items():
             for window in windows.close():
                 yield self._result(*key, tag, window)
@@ -237,7 +274,8 @@ class _WindowCheckMachine:
 
     def step(self, history, item):
         if isinstance(item, RunEnded):
-            end_run(history, item)
+            checks = self.configs.for_test(item.test).windows.tags[item.tag].checks
+            end_run(history, item, keep_runs=max(c.history_runs for c in checks))
             return []
         return check_window(history, item, self.configs.for_test(item.test).windows.tags[item.tag])
 
@@ -252,11 +290,13 @@ class LiveWindows(beam.PTransform):
     window points and are dropped before the shuffle.
     """
 
-    def __init__(self, configs: ConfigSet, grace: float, run_timeout: float, retention: float, seed):
+    def __init__(self, configs: ConfigSet, grace: float, run_timeout: float, retention: float, seed,
+                 streaming: bool = False):
         super().__init__()
         self.configs = configs
-        self.fn = WindowRunFn(configs, grace, run_timeout, retention)
+        self.fn = WindowRunFn(configs, grace, run_timeout, retention, streaming)
         self.seed = seed
+        self.streaming = streaming
 
     def expand(self, inputs):
         summaries, runs = inputs
@@ -278,6 +318,7 @@ class LiveWindows(beam.PTransform):
             (first_results, run_ends) | "CheckInputs" >> beam.Flatten()
             | "KeyByTagKind" >> beam.Map(lambda i: ((i.test, i.tag, i.kind), i)).with_output_types(
                 beam.typehints.KV[beam.typehints.Tuple[str, str, str], beam.typehints.Any])
-            | "CheckInOrder" >> beam.ParDo(in_event_time_order(_WindowCheckMachine(configs), "window"), self.seed))
+            | "CheckInOrder" >> beam.ParDo(in_event_time_order(_WindowCheckMachine(configs), "window", self.streaming),
+                                           self.seed))
         alerts = (windowed[ALERTS], check_alerts) | "WindowAlerts" >> beam.Flatten()
         return rows, alerts, windowed[DEAD_LETTER]

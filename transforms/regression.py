@@ -46,17 +46,18 @@ class CheckMetricHistory(beam.PTransform):
     bounds every value by the history of the earlier successful runs.
     """
 
-    def __init__(self, configs: ConfigSet, seed):
+    def __init__(self, configs: ConfigSet, seed, streaming: bool = True):
         super().__init__()
         self.configs = configs
         self.seed = seed
+        self.streaming = streaming
 
     def expand(self, runs):
         outputs = (runs
                    | "Observations" >> beam.FlatMap(MetricObservation.all_of)
                    | "KeyByMetric" >> beam.Map(lambda o: ((o.test, o.metric), o)).with_output_types(
                        beam.typehints.KV[beam.typehints.Tuple[str, str], MetricObservation])
-                   | "CheckInOrder" >> beam.ParDo(in_event_time_order(_MetricMachine(self.configs), "metric"),
+                   | "CheckInOrder" >> beam.ParDo(in_event_time_order(_MetricMachine(self.configs), "metric", self.streaming),
                                                   self.seed).with_outputs(ALERTS, main="rows"))
         return outputs.rows, outputs[ALERTS]
 
@@ -68,12 +69,14 @@ class CheckJobHistory(beam.PTransform):
     failure in a row" sees the true previous run.
     """
 
-    def __init__(self, configs: ConfigSet, seed):
+    def __init__(self, configs: ConfigSet, seed, streaming: bool = True):
         super().__init__()
         self.configs = configs
         self.seed = seed
+        self.streaming = streaming
 
     def expand(self, runs):
         return (runs
                 | "KeyByTest" >> beam.Map(lambda r: (r.test, r)).with_output_types(beam.typehints.KV[str, RunResult])
-                | "CheckInOrder" >> beam.ParDo(in_event_time_order(_JobMachine(self.configs), "job"), self.seed))
+                | "CheckInOrder" >> beam.ParDo(in_event_time_order(_JobMachine(self.configs), "job", self.streaming),
+                                               self.seed))

@@ -167,10 +167,12 @@ def seed_window_history(runs: List[Tuple[float, str, List[WindowResult]]]) -> Wi
     return history
 
 
-def end_run(state: WindowHistory, ended: RunEnded) -> None:
+def end_run(state: WindowHistory, ended: RunEnded, keep_runs: int = 100) -> None:
     """A run ended: its windows become step-aligned history if it succeeded; its debounce state goes."""
     windows = state.open_runs.pop(ended.run, [])
     if ended.status == STATUS_SUCCESS and windows:
         state.finished_runs.append((ended.run, windows))
+        while len(state.finished_runs) > keep_runs:
+            state.finished_runs.popleft()
     for key in [k for k in state.debounce if k[0] == ended.run]:
         del state.debounce[key]

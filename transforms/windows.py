@@ -128,13 +128,14 @@ class TagWindows:
 
     def add(self, point: WindowPoint) -> List[Window]:
         """A new point; returns already emitted windows it updates (a late point within lateness)."""
-        updated = self._update_emitted(point)
+        updated = self.update_emitted(point)
         if updated is None:
             self.pending.append(point)
             return []
         return [updated]
 
-    def _update_emitted(self, point: WindowPoint) -> Optional[Window]:
+    def update_emitted(self, point: WindowPoint) -> Optional[Window]:
+        """Adds a point to the emitted window it belongs to, if any; returns that window."""
         if self.spec.kind == TIME:
             indexes = [k for k in self._time_indexes(point[0]) if k in self.emitted]
             for k in indexes:

@@ -126,3 +126,26 @@ def test_replay_finds_a_mid_run_stall_once_like_the_stream_would():
         outputs = detect(p | beam.Create(messages + messages[:2]), SETTINGS)
         assert_that(outputs[ALERTS] | beam.Map(lambda a: (a["kind"], a["created_at"])),
                     equal_to([("run_stalled", "2025-11-21T04:45:02.000000Z")]))  # silent from T0+2, +300 s
+
+
+def test_streaming_time_windows_close_with_the_watermark_and_debounce_recovers():
+    trailing = configs(cifar={"window_config": {"tags": {"tput": {
+        "time_seconds": 10, "aggregations": ["mean"], "checks": [{
+            "aggregation": "mean", "history": "trailing", "trailing_windows": 3,
+            "condition": {"comparison": "greater", "success_threshold": {"fixed_value": 50}},
+            "debounce": {"windows": 3, "out_of_bounds": 2}}]}}}})
+    settings = GraphSettings(trailing, run_grace_seconds=10, run_timeout_seconds=600, streaming=True)
+    # one point per 10 s window: 100, 10, 100, 10, 10, 100, 100, 100, 10, 10
+    values = [100, 10, 100, 10, 10, 100, 100, 100, 10, 10]
+    stream = TestStream().advance_watermark_to(at(T0))
+    for i, value in enumerate(values):
+        stream = (stream.add_elements([raw("cifar", "r1", f"t{i}", points=[("tput", float(value), i, T0 + 10 * i + 1)])])
+                  .advance_watermark_to(at(T0 + 10 * i + 10)))  # window i ends: emitted live
+    stream = (stream.add_elements([raw("cifar", "r1", "end", events=[finished(T0 + 101)])])
+              .advance_watermark_to(at(T0 + 200)).advance_watermark_to_infinity())
+    with streaming_pipeline() as p:
+        outputs = detect(p | stream, settings)
+        assert_that(outputs[METRIC_WINDOWS] | beam.Map(lambda r: (r["window_index"] - int(T0 // 10), r["partial"])),
+                    equal_to([(i, False) for i in range(10)]), label="complete windows")
+        assert_that(outputs[ALERTS] | beam.Map(lambda a: json.loads(a["details"])["window"]["index"] - int(T0 // 10)),
+                    equal_to([3, 9]), label="fires, recovers (window 6), fires again")

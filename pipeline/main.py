@@ -1,8 +1,7 @@
 """Command-line entry point: ``python -m pipeline [options]``.
 
 Without options it replays the bundled demo data into ``trainguard.duckdb`` and
-``alerts.jsonl`` and prints a short summary. With ``--streaming`` and a Pub/Sub
-input it runs the streaming job instead (``pipeline/streaming.py``).
+``alerts.jsonl`` and prints a short summary.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ from pipeline.config import ConfigError, load_config_dir
 from pipeline.graph import ALERTS, DetectRegressions, GraphSettings
 from pipeline.options import DEMO_INPUT, TrainguardOptions
 from pipeline.runners import runner_for
-from pipeline.streaming import UsageError, is_dataflow, is_streaming_job, start_streaming
 from sinks.alerts_file import AppendAlertsToFile
 from sinks.duckdb_store import DuckDBStore, WriteToDuckDB
 from sinks.schema import TABLES
@@ -113,31 +111,11 @@ def run(argv: Optional[List[str]] = None) -> ReplaySummary:
         seconds=time.monotonic() - started, store=local.local_store, alerts_file=local.alerts_file)
 
 
-def run_streaming_job(argv: List[str]) -> None:
-    """Starts the streaming job; waits for it on a local runner (Ctrl-C stops it), not on Dataflow."""
-    result = start_streaming(argv)
-    options = PipelineOptions(argv)
-    if is_dataflow(options):
-        job_id = getattr(result, "job_id", lambda: None)()
-        print(f"trainguard: streaming job submitted to Dataflow (job id {job_id}); "
-              f"stop it with 'gcloud dataflow jobs drain {job_id}'")
-        return
-    print("trainguard: streaming job running on the local runner; Ctrl-C stops it", flush=True)
-    try:
-        result.wait_until_finish()
-    except KeyboardInterrupt:
-        result.cancel()
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    argv = sys.argv[1:] if argv is None else argv
     try:
-        if is_streaming_job(PipelineOptions(argv)):
-            run_streaming_job(argv)
-            return 0
-        summary = run(argv)
-    except (ConfigError, FileNotFoundError, UsageError) as e:
+        summary = run(sys.argv[1:] if argv is None else argv)
+    except (ConfigError, FileNotFoundError) as e:
         print(f"trainguard: error: {e}", file=sys.stderr)
         return 2
     print(summary.render())

@@ -17,9 +17,11 @@ PIPELINE = [
 ]
 SHIPPER = [
     "tensorboard>=2.14",
+    "google-crc32c>=1.5",
 ]
 SYSTEM = [
     "psutil>=5.9",
+    "nvidia-ml-py>=12",
 ]
 EMAIL = [
     "sendgrid>=6.10,<7",
@@ -27,6 +29,7 @@ EMAIL = [
 TEST = [
     "pytest>=8",
     "hypothesis>=6.100",
+    "bqemulator>=1.4,<2",  # BigQuery API emulator for the streaming end-to-end tests (tests/servers/bigquery.py)
 ]
 
 setup(
@@ -44,5 +47,10 @@ setup(
         "email": EMAIL,
         "test": TEST + SHIPPER + SYSTEM,
         "all": PIPELINE + EMAIL + SHIPPER + SYSTEM + TEST,
+    },
+    entry_points={
+        "console_scripts": [
+            "trainguard-ship=trainguard.shipper:main",
+        ],
     },
 )

@@ -28,6 +28,12 @@ from .api import (  # noqa: F401
     put_metric,
 )
 
+__all__ = [
+    "ConsoleMetricHandler", "MetricData", "MetricHandler", "MetricsConfig", "MetricStream", "NullMetricHandler",
+    "UnconfiguredGroupWarning", "configure", "get_elapsed_time_ms", "get_handler", "getStream", "log_event",
+    "prof", "profile", "publish_metric", "put_metric", "initialize_metrics",
+]
+
 
 def initialize_metrics(cfg: Optional[MetricsConfig] = None):
     """torchelastic compatibility: a no-op."""

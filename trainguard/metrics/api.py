@@ -24,7 +24,7 @@ import time
 import warnings
 from collections import namedtuple
 from functools import wraps
-from typing import Any, Callable, Dict, Optional, Set
+from typing import Any, Dict, Optional, Set
 
 __all__ = [
     "MetricsConfig", "MetricHandler", "ConsoleMetricHandler", "NullMetricHandler",

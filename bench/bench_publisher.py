@@ -1,0 +1,320 @@
+"""Benchmark of the trainer-side publisher: hot-path cost and wire efficiency.
+
+Runs against the in-process Pub/Sub server of the test suite (real
+google-cloud-pubsub client, real gRPC on loopback)::
+
+    .venv/bin/python bench/bench_publisher.py            # ~1 minute
+    .venv/bin/python bench/bench_publisher.py --quick    # smoke run
+
+Reports (and writes to bench/out/publisher.json):
+
+1. ``add_value`` cost without a network, for reference: torchelastic's code
+   path (a ``MetricData`` per value) into a NullMetricHandler and into a
+   handler that appends to a list, and our fast path into a handler whose
+   background thread is not draining.
+2. ``add_value`` through ``PubSubMetricHandler`` while it publishes, under a
+   steady load shaped like a training loop: each step releases the GIL (as
+   CUDA/NCCL calls and numpy do) and then logs a few metrics. Every call is
+   timed (``perf_counter_ns``, its own overhead subtracted): mean (the
+   amortized cost), p50/p99/p99.9/max, and the process CPU spent per point
+   including the background thread's encoding and publishing. The lateness
+   of each step's start (p99, max) shows how long the training thread waits
+   for the GIL after its pause, i.e. what the background thread costs it
+   outside ``add_value``.
+3. A tight loop with no pause (saturation): calls/s the training thread can
+   make, and points/s the background thread sustains before the buffer drops.
+4. Wire efficiency against the naive one-message-per-point design (one
+   ``wire.encode_message`` per point, published with the client's default
+   batching): bytes of PublishRequest per point and Publish RPCs per 1,000
+   points, counted by a gRPC client interceptor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Dict, List
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import grpc  # noqa: E402
+from google.cloud import pubsub_v1  # noqa: E402
+from google.pubsub_v1.services.publisher.transports import PublisherGrpcTransport  # noqa: E402
+
+import trainguard as tg  # noqa: E402
+from trainguard import wire  # noqa: E402
+from trainguard.metrics.api import MetricData, MetricHandler, MetricStream, NullMetricHandler  # noqa: E402
+
+TAGS = ["loss", "lr", "grad_norm", "throughput", "step_time_ms"]
+
+
+SERVER_SCRIPT = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from tests.servers.pubsub import PubSubServer
+with PubSubServer() as server:
+    print(server.host, flush=True)
+    sys.stdin.read()
+"""
+
+
+class ServerProcess:
+    """The in-process Pub/Sub server of the tests, run in its own process so that
+    the trainer process's CPU time is the trainer's alone."""
+
+    def __enter__(self) -> "ServerProcess":
+        self.process = subprocess.Popen([sys.executable, "-c", SERVER_SCRIPT, ROOT], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True)
+        self.host = self.process.stdout.readline().strip()
+        return self
+
+    def topic_path(self, topic: str) -> str:
+        return f"projects/bench/topics/{topic}"
+
+    def __exit__(self, *exc_info) -> None:
+        self.process.stdin.close()
+        self.process.wait(30)
+
+
+class ListHandler(MetricHandler):
+    def __init__(self) -> None:
+        self.items: List[MetricData] = []
+
+    def emit(self, metric_data: MetricData) -> None:
+        self.items.append(metric_data)
+
+
+class CountingInterceptor(grpc.UnaryUnaryClientInterceptor):
+    """Counts Publish RPCs and the bytes of their requests."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.request_bytes = 0
+        self.lock = threading.Lock()
+
+    def intercept_unary_unary(self, continuation, client_call_details, request):
+        if client_call_details.method.endswith("/Publish"):
+            size = len(type(request).serialize(request))
+            with self.lock:
+                self.requests += 1
+                self.request_bytes += size
+        return continuation(client_call_details, request)
+
+
+def counting_client(host: str, interceptor: CountingInterceptor, batch_settings=None):
+    channel = grpc.intercept_channel(grpc.insecure_channel(host), interceptor)
+    transport = PublisherGrpcTransport(channel=channel)
+    if batch_settings is None:
+        return pubsub_v1.PublisherClient(transport=transport)
+    return pubsub_v1.PublisherClient(batch_settings=batch_settings, transport=transport)
+
+
+def timer_overhead_ns(samples: int = 200_000) -> float:
+    clock = time.perf_counter_ns
+    deltas = []
+    for _ in range(samples):
+        start = clock()
+        deltas.append(clock() - start)
+    return statistics.median(deltas)
+
+
+def tight_loop_ns(add_value, calls: int) -> float:
+    """Mean ns per call of a plain loop of add_value calls (loop overhead subtracted)."""
+    names = TAGS
+    start = time.perf_counter_ns()
+    for i in range(calls):
+        add_value(names[i % 5], 0.5, i)
+    elapsed = time.perf_counter_ns() - start
+    start = time.perf_counter_ns()
+    for i in range(calls):
+        names[i % 5]
+    empty = time.perf_counter_ns() - start
+    return (elapsed - empty) / calls
+
+
+def percentiles(values: List[float]) -> Dict[str, float]:
+    ordered = sorted(values)
+    n = len(ordered)
+
+    def at(q: float) -> float:
+        return ordered[min(n - 1, int(q * n))]
+
+    return {"mean": sum(ordered) / n, "p50": at(0.50), "p99": at(0.99), "p99.9": at(0.999), "max": ordered[-1]}
+
+
+def steady_load(add_value, rate: int, seconds: float, per_step: int, overhead: float) -> Dict[str, Any]:
+    """Training-loop-shaped load: each step sleeps (GIL released, as while the
+    GPU works), then logs ``per_step`` values, every call timed."""
+    clock = time.perf_counter_ns
+    step_period = per_step / rate
+    steps = int(seconds / step_period)
+    durations: List[int] = []
+    record = durations.append
+    names = TAGS
+    gc.collect()
+    cpu0 = time.process_time()
+    wall0 = time.perf_counter()
+    lateness: List[float] = []
+    next_step = time.perf_counter()
+    for step in range(steps):
+        lateness.append(time.perf_counter() - next_step)  # includes waiting for the GIL after the pause
+        for k in range(per_step):
+            start = clock()
+            add_value(names[k % 5], 0.001 * k, step)
+            record(clock() - start)
+        next_step += step_period
+        pause = next_step - time.perf_counter()
+        if pause > 0:
+            time.sleep(pause)
+    wall = time.perf_counter() - wall0
+    cpu = time.process_time() - cpu0
+    calls = len(durations)
+    result: Dict[str, Any] = {"calls": calls, "achieved_rate_per_s": round(calls / wall),
+                              "process_cpu_us_per_call": round(cpu * 1e6 / calls, 3)}
+    result.update({f"{k}_us": round(max(v - overhead, 0) / 1000, 3)
+                   for k, v in percentiles([float(d) for d in durations]).items()})
+    late = percentiles([max(x, 0.0) * 1e6 for x in lateness])
+    result.update(step_late_p99_us=round(late["p99"], 1), step_late_max_us=round(late["max"], 1))
+    return result
+
+
+def steady_load_comparison(server: "ServerProcess", topic: str, rate: int, per_step: int, seconds: float,
+                           overhead: float) -> Dict[str, Any]:
+    """The same load through an empty function, torchelastic's path into a
+    NullMetricHandler, and PubSubMetricHandler (publishing)."""
+
+    def noop(metric_name, metric_value, step=None):
+        pass
+
+    out: Dict[str, Any] = {"rate_per_s": rate, "per_step": per_step}
+    out["empty_function"] = steady_load(noop, rate, seconds, per_step, overhead)
+    out["torchelastic_path_null_handler"] = steady_load(MetricStream("g", NullMetricHandler()).add_value,
+                                                        rate, seconds, per_step, overhead)
+    handler = tg.PubSubMetricHandler(topic, "bench", f"steady-{rate}")
+    handler.flush(timeout=30)  # client created, connection up
+    result = steady_load(MetricStream("train", handler).add_value, rate, seconds, per_step, overhead)
+    cpu0 = time.process_time()
+    result["all_delivered"] = handler.flush(timeout=60)
+    result["flush_cpu_ms"] = round((time.process_time() - cpu0) * 1000, 1)
+    stats = handler.stats()
+    handler.close()
+    result.update(points_delivered=stats.points_delivered, points_dropped=stats.points_dropped,
+                  messages=stats.messages_delivered)
+    result["added_process_cpu_us_per_point"] = round(
+        result["process_cpu_us_per_call"] - out["empty_function"]["process_cpu_us_per_call"], 3)
+    out["trainguard_pubsub_handler"] = result
+    return out
+
+
+def saturation(server: ServerProcess, topic: str, calls: int) -> Dict[str, Any]:
+    handler = tg.PubSubMetricHandler(topic, "bench", "saturation", tg.PublisherConfig(max_buffered_points=100_000))
+    add_value = MetricStream("train", handler).add_value
+    start = time.perf_counter()
+    per_call = tight_loop_ns(add_value, calls)
+    produced = time.perf_counter() - start
+    handler.flush(timeout=120)
+    drained = time.perf_counter() - start
+    stats = handler.stats()
+    handler.close()
+    return {"calls": calls, "ns_per_call_in_tight_loop": round(per_call, 1),
+            "calls_per_s": round(calls / produced), "points_delivered": stats.points_delivered,
+            "points_dropped_buffer_full": stats.points_dropped_buffer_full,
+            "background_points_per_s": round(stats.points_delivered / drained)}
+
+
+def wire_efficiency(server: ServerProcess, topic: str, rate: int, points: int) -> Dict[str, Any]:
+    period = 1.0 / rate
+    ours_counter = CountingInterceptor()
+    handler = tg.PubSubMetricHandler(topic, "bench", f"wire-{rate}", client_factory=lambda: counting_client(
+        server.host, ours_counter, pubsub_v1.types.BatchSettings(max_bytes=4 << 20, max_latency=0.005,
+                                                                 max_messages=100)))
+    add_value = MetricStream("train", handler).add_value
+    naive_counter = CountingInterceptor()
+    naive = counting_client(server.host, naive_counter)
+    futures = []
+    next_at = time.perf_counter()
+    for i in range(points):
+        tag = TAGS[i % 5]
+        add_value(tag, 0.001 * i, i)
+        now = time.time()
+        payload = wire.encode_message("bench", f"naive-{rate}", [wire.point_dict(tag, 0.001 * i, now, i)])
+        attributes = wire.message_attributes("bench", f"naive-{rate}", int(now * 1000))
+        futures.append(naive.publish(topic, payload, **attributes))
+        next_at += period
+        pause = next_at - time.perf_counter()
+        if pause > 0:
+            time.sleep(pause)
+    handler.flush(timeout=60)
+    for future in futures:
+        future.result(timeout=60)
+    handler.close()
+    naive.stop()
+    stats = handler.stats()
+    assert stats.points_delivered == points, stats
+    return {
+        "rate_per_s": rate, "points": points,
+        "batched": {"publish_requests_per_1000_points": round(ours_counter.requests * 1000 / points, 2),
+                    "request_bytes_per_point": round(ours_counter.request_bytes / points, 1),
+                    "messages": stats.messages_delivered},
+        "naive_one_message_per_point": {
+            "publish_requests_per_1000_points": round(naive_counter.requests * 1000 / points, 2),
+            "request_bytes_per_point": round(naive_counter.request_bytes / points, 1),
+            "messages": points},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="short run (smoke test)")
+    args = parser.parse_args()
+    scale = 0.1 if args.quick else 1.0
+    results: Dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                                           "platform": platform.platform()},
+                               "date": time.strftime("%Y-%m-%d")}
+    overhead = timer_overhead_ns()
+    results["timer_overhead_ns"] = overhead
+
+    calls = int(1_000_000 * scale)
+    reference = {
+        "torchelastic_path_null_handler_ns": tight_loop_ns(MetricStream("g", NullMetricHandler()).add_value, calls),
+        "torchelastic_path_list_handler_ns": tight_loop_ns(MetricStream("g", ListHandler()).add_value, calls),
+    }
+    # A handler that does not know its run yet keeps everything buffered: the hot path alone.
+    os.environ.pop("TRAINGUARD_TEST", None)
+    os.environ.pop("TRAINGUARD_RUN", None)
+    idle = tg.JsonlMetricHandler(os.devnull, config=tg.PublisherConfig(max_buffered_points=calls + 1))
+    reference["trainguard_fast_path_no_draining_ns"] = tight_loop_ns(MetricStream("g", idle).add_value, calls)
+    idle._points.clear()
+    idle.close(timeout=0)
+    results["reference_no_network"] = {k: round(v, 1) for k, v in reference.items()}
+    gc.collect()
+
+    with ServerProcess() as server:
+        os.environ["PUBSUB_EMULATOR_HOST"] = server.host
+        topic = server.topic_path("bench")
+        pubsub_v1.PublisherClient().create_topic(name=topic)
+
+        results["steady_load"] = [
+            steady_load_comparison(server, topic, rate, per_step, seconds * scale, overhead)
+            for rate, per_step, seconds in ((1_000, 10, 15.0), (20_000, 20, 10.0), (100_000, 50, 10.0))]
+        results["saturation"] = saturation(server, topic, int(2_000_000 * scale))
+        results["wire"] = [wire_efficiency(server, topic, rate, int(n * scale))
+                           for rate, n in ((10_000, 20_000), (200, 2_000))]
+
+    os.makedirs(os.path.join(ROOT, "bench", "out"), exist_ok=True)
+    with open(os.path.join(ROOT, "bench", "out", "publisher.json"), "w") as f:
+        json.dump(results, f, indent=2)
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""A training run's lifecycle: ``run_started`` and ``run_finished`` events.
+
+::
+
+    with trainguard.Run("resnet50-nightly", "2026-11-21.3"):
+        train()
+
+publishes ``run_started`` on entry and ``run_finished`` on exit with status
+``success``, or ``failure`` when the block raises (``SystemExit`` with code 0
+or None counts as success), then flushes the handler for at most
+``flush_timeout`` seconds. The events go to ``handler`` or, by default, to
+the configured default handler; a wire handler without a test/run is bound
+to this run's.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+from typing import Any, Dict, Optional
+
+from . import wire
+from .metrics import api
+
+_MAX_ERROR_CHARS = 2000
+logger = logging.getLogger("trainguard")
+
+
+class Run:
+    """Context manager (or ``start()``/``finish()``) publishing a run's lifecycle events."""
+
+    def __init__(self, test: str, run_id: str, handler: Optional[api.MetricHandler] = None,
+                 data: Optional[Dict[str, Any]] = None, flush_timeout: float = 10.0):
+        wire.check_name(test, "test")
+        wire.check_name(run_id, "run")
+        self.test = test
+        self.run_id = run_id
+        self.data = dict(data or {})
+        self.flush_timeout = flush_timeout
+        self.num_failures = 0
+        """Reported in ``run_finished`` (e.g. the restarts an elastic agent made)."""
+        self.status: Optional[str] = None
+        self._handler = handler
+        self._started_at: Optional[float] = None
+        self._lock = threading.Lock()
+
+    @property
+    def handler(self) -> api.MetricHandler:
+        if self._handler is None:
+            self._handler = api.get_handler(None)
+        return self._handler
+
+    def start(self) -> "Run":
+        """Publishes ``run_started`` (once)."""
+        with self._lock:
+            if self._started_at is not None:
+                return self
+            handler = self.handler
+            bind = getattr(handler, "bind", None)
+            if bind is not None:
+                bind(self.test, self.run_id)
+            self._started_at = time.time()
+        data = {"host": socket.gethostname(), "pid": os.getpid(),
+                "python": sys.version.split()[0], **self.data}
+        handler.emit_event(wire.RUN_STARTED, data, self._started_at)
+        return self
+
+    def finish(self, status: str = wire.STATUS_SUCCESS, **data: Any) -> None:
+        """Publishes ``run_finished`` (once) and flushes the handler."""
+        if status not in wire.FINISHED_STATUSES:
+            raise ValueError(f"status must be one of {wire.FINISHED_STATUSES}, got {status!r}")
+        with self._lock:
+            if self.status is not None:
+                return
+            if self._started_at is None:
+                raise RuntimeError("Run.finish() before Run.start()")
+            self.status = status
+        now = time.time()
+        event = {"status": status, "num_failures": self.num_failures,
+                 "duration_s": round(now - self._started_at, 3), **data}
+        handler = self.handler
+        try:
+            handler.emit_event(wire.RUN_FINISHED, event, now)
+            handler.flush(self.flush_timeout)
+        except Exception:  # noqa: BLE001 - a handler's failure must not replace the run's outcome
+            logger.exception("trainguard: could not publish run_finished")
+
+    def __enter__(self) -> "Run":
+        return self.start()
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is None or (exc_type is SystemExit and exc.code in (0, None)):
+            self.finish(wire.STATUS_SUCCESS)
+        else:
+            error = f"{exc_type.__name__}: {exc}"[:_MAX_ERROR_CHARS]
+            self.finish("failure", error=error)
+        return False

@@ -1,0 +1,416 @@
+"""``trainguard-ship``: tail a TensorBoard log directory into wire messages.
+
+::
+
+    trainguard-ship --logdir runs/ --test resnet50 --run 2026-11-21.3 \\
+        --topic projects/P/topics/T [--finish-on-idle 600]
+    trainguard-ship --logdir runs/ --test resnet50 --run 2026-11-21.3 \\
+        --output metrics.jsonl -- python train.py --epochs 90
+
+Every event file under the log directory is read as it grows, including new
+ones; scalar summaries become points tagged ``<run subdirectory>/<tag>``
+(``train/loss``; files directly in the log directory keep bare tags).
+Delivered byte offsets are persisted (``--state``, by default
+``<logdir>/.trainguard-ship.<test>.<run>.json``) after every delivered chunk,
+so a restarted shipper neither re-sends nor skips points; message ids are
+derived from file and offset, so a chunk re-sent after a crash carries the
+same ids. ``run_started`` is sent once; ``run_finished`` when the wrapped
+command exits (with its status; the shipper then exits with the command's
+code) or after ``--finish-on-idle`` seconds without new data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import fnmatch
+import hashlib
+import json
+import logging
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from . import wire
+from ._encoding import EncodedMessage, MessageEncoder
+from .handlers import ENV_RUN, ENV_TEST
+from .transports import JsonlTransport, Transport
+
+logger = logging.getLogger("trainguard.shipper")
+
+STATE_VERSION = 1
+
+
+@dataclasses.dataclass
+class ShipperConfig:
+    """What to ship and how; see ``trainguard-ship --help``."""
+    logdir: str
+    test: str
+    run: str
+    state_path: Optional[str] = None
+    ignore_tags: Sequence[str] = ()
+    poll_interval_s: float = 2.0
+    finish_on_idle_s: Optional[float] = None
+    idle_status: str = wire.STATUS_SUCCESS
+    max_points_per_message: int = 1000
+    max_records_per_read: int = 20_000
+    send_timeout_s: float = 30.0
+    exit_timeout_s: float = 300.0
+    """After the wrapped command exits, give up delivering after this long (progress is saved)."""
+    command: Optional[List[str]] = None
+
+    def __post_init__(self):
+        wire.check_name(self.test, "test")
+        wire.check_name(self.run, "run")
+        if self.state_path is None:
+            safe = re.sub(r"[^A-Za-z0-9._-]", "_", f"{self.test}.{self.run}")[:200]
+            self.state_path = os.path.join(self.logdir, f".trainguard-ship.{safe}.json")
+        if self.idle_status not in wire.FINISHED_STATUSES:
+            raise ValueError(f"idle status must be one of {wire.FINISHED_STATUSES}")
+
+
+class _Stopped(Exception):
+    """Interrupted while delivering: exit without recording the undelivered chunk."""
+
+
+def _message_id(*parts: Any) -> str:
+    return hashlib.sha256("\x00".join(map(str, parts)).encode("utf-8")).hexdigest()[:32]
+
+
+class ShipState:
+    """Persisted progress: delivered offsets per file, tag kinds per run, run events sent."""
+
+    def __init__(self, path: str, test: str, run: str):
+        self.path = path
+        self.data: Dict[str, Any] = {"version": STATE_VERSION, "test": test, "run": run,
+                                     "started": False, "finished": False, "files": {}, "kinds": {},
+                                     "last_data_time": None}
+        if os.path.exists(path):
+            with open(path, "r", encoding="utf-8") as f:
+                loaded = json.load(f)
+            if (loaded.get("test"), loaded.get("run")) != (test, run):
+                raise ValueError(f"state file {path} belongs to test={loaded.get('test')!r} "
+                                 f"run={loaded.get('run')!r}; pass another --state")
+            self.data.update(loaded)
+
+    def save(self) -> None:
+        directory = os.path.dirname(os.path.abspath(self.path))
+        os.makedirs(directory, exist_ok=True)
+        tmp = f"{self.path}.tmp{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(self.data, f, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+
+class Shipper:
+    """Tails ``config.logdir`` and delivers its scalars through ``transport``."""
+
+    def __init__(self, config: ShipperConfig, transport: Transport):
+        from . import tb_events  # tensorboard is needed from here on
+
+        self._tb = tb_events
+        self.config = config
+        self.transport = transport
+        self.state = ShipState(config.state_path, config.test, config.run)
+        self.encoder = MessageEncoder(config.test, config.run, config.max_points_per_message,
+                                      on_warning=lambda text: logger.warning("trainguard-ship: %s", text))
+        self._readers: Dict[str, Any] = {}
+        self._ignored: Dict[str, bool] = {}
+        self._wakeup = threading.Event()
+        self.interrupts = 0
+        self.points_shipped = 0
+        self.child: Optional[subprocess.Popen] = None
+        self._give_up_at: Optional[float] = None
+
+    # -- delivery ------------------------------------------------------------
+
+    def _deliver(self, messages: List[EncodedMessage]) -> None:
+        remaining = messages
+        attempt = 0
+        while remaining:
+            results = self.transport.send(remaining, self.config.send_timeout_s)
+            failed = [(m, r) for m, r in zip(remaining, results) if r is not None]
+            if not failed:
+                return
+            attempt += 1
+            backoff = min(0.5 * 2 ** (attempt - 1), 30.0)
+            if attempt == 1 or attempt % 10 == 0:
+                error = failed[0][1]
+                logger.warning("trainguard-ship: delivery failed (attempt %d), retrying in %.1fs: %s: %s",
+                               attempt, backoff, type(error).__name__, str(error)[:300])
+            remaining = [m for m, _ in failed]
+            if self._should_stop():
+                raise _Stopped()
+            self._sleep(backoff)
+            if self._should_stop():
+                raise _Stopped()
+
+    def _should_stop(self) -> bool:
+        # With a wrapped command, one interrupt only reaches the command; a second aborts.
+        if self.interrupts >= (2 if self.child is not None else 1):
+            return True
+        if self.child is not None and self.child.poll() is not None:
+            # The command is done: do not hold its exit up for long if delivery fails.
+            if self._give_up_at is None:
+                self._give_up_at = time.monotonic() + self.config.exit_timeout_s
+            return time.monotonic() >= self._give_up_at
+        return False
+
+    def _sleep(self, seconds: float) -> None:
+        self._wakeup.wait(seconds)
+        self._wakeup.clear()
+
+    def _send_event(self, event_type: str, timestamp: float, data: Dict[str, Any]) -> None:
+        event = wire.event_dict(event_type, timestamp, data)
+        ident = _message_id(self.config.test, self.config.run, event_type)
+        self._deliver(self.encoder.encode([], [event], next_id=lambda: ident))
+
+    # -- reading -------------------------------------------------------------
+
+    def _is_ignored(self, tag: str) -> bool:
+        ignored = self._ignored.get(tag)
+        if ignored is None:
+            ignored = any(fnmatch.fnmatchcase(tag, pattern) for pattern in self.config.ignore_tags)
+            if len(self._ignored) < 100_000:
+                self._ignored[tag] = ignored
+        return ignored
+
+    def _reader(self, run: str):
+        reader = self._readers.get(run)
+        if reader is None:
+            kinds = self.state.data["kinds"].setdefault(run, {})
+            reader = self._readers[run] = self._tb.ScalarReader(kinds)
+        return reader
+
+    def _ship_file(self, run: str, path: str) -> Tuple[int, bool]:
+        """Ships new records of one file: (records read, whether more are waiting)."""
+        rel = os.path.relpath(path, self.config.logdir).replace(os.sep, "/")
+        entry = self.state.data["files"].setdefault(rel, {"offset": 0})
+        if entry.get("corrupt"):
+            return 0, False
+        try:
+            size = os.path.getsize(path)
+        except OSError:
+            return 0, False
+        start = entry["offset"]
+        if size < start:
+            logger.warning("trainguard-ship: %s shrank from %d to %d bytes; reading it from the start",
+                           rel, start, size)
+            start = entry["offset"] = 0
+        if size == start:
+            return 0, False
+        reader = self._reader(run)
+        points: List[Tuple[str, float, int, float]] = []
+        end = start
+        records = 0
+        try:
+            for record, end in self._tb.RecordTail(path).read(start, self.config.max_records_per_read):
+                records += 1
+                try:
+                    found = reader.points(record)
+                except Exception as e:  # noqa: BLE001 - e.g. a record that is not an Event
+                    logger.warning("trainguard-ship: %s: unreadable event before offset %d: %s", rel, end, e)
+                    continue
+                for tag, value, step, wall_time in found:
+                    full = f"{run}/{tag}" if run else tag
+                    if not self._is_ignored(full):
+                        points.append((full, value, step, wall_time))
+        except self._tb.CorruptRecord as e:
+            logger.error("trainguard-ship: %s; not reading this file any further", e)
+            entry["corrupt"] = True
+        except OSError as e:
+            logger.warning("trainguard-ship: cannot read %s: %s", rel, e)
+            return 0, False
+        if end == start and not entry.get("corrupt"):
+            return 0, False
+        ids = iter(range(1 << 62))
+        messages = self.encoder.encode(
+            points, next_id=lambda: _message_id(self.config.test, self.config.run, rel, start, next(ids)))
+        self._deliver(messages)
+        entry["offset"] = end
+        if points:
+            latest = max(p[3] for p in points)
+            previous = self.state.data.get("last_data_time") or 0.0
+            self.state.data["last_data_time"] = max(previous, latest)
+        self.state.save()
+        shipped = sum(m.points for m in messages)
+        self.points_shipped += shipped
+        if shipped:
+            logger.info("trainguard-ship: %s: %d points (offset %d -> %d)", rel, shipped, start, end)
+        return records, records >= self.config.max_records_per_read
+
+    def poll(self) -> int:
+        """Ships everything new; returns the number of records read."""
+        total = 0
+        more = True
+        while more:
+            more = False
+            for run, path in self._tb.find_event_files(self.config.logdir):
+                records, waiting = self._ship_file(run, path)
+                total += records
+                more = more or waiting
+        return total
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def ensure_started(self) -> None:
+        """Sends run_started once per run (remembered in the state file)."""
+        if self.state.data["started"]:
+            return
+        times = [time.time()]
+        for _, path in self._tb.find_event_files(self.config.logdir):
+            first = self._tb.first_wall_time(path)
+            if first is not None and wire.MIN_TIME <= first:
+                times.append(first)
+        data = {"source": "tensorboard", "logdir": os.path.abspath(self.config.logdir),
+                "host": socket.gethostname()}
+        if self.config.command:
+            data["command"] = " ".join(self.config.command)[:1000]
+        self._send_event(wire.RUN_STARTED, min(times), data)
+        self.state.data["started"] = True
+        self.state.save()
+
+    def finish(self, status: str, timestamp: float, **data: Any) -> None:
+        """Sends run_finished once per run."""
+        if self.state.data["finished"]:
+            return
+        self._send_event(wire.RUN_FINISHED, timestamp, {"status": status, **data})
+        self.state.data["finished"] = True
+        self.state.save()
+
+    def _on_signal(self, signum, frame) -> None:
+        self.interrupts += 1
+        if self.child is not None and self.child.poll() is None:
+            try:
+                self.child.send_signal(signum)
+            except OSError:
+                pass
+        self._wakeup.set()
+
+    def run(self) -> int:
+        """Ships until the command exits, the run goes idle, or a signal; returns the exit code."""
+        if self.state.data["finished"]:
+            logger.warning("trainguard-ship: %s says this run already finished; nothing to do",
+                           self.config.state_path)
+            return 0
+        previous = {signum: signal.signal(signum, self._on_signal) for signum in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            if self.config.command:
+                env = dict(os.environ, **{ENV_TEST: self.config.test, ENV_RUN: self.config.run})
+                try:
+                    self.child = subprocess.Popen(self.config.command, env=env)
+                except OSError as e:
+                    logger.error("trainguard-ship: cannot run %s: %s", self.config.command[0], e)
+                    return 127
+            self.ensure_started()
+            idle_since = time.monotonic()
+            while True:
+                exit_code = self.child.poll() if self.child is not None else None
+                if self.poll():
+                    idle_since = time.monotonic()
+                if exit_code is not None:
+                    status = wire.STATUS_SUCCESS if exit_code == 0 else "failure"
+                    self.finish(status, time.time(), exit_code=exit_code)
+                    return exit_code if exit_code >= 0 else 128 - exit_code
+                idle = time.monotonic() - idle_since
+                if self.config.finish_on_idle_s is not None and idle >= self.config.finish_on_idle_s:
+                    last = self.state.data.get("last_data_time") or time.time()
+                    self.finish(self.config.idle_status, last, reason="idle", idle_s=round(idle, 1))
+                    return 0
+                if self._should_stop():
+                    logger.info("trainguard-ship: interrupted; progress saved, run it again to resume")
+                    return 0
+                self._sleep(self.config.poll_interval_s)
+        except _Stopped:
+            logger.warning("trainguard-ship: stopped before everything was delivered; run it again with the "
+                           "same --state to ship the rest")
+            return self._child_code(1)
+        except Exception:  # noqa: BLE001 - shipping failed; the training command must not suffer for it
+            logger.exception("trainguard-ship: shipping stopped; progress up to the last delivered chunk is saved")
+            if self.child is not None:
+                logger.error("trainguard-ship: waiting for the command to finish without shipping")
+            return self._child_code(1)
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            try:
+                self.transport.close()
+            except Exception:  # noqa: BLE001
+                logger.exception("trainguard-ship: transport did not close cleanly")
+
+    def _child_code(self, default: int) -> int:
+        if self.child is None:
+            return default
+        code = self.child.wait()
+        return code if code >= 0 else 128 - code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trainguard-ship",
+        description="Ship TensorBoard scalars to Pub/Sub (or a JSONL file) in trainguard's wire format. "
+                    "Anything after -- is a training command to run and watch.")
+    parser.add_argument("--logdir", required=True, help="TensorBoard log directory to tail")
+    parser.add_argument("--test", required=True, help="test (benchmark) name")
+    parser.add_argument("--run", required=True, help="run id")
+    sink = parser.add_mutually_exclusive_group(required=True)
+    sink.add_argument("--topic", help="Pub/Sub topic, projects/P/topics/T (honours PUBSUB_EMULATOR_HOST)")
+    sink.add_argument("--output", help="append wire messages to this JSONL file instead")
+    parser.add_argument("--state", help="progress file (default: <logdir>/.trainguard-ship.<test>.<run>.json)")
+    parser.add_argument("--ignore-tag", action="append", default=[], metavar="GLOB",
+                        help="skip tags matching this glob (full tag, e.g. 'train/*' or '*/lr'); repeatable")
+    parser.add_argument("--poll-interval", type=float, default=2.0, metavar="SECONDS")
+    parser.add_argument("--finish-on-idle", type=float, metavar="SECONDS",
+                        help="send run_finished and exit after this long without new data")
+    parser.add_argument("--idle-status", choices=wire.FINISHED_STATUSES, default=wire.STATUS_SUCCESS,
+                        help="run_finished status when finishing on idle (default: success)")
+    parser.add_argument("--exit-timeout", type=float, default=300.0, metavar="SECONDS",
+                        help="after the command exits, stop retrying delivery after this long (default 300); "
+                             "progress is saved, so a later run ships the rest")
+    parser.add_argument("--max-points-per-message", type=int, default=1000)
+    parser.add_argument("-q", "--quiet", action="store_true", help="log warnings only")
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command: Optional[List[str]] = None
+    if "--" in argv:
+        split = argv.index("--")
+        argv, command = argv[:split], argv[split + 1:] or None
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if command and args.finish_on_idle is not None:
+        parser.error("--finish-on-idle and a wrapped command exclude each other")
+    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        config = ShipperConfig(logdir=args.logdir, test=args.test, run=args.run, state_path=args.state,
+                               ignore_tags=args.ignore_tag, poll_interval_s=args.poll_interval,
+                               finish_on_idle_s=args.finish_on_idle, idle_status=args.idle_status,
+                               max_points_per_message=args.max_points_per_message,
+                               exit_timeout_s=args.exit_timeout, command=command)
+        if args.topic:
+            from .pubsub_handler import PubSubTransport
+
+            transport: Transport = PubSubTransport(args.topic)
+        else:
+            transport = JsonlTransport(args.output)
+        shipper = Shipper(config, transport)
+    except ImportError as e:
+        parser.error(f"{e}: trainguard-ship needs tensorboard (pip install 'trainguard[shipper]')")
+    except (ValueError, OSError) as e:
+        parser.error(str(e))
+    return shipper.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -25,6 +25,7 @@ SYSTEM = [
 ]
 EMAIL = [
     "sendgrid>=6.10,<7",
+    "google-cloud-secret-manager>=2.16,<3",
 ]
 TEST = [
     "pytest>=8",
@@ -51,6 +52,7 @@ setup(
     entry_points={
         "console_scripts": [
             "trainguard-ship=trainguard.shipper:main",
+            "trainguard-email=sinks.email.cli:main",
         ],
     },
 )

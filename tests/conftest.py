@@ -1,1 +1,1 @@
-from tests.servers.fixtures import pubsub_server  # noqa: F401
+from tests.servers.fixtures import bigquery_emulator, pubsub_server  # noqa: F401

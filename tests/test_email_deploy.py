@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 import subprocess
 
 from sinks.email.cli import parse_options
+from tests.tools import shellcheck
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO, "sinks", "email", "deploy_cloud_run.sh")
@@ -15,8 +15,7 @@ EXAMPLE_CONFIG = os.path.join(REPO, "sinks", "email", "example-config.json")
 
 
 def test_deploy_script_is_shellcheck_clean():
-    assert shutil.which("shellcheck"), "shellcheck is required (.ci/run installs it)"
-    result = subprocess.run(["shellcheck", SCRIPT], capture_output=True, text=True)
+    result = shellcheck(SCRIPT)
     assert result.returncode == 0, result.stdout
 
 

@@ -2,7 +2,7 @@
 
 Import the fixtures into a ``conftest.py`` to use them::
 
-    from tests.servers.fixtures import pubsub_server  # noqa: F401
+    from tests.servers.fixtures import bigquery_emulator, pubsub_server  # noqa: F401
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.servers.bigquery import BigQueryEmulator
 from tests.servers.pubsub import DEFAULT_PROJECT, PubSubServer
 
 _LOCAL_HOSTS = ("127.0.0.1", "localhost")
@@ -40,3 +41,16 @@ def pubsub_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[PubSubServer]:
         monkeypatch.setenv("PUBSUB_PROJECT_ID", server.project)
         monkeypatch.setenv("no_grpc_proxy", _no_grpc_proxy_for_local_hosts())
         yield server
+
+
+@pytest.fixture(scope="session")
+def bigquery_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BigQueryEmulator]:
+    """A started :class:`BigQueryEmulator` (bqemulator in a child process), shared by the session.
+
+    Starting one takes ~2 s, so tests share it and isolate themselves by using
+    datasets of their own. The emulator's logs go to ``bqemulator.log`` in a
+    session temp directory.
+    """
+    log_path = tmp_path_factory.mktemp("bqemulator") / "bqemulator.log"
+    with open(log_path, "w") as log, BigQueryEmulator(project=DEFAULT_PROJECT, log=log) as emulator:
+        yield emulator

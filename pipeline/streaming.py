@@ -1,0 +1,102 @@
+"""The streaming job: Pub/Sub in; BigQuery and the alerts topic out.
+
+``python -m pipeline --streaming --input_subscription=... --bigquery_dataset=... --alerts_topic=...``
+runs the same graph as the local replay (``pipeline.graph.DetectRegressions``)
+on ``BundleBasedDirectRunner`` locally or ``--runner=DataflowRunner`` in
+production. At start-up it creates the BigQuery dataset and any missing
+table, and the job's first step reads the history seed back from those tables,
+so a new job continues where the last one stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import List, Optional
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
+from apache_beam.runners.runner import PipelineResult
+
+from pipeline.config import ConfigSet, load_config_dir
+from pipeline.graph import ALERTS, DetectRegressions, GraphSettings
+from pipeline.options import TrainguardOptions
+from pipeline.runners import runner_for
+from sinks.bigquery import (STORAGE_WRITE_API, STREAMING_INSERTS, BigQueryTarget, ReadSeedFromBigQuery,
+                            WriteToBigQueryTables, ensure_tables)
+from sinks.pubsub import PublishAlerts
+from transforms.sources import ReadPubSubMessages
+
+
+class UsageError(ValueError):
+    """Options that cannot make a streaming job; the message says which and why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamingJobConfig:
+    """Everything the streaming job reads from and writes to."""
+    subscription: Optional[str]
+    topic: Optional[str]
+    target: BigQueryTarget
+    write_method: str = STREAMING_INSERTS
+    alerts_topic: Optional[str] = None
+    id_attribute: Optional[str] = None
+
+    @staticmethod
+    def from_options(options: PipelineOptions) -> "StreamingJobConfig":
+        local = options.view_as(TrainguardOptions)
+        if not options.view_as(StandardOptions).streaming:
+            raise UsageError("reading Pub/Sub needs --streaming")
+        if (local.input_subscription is None) == (local.input_topic is None):
+            raise UsageError("the streaming job needs exactly one of --input_subscription and --input_topic")
+        if not local.bigquery_dataset:
+            raise UsageError("the streaming job writes to BigQuery: --bigquery_dataset is required")
+        project = local.bigquery_project or options.view_as(GoogleCloudOptions).project
+        if not project:
+            raise UsageError("--bigquery_project (or --project) is required")
+        if local.pubsub_id_attribute and not is_dataflow(options):
+            raise UsageError("--pubsub_id_attribute (id_label) is only supported by DataflowRunner")
+        if local.write_method == STORAGE_WRITE_API and not is_dataflow(options):
+            raise UsageError("--write_method=storage_write_api is a cross-language transform: DataflowRunner only")
+        return StreamingJobConfig(
+            subscription=local.input_subscription, topic=local.input_topic,
+            target=BigQueryTarget(project, local.bigquery_dataset, local.bigquery_endpoint, local.bigquery_location),
+            write_method=local.write_method, alerts_topic=local.alerts_topic,
+            id_attribute=local.pubsub_id_attribute)
+
+
+def is_streaming_job(options: PipelineOptions) -> bool:
+    """Whether the options ask for the streaming job rather than a local replay."""
+    local = options.view_as(TrainguardOptions)
+    return bool(options.view_as(StandardOptions).streaming or local.input_subscription or local.input_topic)
+
+
+def is_dataflow(options: PipelineOptions) -> bool:
+    runner = options.view_as(StandardOptions).runner
+    return runner is not None and "dataflow" in (runner if isinstance(runner, str) else type(runner).__name__).lower()
+
+
+def build_streaming_pipeline(options: PipelineOptions, configs: ConfigSet,
+                             job: StreamingJobConfig) -> beam.Pipeline:
+    """The streaming pipeline: ReadPubSubMessages -> DetectRegressions -> BigQuery (+ alerts topic)."""
+    pipeline = beam.Pipeline(runner=runner_for(options), options=options)
+    seed = pipeline | "Seed" >> ReadSeedFromBigQuery(job.target, configs)
+    outputs = (pipeline
+               | "ReadPubSub" >> ReadPubSubMessages(job.subscription, job.topic, job.id_attribute)
+               | "DetectRegressions" >> DetectRegressions(
+                   GraphSettings.from_options(configs, options.view_as(TrainguardOptions), streaming=True), seed))
+    outputs | "WriteBigQuery" >> WriteToBigQueryTables(job.target, job.write_method)
+    if job.alerts_topic:
+        outputs[ALERTS] | "PublishAlerts" >> PublishAlerts(job.alerts_topic)
+    return pipeline
+
+
+def start_streaming(argv: Optional[List[str]] = None) -> PipelineResult:
+    """Creates what BigQuery needs and starts the streaming job; returns without waiting for it.
+
+    Raises ``UsageError`` or ``ConfigError`` before anything starts.
+    """
+    options = PipelineOptions(argv)
+    job = StreamingJobConfig.from_options(options)
+    configs = load_config_dir(options.view_as(TrainguardOptions).config_dir)
+    ensure_tables(job.target)
+    return build_streaming_pipeline(options, configs, job).run()

@@ -1,0 +1,270 @@
+#!/usr/bin/env bash
+# Deploys the trainguard streaming job to Dataflow; see --help.
+set -euo pipefail
+
+usage() {
+  cat <<'EOF'
+Usage: ./run_dataflow.sh [deploy] [options]     create what is missing, then launch (or --update) the job
+       ./run_dataflow.sh demo [options]         publish the demo workload to the metrics topic
+
+deploy creates, idempotently ("describe || create"), everything the job needs:
+  - the Dataflow, Pub/Sub, BigQuery and Cloud Storage APIs (enabled)
+  - Pub/Sub topics PREFIX-metrics (trainers publish here), PREFIX-alerts (every alert) and
+    PREFIX-metrics-dead-letter; subscription PREFIX-metrics-pipeline on PREFIX-metrics (the job's
+    input; messages not acked after 10 deliveries go to the dead-letter topic) and
+    PREFIX-metrics-dead-letter-hold, which keeps dead-lettered messages for 7 days
+  - the BigQuery dataset and its tables (explicit schemas from sinks/schema.py, partitioned by day
+    on their time column, clustered by test_name; dead_letter by source)
+  - the bucket gs://BUCKET for Dataflow's temp and staging files
+then launches the streaming job from setup.py: python -m pipeline --runner=DataflowRunner --streaming
+with Streaming Engine, the Storage Write API for BigQuery and autoscaling up to MAX_WORKERS.
+
+Options (each also settable as an environment variable, in brackets):
+  --project ID              Google Cloud project [TRAINGUARD_PROJECT, else GOOGLE_CLOUD_PROJECT]
+  --region REGION           Dataflow region, bucket and dataset location [TRAINGUARD_REGION] (us-central1)
+  --dataset NAME            BigQuery dataset [TRAINGUARD_DATASET] (trainguard)
+  --bucket NAME             bucket for temp/staging files [TRAINGUARD_BUCKET] (PROJECT-trainguard)
+  --prefix NAME             prefix of the Pub/Sub topic/subscription names [TRAINGUARD_PREFIX] (trainguard)
+  --job-name NAME           Dataflow job name [TRAINGUARD_JOB_NAME] (PREFIX-streaming)
+  --service-account EMAIL   worker service account [TRAINGUARD_SERVICE_ACCOUNT] (the default compute one)
+  --max-workers N           autoscaling limit [TRAINGUARD_MAX_WORKERS] (4)
+  --machine-type TYPE       worker machine type [TRAINGUARD_MACHINE_TYPE] (n2-standard-2)
+  --write-method METHOD     storage_write_api or streaming_inserts [TRAINGUARD_WRITE_METHOD] (storage_write_api)
+  --config-dir DIR          per-test configs, read at launch [TRAINGUARD_CONFIG_DIR] (configs/ here)
+  --id-attribute NAME       Pub/Sub attribute for Dataflow's de-duplication (id_label), only when every
+                            publisher sets it [TRAINGUARD_ID_ATTRIBUTE] (none)
+  --python PATH             interpreter with trainguard[pipeline] installed [PYTHON] (python3)
+  --update                  replace the running job of the same name in place (Dataflow --update):
+                            in-flight runs, de-duplication ids and history state carry over. Needed to
+                            roll out new code or new configs without losing state.
+  --dry-run                 print every command instead of running it (only the schema files are
+                            written, to a temporary directory)
+  -h, --help                this help
+demo options: --rate N (messages per second) and any of the above.
+
+Stopping: 'gcloud dataflow jobs drain JOB_ID --region REGION' finishes in-flight work and stops reading:
+open runs are finalized early and keyed state is discarded; the next job seeds its history from
+BigQuery. 'cancel' stops at once and loses in-flight messages' work (Pub/Sub redelivers unacked ones).
+
+The Storage Write API is a cross-language transform: the machine running this script needs Java 11+
+and downloads Beam's expansion service jar on the first launch.
+EOF
+}
+
+die() { echo "run_dataflow.sh: error: $*" >&2; exit 2; }
+
+COMMAND=deploy
+if [[ $# -gt 0 && $1 != -* ]]; then
+  COMMAND=$1
+  shift
+fi
+
+PROJECT=${TRAINGUARD_PROJECT:-${GOOGLE_CLOUD_PROJECT:-}}
+REGION=${TRAINGUARD_REGION:-us-central1}
+DATASET=${TRAINGUARD_DATASET:-trainguard}
+BUCKET=${TRAINGUARD_BUCKET:-}
+PREFIX=${TRAINGUARD_PREFIX:-trainguard}
+JOB_NAME=${TRAINGUARD_JOB_NAME:-}
+SERVICE_ACCOUNT=${TRAINGUARD_SERVICE_ACCOUNT:-}
+MAX_WORKERS=${TRAINGUARD_MAX_WORKERS:-4}
+MACHINE_TYPE=${TRAINGUARD_MACHINE_TYPE:-n2-standard-2}
+WRITE_METHOD=${TRAINGUARD_WRITE_METHOD:-storage_write_api}
+REPO=$(cd "$(dirname "$0")" && pwd)
+CONFIG_DIR=${TRAINGUARD_CONFIG_DIR:-$REPO/configs}
+ID_ATTRIBUTE=${TRAINGUARD_ID_ATTRIBUTE:-}
+PYTHON=${PYTHON:-python3}
+UPDATE=false
+DRY_RUN=false
+RATE=
+
+while [[ $# -gt 0 ]]; do
+  option=$1
+  value=
+  if [[ $option == --*=* ]]; then
+    value=${option#*=}
+    option=${option%%=*}
+  elif [[ $# -gt 1 ]]; then
+    value=$2
+  fi
+  takes_value=true
+  case $option in
+    --project) PROJECT=$value ;;
+    --region) REGION=$value ;;
+    --dataset) DATASET=$value ;;
+    --bucket) BUCKET=$value ;;
+    --prefix) PREFIX=$value ;;
+    --job-name) JOB_NAME=$value ;;
+    --service-account) SERVICE_ACCOUNT=$value ;;
+    --max-workers) MAX_WORKERS=$value ;;
+    --machine-type) MACHINE_TYPE=$value ;;
+    --write-method) WRITE_METHOD=$value ;;
+    --config-dir) CONFIG_DIR=$value ;;
+    --id-attribute) ID_ATTRIBUTE=$value ;;
+    --python) PYTHON=$value ;;
+    --rate) RATE=$value ;;
+    --update) UPDATE=true; takes_value=false ;;
+    --dry-run) DRY_RUN=true; takes_value=false ;;
+    -h|--help) usage; exit 0 ;;
+    *) die "unknown option $option (see --help)" ;;
+  esac
+  if [[ $takes_value == true ]]; then
+    [[ -n $value ]] || die "$option needs a value"
+    if [[ $1 != *=* ]]; then
+      [[ $value != -* ]] || die "$option needs a value"
+      shift
+    fi
+  fi
+  shift
+done
+
+[[ -n $PROJECT ]] || die "no project: pass --project or set TRAINGUARD_PROJECT"
+[[ $WRITE_METHOD == storage_write_api || $WRITE_METHOD == streaming_inserts ]] \
+  || die "--write-method must be storage_write_api or streaming_inserts, not $WRITE_METHOD"
+[[ $MAX_WORKERS =~ ^[1-9][0-9]*$ ]] || die "--max-workers must be a positive integer, not $MAX_WORKERS"
+BUCKET=${BUCKET:-$PROJECT-trainguard}
+JOB_NAME=${JOB_NAME:-$PREFIX-streaming}
+[[ $CONFIG_DIR == /* ]] || CONFIG_DIR=$PWD/$CONFIG_DIR
+cd "$REPO"
+
+METRICS_TOPIC=$PREFIX-metrics
+ALERTS_TOPIC=$PREFIX-alerts
+DEAD_LETTER_TOPIC=$PREFIX-metrics-dead-letter
+SUBSCRIPTION=$PREFIX-metrics-pipeline
+DEAD_LETTER_HOLD=$PREFIX-metrics-dead-letter-hold
+
+# run CMD...: runs it, or with --dry-run prints it (shell-quoted) instead.
+run() {
+  if [[ $DRY_RUN == true ]]; then
+    printf '+'
+    printf ' %q' "$@"
+    printf '\n'
+  else
+    "$@"
+  fi
+}
+
+# exists CMD...: whether a describe command succeeds. With --dry-run it is printed and "fails",
+# so that the create command after '||' is printed too.
+exists() {
+  if [[ $DRY_RUN == true ]]; then
+    run "$@"
+    return 1
+  fi
+  "$@" >/dev/null 2>&1
+}
+
+enable_apis() {
+  run gcloud services enable dataflow.googleapis.com pubsub.googleapis.com bigquery.googleapis.com \
+    storage.googleapis.com --project="$PROJECT"
+}
+
+ensure_pubsub() {
+  local topic
+  for topic in "$METRICS_TOPIC" "$ALERTS_TOPIC" "$DEAD_LETTER_TOPIC"; do
+    exists gcloud pubsub topics describe "$topic" --project="$PROJECT" \
+      || run gcloud pubsub topics create "$topic" --project="$PROJECT"
+  done
+  exists gcloud pubsub subscriptions describe "$SUBSCRIPTION" --project="$PROJECT" \
+    || run gcloud pubsub subscriptions create "$SUBSCRIPTION" --project="$PROJECT" --topic="$METRICS_TOPIC" \
+         --ack-deadline=60 --message-retention-duration=7d \
+         --dead-letter-topic="$DEAD_LETTER_TOPIC" --max-delivery-attempts=10
+  exists gcloud pubsub subscriptions describe "$DEAD_LETTER_HOLD" --project="$PROJECT" \
+    || run gcloud pubsub subscriptions create "$DEAD_LETTER_HOLD" --project="$PROJECT" \
+         --topic="$DEAD_LETTER_TOPIC" --message-retention-duration=7d
+  # Pub/Sub's service agent forwards undeliverable messages: it must publish to the dead-letter topic
+  # and subscribe to the source subscription. (Bindings are idempotent.)
+  local number=PROJECT_NUMBER
+  if [[ $DRY_RUN == true ]]; then
+    run gcloud projects describe "$PROJECT" --format='value(projectNumber)'
+  else
+    number=$(gcloud projects describe "$PROJECT" --format='value(projectNumber)')
+  fi
+  local agent=serviceAccount:service-$number@gcp-sa-pubsub.iam.gserviceaccount.com
+  run gcloud pubsub topics add-iam-policy-binding "$DEAD_LETTER_TOPIC" --project="$PROJECT" \
+    --member="$agent" --role=roles/pubsub.publisher --quiet
+  run gcloud pubsub subscriptions add-iam-policy-binding "$SUBSCRIPTION" --project="$PROJECT" \
+    --member="$agent" --role=roles/pubsub.subscriber --quiet
+}
+
+ensure_bigquery() {
+  exists bq --project_id="$PROJECT" show --dataset "$PROJECT:$DATASET" \
+    || run bq --project_id="$PROJECT" mk --dataset --location="$REGION" \
+         --description="trainguard: job and metric history, alerts, dead letters" "$PROJECT:$DATASET"
+  # One schema file per table, and "name time_column cluster,columns" lines, from sinks/schema.py.
+  local name time_column clustering
+  SCHEMA_DIR=$(mktemp -d)
+  trap 'rm -rf "$SCHEMA_DIR"' EXIT
+  "$PYTHON" -m sinks.bigquery tables --schema_dir="$SCHEMA_DIR" > "$SCHEMA_DIR/tables.txt"
+  while read -r name time_column clustering; do
+    exists bq --project_id="$PROJECT" show "$PROJECT:$DATASET.$name" \
+      || run bq --project_id="$PROJECT" mk --table --schema="$SCHEMA_DIR/$name.json" \
+           --time_partitioning_type=DAY --time_partitioning_field="$time_column" \
+           --clustering_fields="$clustering" --description="trainguard $name" "$PROJECT:$DATASET.$name"
+  done < "$SCHEMA_DIR/tables.txt"
+}
+
+ensure_bucket() {
+  exists gcloud storage buckets describe "gs://$BUCKET" --project="$PROJECT" \
+    || run gcloud storage buckets create "gs://$BUCKET" --project="$PROJECT" --location="$REGION" \
+         --uniform-bucket-level-access
+}
+
+# Refuses to start a second job of the same name, or to update one that is not running.
+check_running_job() {
+  local query=(gcloud dataflow jobs list --project="$PROJECT" --region="$REGION" --status=active
+               --filter="name=$JOB_NAME" --format='value(id)')
+  if [[ $DRY_RUN == true ]]; then
+    run "${query[@]}"
+    return
+  fi
+  local running
+  running=$("${query[@]}")
+  if [[ $UPDATE == true && -z $running ]]; then
+    die "no running job named $JOB_NAME to --update"
+  elif [[ $UPDATE == false && -n $running ]]; then
+    die "job $JOB_NAME is already running ($running): use --update to replace it, or drain it first"
+  fi
+}
+
+launch() {
+  local args=(
+    "$PYTHON" -m pipeline
+    --runner=DataflowRunner --streaming
+    --project="$PROJECT" --region="$REGION" --job_name="$JOB_NAME"
+    --temp_location="gs://$BUCKET/temp" --staging_location="gs://$BUCKET/staging"
+    --setup_file=./setup.py
+    --enable_streaming_engine
+    --autoscaling_algorithm=THROUGHPUT_BASED --max_num_workers="$MAX_WORKERS"
+    --worker_machine_type="$MACHINE_TYPE"
+    --input_subscription="projects/$PROJECT/subscriptions/$SUBSCRIPTION"
+    --alerts_topic="projects/$PROJECT/topics/$ALERTS_TOPIC"
+    --bigquery_project="$PROJECT" --bigquery_dataset="$DATASET" --bigquery_location="$REGION"
+    --write_method="$WRITE_METHOD"
+    --config_dir="$CONFIG_DIR"
+  )
+  [[ -z $SERVICE_ACCOUNT ]] || args+=(--service_account_email="$SERVICE_ACCOUNT")
+  [[ -z $ID_ATTRIBUTE ]] || args+=(--pubsub_id_attribute="$ID_ATTRIBUTE")
+  [[ $UPDATE == false ]] || args+=(--update)
+  run "${args[@]}"
+}
+
+deploy() {
+  enable_apis
+  ensure_pubsub
+  ensure_bigquery
+  ensure_bucket
+  check_running_job
+  launch
+}
+
+demo() {
+  local args=("$PYTHON" scripts/publish_demo.py --topic="projects/$PROJECT/topics/$METRICS_TOPIC")
+  [[ -z $RATE ]] || args+=(--rate="$RATE")
+  run "${args[@]}"
+}
+
+case $COMMAND in
+  deploy) deploy ;;
+  demo) demo ;;
+  *) die "unknown command $COMMAND (deploy or demo; see --help)" ;;
+esac

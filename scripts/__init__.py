@@ -1,0 +1,1 @@
+"""Operational scripts (``run_dataflow.sh``'s helpers, the demo publisher)."""

@@ -27,6 +27,10 @@ EMAIL = [
     "sendgrid>=6.10,<7",
     "google-cloud-secret-manager>=2.16,<3",
 ]
+REPORT = [
+    "matplotlib>=3.8",
+    "tqdm>=4.60",
+]
 TEST = [
     "pytest>=8",
     "hypothesis>=6.100",
@@ -48,7 +52,8 @@ setup(
         "system": SYSTEM,
         "email": EMAIL,
         "test": TEST + SHIPPER + SYSTEM,
-        "all": PIPELINE + EMAIL + SHIPPER + SYSTEM + TEST,
+        "report": REPORT,
+        "all": PIPELINE + EMAIL + SHIPPER + SYSTEM + REPORT + TEST,
     },
     entry_points={
         "console_scripts": [

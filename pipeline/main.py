@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import glob
+import os
 import logging
 import sys
 import time
@@ -22,6 +23,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from pipeline.config import ConfigError, load_config_dir
 from pipeline.graph import ALERTS, DetectRegressions, GraphSettings
 from pipeline.options import DEMO_INPUT, TrainguardOptions
+from pipeline.report import write_report
 from pipeline.runners import runner_for
 from pipeline.streaming import UsageError, is_dataflow, is_streaming_job, start_streaming
 from sinks.alerts_file import AppendAlertsToFile
@@ -155,4 +157,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"trainguard: error: {e}", file=sys.stderr)
         return 2
     print(summary.render())
+    report_dir = PipelineOptions(argv).view_as(TrainguardOptions).report_dir
+    if report_dir is None:
+        report_dir = os.path.join(os.path.dirname(summary.store), "report")
+    if report_dir:
+        print(f"  report: {_write_report(summary.store, report_dir)}")
     return 0
+
+
+def _write_report(store: str, report_dir: str) -> str:
+    try:
+        return write_report(store, report_dir)
+    except ImportError as e:  # an install without the report extra
+        return f"skipped ({e})"

@@ -57,6 +57,9 @@ class TrainguardOptions(PipelineOptions):
                            help="DuckDB file holding job/metric history, alerts and dead letters.")
         local.add_argument("--alerts_file", default="alerts.jsonl",
                            help="JSONL file the alerts are appended to (the alerts topic's payload).")
+        local.add_argument("--report_dir", default=None,
+                           help="Where the replay writes its HTML report with pictures (default: report/ beside "
+                                "--local_store); an empty value skips the report.")
         timing = parser.add_argument_group("event-time behaviour")
         timing.add_argument("--run_grace_seconds", type=float, default=60.0,
                             help="Event time after run_finished during which stragglers still count.")

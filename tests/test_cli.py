@@ -17,7 +17,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CIFAR = "pt-cifar-tpu-v3-8"
 
 
-def replay(tmp_path, pattern, store="store.duckdb", alerts="alerts.jsonl", extra=()):
+def replay(tmp_path, pattern, store="store.duckdb", alerts="alerts.jsonl", extra=("--report_dir=",)):
     return main([f"--input_files={pattern}", f"--config_dir={REPO}/configs",
                  f"--local_store={tmp_path / store}", f"--alerts_file={tmp_path / alerts}", *extra])
 
@@ -33,8 +33,9 @@ def write_lines(path, lines):
 
 
 def test_demo_replay_prints_summary_and_fills_the_store(tmp_path, capsys):
-    assert replay(tmp_path, f"{REPO}/data/demo/*.jsonl") == 0
+    assert replay(tmp_path, f"{REPO}/data/demo/*.jsonl", extra=()) == 0
     out = capsys.readouterr().out
+    assert f"report: {tmp_path / 'report' / 'index.html'}" in out and (tmp_path / "report" / "index.html").exists()
     assert "replayed 4 file(s)" in out
     assert "messages read          180" in out and "runs finalized          35" in out
     assert "dead letters             3" in out
@@ -135,3 +136,4 @@ def test_module_entry_point_runs_on_embedded_defaults(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "runs finalized          35" in result.stdout
     assert (tmp_path / "trainguard.duckdb").exists() and (tmp_path / "alerts.jsonl").exists()
+    assert "report: report/index.html" in result.stdout and (tmp_path / "report" / "index.html").exists()

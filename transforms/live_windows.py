@@ -128,8 +128,12 @@ class WindowRunFn(beam.DoFn):
         run_windows = state.read() or _RunWindows(
             {tag: TagWindows(c.spec) for tag, c in config.tags.items()},
             None if config.stall_seconds is None else StallWatch(config.stall_seconds))
-        if run_windows.closed:
-            return  # the run assembler dead-letters the whole late message
+        if not run_windows.closed:  # else the run assembler dead-letters the whole late message
+            yield from self._absorb(test, run, summary, config, run_windows, pending, settle, close, stall)
+            state.write(run_windows)
+
+    def _absorb(self, test, run, summary, config, run_windows, pending, settle, close, stall):
+        """Takes one message's points into the run's windows (or the late output) and sets the timers."""
         waiting = []
         for tag, value, step, time in summary.window_points:
             if time < run_windows.watermark_floor - config.allowed_lateness_seconds:
@@ -162,7 +166,6 @@ class WindowRunFn(beam.DoFn):
                 settle.set(Timestamp.of(run_windows.scheduled))
             if run_windows.stalls is not None:
                 stall.set(Timestamp.of(run_windows.last_time + config.stall_seconds))
-        state.write(run_windows)
 
     @staticmethod
     def _take_pending(run_windows: _RunWindows, pending, upto: float) -> None:

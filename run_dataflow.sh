@@ -32,7 +32,7 @@ Options (each also settable as an environment variable, in brackets):
   --write-method METHOD     storage_write_api or streaming_inserts [TRAINGUARD_WRITE_METHOD] (storage_write_api)
   --config-dir DIR          per-test configs, read at launch [TRAINGUARD_CONFIG_DIR] (configs/ here)
   --id-attribute NAME       Pub/Sub attribute for Dataflow's de-duplication (id_label), only when every
-                            publisher sets it [TRAINGUARD_ID_ATTRIBUTE] (none)
+                            publisher sets it [TRAINGUARD_ID_ATTRIBUTE] (id; empty: off)
   --python PATH             interpreter with trainguard[pipeline] installed [PYTHON] (python3)
   --update                  replace the running job of the same name in place (Dataflow --update):
                             in-flight runs, de-duplication ids and history state carry over. Needed to
@@ -71,7 +71,7 @@ MACHINE_TYPE=${TRAINGUARD_MACHINE_TYPE:-n2-standard-2}
 WRITE_METHOD=${TRAINGUARD_WRITE_METHOD:-storage_write_api}
 REPO=$(cd "$(dirname "$0")" && pwd)
 CONFIG_DIR=${TRAINGUARD_CONFIG_DIR:-$REPO/configs}
-ID_ATTRIBUTE=${TRAINGUARD_ID_ATTRIBUTE:-}
+ID_ATTRIBUTE=${TRAINGUARD_ID_ATTRIBUTE-id}
 PYTHON=${PYTHON:-python3}
 UPDATE=false
 DRY_RUN=false

@@ -30,14 +30,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from pipeline.demo import RunPlan, demo_plans, run_messages  # noqa: E402
 from trainguard import wire  # noqa: E402
 
-ATTR_ID = "id"
-
-
 def message_attributes(payload: bytes) -> Dict[str, str]:
-    """The Pub/Sub attributes of one wire message (wire contract v1), plus its ``id``."""
+    """The Pub/Sub attributes of one wire message (wire contract v1)."""
     message = json.loads(payload)
     ts = wire.event_time_millis(message.get("points", ()), message.get("events", ()))
-    return {**wire.message_attributes(message["test"], message["run"], ts), ATTR_ID: message["id"]}
+    return wire.message_attributes(message["test"], message["run"], ts, message["id"])
 
 
 def publish(publisher, topic: str, payloads: Iterable[bytes], rate: Optional[float] = None,

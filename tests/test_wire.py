@@ -120,5 +120,5 @@ def test_attributes_carry_event_time_in_millis():
     points = [wire.point_dict("a", 1.0, T0 + 0.25)]
     events = [wire.event_dict("run_started", T0)]
     ts = wire.event_time_millis(points, events)
-    assert wire.message_attributes("t", "r", ts) == {"schema": wire.SCHEMA, "test": "t", "run": "r",
-                                                     "ts": str(int((T0 + 0.25) * 1000))}
+    assert wire.message_attributes("t", "r", ts, "m-1") == {"schema": wire.SCHEMA, "test": "t", "run": "r",
+                                                            "ts": str(int((T0 + 0.25) * 1000)), "id": "m-1"}

@@ -326,5 +326,5 @@ class MessageEncoder:
         times = [{"time": max(ms) / 1000}] if ms else []
         ts = wire.event_time_millis(times, [{"time": t} for _, t in events])
         return EncodedMessage("".join(text).encode("utf-8"),
-                              wire.message_attributes(self.test, self.run, ts),
+                              wire.message_attributes(self.test, self.run, ts, message_id),
                               len(parts), len(events))

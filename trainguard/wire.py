@@ -42,6 +42,7 @@ ATTR_SCHEMA = "schema"
 ATTR_TEST = "test"
 ATTR_RUN = "run"
 ATTR_TS = "ts"
+ATTR_ID = "id"  # the message id again, for Dataflow's de-duplication (--pubsub_id_attribute=id)
 
 # Sizes past which input is "absurd" and dead-lettered rather than processed.
 MAX_MESSAGE_BYTES = 1 << 20
@@ -286,6 +287,6 @@ def event_time_millis(points: Iterable[Dict[str, Any]], events: Iterable[Dict[st
     return int(max(times) * 1000)
 
 
-def message_attributes(test: str, run: str, ts_millis: int) -> Dict[str, str]:
+def message_attributes(test: str, run: str, ts_millis: int, message_id: str) -> Dict[str, str]:
     """Pub/Sub attributes every publisher sets on a wire message."""
-    return {ATTR_SCHEMA: SCHEMA, ATTR_TEST: test, ATTR_RUN: run, ATTR_TS: str(ts_millis)}
+    return {ATTR_SCHEMA: SCHEMA, ATTR_TEST: test, ATTR_RUN: run, ATTR_TS: str(ts_millis), ATTR_ID: message_id}

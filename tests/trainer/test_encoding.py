@@ -43,7 +43,8 @@ def test_messages_equal_wire_encode_message(batch):
         offset += message.points
         assert json.loads(message.payload) == json.loads(reference("my-test", "run \u00e9 1", f"id{index}", chunk))
         [parsed] = parse_all([message.payload])
-        assert message.attributes == wire.message_attributes("my-test", "run \u00e9 1", int(expected_ts(parsed)))
+        assert message.attributes == wire.message_attributes("my-test", "run \u00e9 1", int(expected_ts(parsed)),
+                                                             f"id{index}")
 
 
 def test_point_values_round_trip_exactly():

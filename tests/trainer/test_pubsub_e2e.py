@@ -34,7 +34,7 @@ def received(server, topic):
     messages = parse_all([m.data for m in raw])
     for stored, message in zip(raw, messages):
         assert dict(stored.attributes) == wire.message_attributes(message.test, message.run,
-                                                                  int(expected_ts(message)))
+                                                                  int(expected_ts(message)), message.id)
     assert len({m.id for m in messages}) == len(messages)
     return messages
 

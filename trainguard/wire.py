@@ -115,21 +115,23 @@ def parse_message(payload: bytes) -> Tuple[Message, List[Rejection]]:
     raw_events = _optional_list(obj, "events", MAX_EVENTS_PER_MESSAGE)
 
     rejections: List[Rejection] = []
-    points: List[Point] = []
-    for index, raw in enumerate(raw_points):
-        try:
-            points.append(_parse_point(raw))
-        except ValueError as e:
-            rejections.append(_rejection(f"invalid point [{index}]: {e}", message_id, test, run, "point", raw))
-    events: List[Event] = []
-    for index, raw in enumerate(raw_events):
-        try:
-            events.append(_parse_event(raw))
-        except ValueError as e:
-            rejections.append(_rejection(f"invalid event [{index}]: {e}", message_id, test, run, "event", raw))
+    context = (message_id, test, run)
+    points: List[Point] = _parse_each(raw_points, _parse_point, "point", context, rejections)
+    events: List[Event] = _parse_each(raw_events, _parse_event, "event", context, rejections)
     if not points and not events and not rejections:
         raise InvalidMessage("message carries no points and no events")
     return Message(message_id, test, run, tuple(points), tuple(events)), rejections
+
+
+def _parse_each(raws: list, parse, kind: str, context: Tuple[str, str, str], rejections: List[Rejection]) -> list:
+    """Parses every item; each invalid one becomes a rejection instead."""
+    parsed = []
+    for index, raw in enumerate(raws):
+        try:
+            parsed.append(parse(raw))
+        except ValueError as e:
+            rejections.append(_rejection(f"invalid {kind} [{index}]: {e}", *context, kind, raw))
+    return parsed
 
 
 def decode_json(payload: bytes) -> Any:

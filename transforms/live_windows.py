@@ -14,7 +14,7 @@ from apache_beam.utils.timestamp import Timestamp
 
 from pipeline.config import ConfigSet
 from transforms.aggregation import NO_STEP, MessageSummary, finalization_time
-from transforms.ordered import in_event_time_order
+from transforms.ordered import ConfiguredMachine, in_event_time_order
 from transforms.parse import DEAD_LETTER
 from transforms.records import Alert, dead_letter_row, iso_utc
 from transforms.window_checks import RunEnded, WindowHistory, WindowResult, check_window, end_run
@@ -268,10 +268,7 @@ class WindowRunFn(beam.DoFn):
         yield from self._stall_alerts(key, run_windows, gaps)
 
 
-class _WindowCheckMachine:
-    def __init__(self, configs: ConfigSet):
-        self.configs = configs
-
+class _WindowCheckMachine(ConfiguredMachine):
     def initial(self, key, seed):
         return seed.windows.get(key) or WindowHistory()
 

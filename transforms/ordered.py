@@ -28,6 +28,13 @@ class StateMachine(Protocol):
         """Applies one item to ``state`` (mutating it) and yields outputs."""
 
 
+class ConfiguredMachine:
+    """Base of the state machines that look up each test's config."""
+
+    def __init__(self, configs):
+        self.configs = configs
+
+
 def _order(item):
     return item.order
 

@@ -7,16 +7,13 @@ import apache_beam as beam
 from pipeline.config import ConfigSet
 from transforms.aggregation import RunResult
 from transforms.history import JobHistory, MetricHistory, check_job, check_metric
-from transforms.ordered import in_event_time_order
+from transforms.ordered import ConfiguredMachine, in_event_time_order
 from transforms.records import MetricObservation
 
 ALERTS = "alerts"
 
 
-class _MetricMachine:
-    def __init__(self, configs: ConfigSet):
-        self.configs = configs
-
+class _MetricMachine(ConfiguredMachine):
     def initial(self, key, seed):
         return seed.metrics.get(key) or MetricHistory()
 
@@ -27,10 +24,7 @@ class _MetricMachine:
             yield beam.pvalue.TaggedOutput(ALERTS, alert)
 
 
-class _JobMachine:
-    def __init__(self, configs: ConfigSet):
-        self.configs = configs
-
+class _JobMachine(ConfiguredMachine):
     def initial(self, key, seed):
         return seed.jobs.get(key) or JobHistory()
 

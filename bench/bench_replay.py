@@ -14,7 +14,6 @@ Prints the rates and their ratio to the reference.
 from __future__ import annotations
 
 import argparse
-import collections
 import glob
 import json
 import math

@@ -5,11 +5,21 @@ from __future__ import annotations
 import json
 import os
 import threading
-from typing import List, Set
+from typing import Dict, List, Optional, Set, Tuple
 
 import apache_beam as beam
 
 _APPEND_LOCK = threading.Lock()
+# The alert ids in each file and the file's (size, mtime) they were read at: re-read only when the file
+# changed behind the appenders' backs (every appender in the process keeps the entry up to date).
+_KNOWN_IDS: Dict[str, Tuple[Optional[Tuple[int, int]], Set[str]]] = {}
+
+
+def _version(path: str) -> Optional[Tuple[int, int]]:
+    if not os.path.exists(path):
+        return None
+    stat = os.stat(path)
+    return stat.st_size, stat.st_mtime_ns
 
 
 def alert_json(row: dict) -> str:
@@ -38,11 +48,15 @@ class _AppendAlertsFn(beam.DoFn):
         if not self.rows:
             return
         with _APPEND_LOCK:
-            known = read_alert_ids(self.path)
-            fresh = sorted((r for r in self.rows if r["alert_id"] not in known),
-                           key=lambda r: (r["created_at"], r["alert_id"]))
+            cached_version, known = _KNOWN_IDS.get(self.path, (None, None))
+            if known is None or cached_version != _version(self.path):
+                known = read_alert_ids(self.path)
+            unique = {r["alert_id"]: r for r in self.rows if r["alert_id"] not in known}
+            fresh = sorted(unique.values(), key=lambda r: (r["created_at"], r["alert_id"]))
             with open(self.path, "a", encoding="utf-8") as f:
                 f.writelines(alert_json(r) + "\n" for r in fresh)
+            known.update(r["alert_id"] for r in fresh)
+            _KNOWN_IDS[self.path] = (_version(self.path), known)
         self.rows = []
 
 

@@ -1,7 +1,5 @@
 """Shared helpers for tests that run Beam pipelines (always with an explicit runner)."""
 
-import json
-
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
@@ -55,9 +53,6 @@ def simple_run(test, run, start, accuracy, status="success"):
     return [raw(test, run, f"{test}/{run}-p", points=[("acc", accuracy, 100, start + 10)]),
             raw(test, run, f"{test}/{run}-e", events=[started(start), finished(start + 20, status)])]
 
-
-def without_volatile(rows):
-    return sorted(json.dumps(r, sort_keys=True) for r in rows)
 
 
 _GATHERED = {}

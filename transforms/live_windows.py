@@ -168,8 +168,10 @@ class WindowRunFn(beam.DoFn):
                 stall.set(Timestamp.of(run_windows.last_time + config.stall_seconds))
 
     @staticmethod
-    def _take_pending(run_windows: _RunWindows, pending, upto: float) -> None:
-        """Moves the buffered points at or before ``upto`` into their tag's windows."""
+    def _take_pending(run_windows: _RunWindows, pending, upto: float) -> List[float]:
+        """Moves the buffered points at or before ``upto`` into their tag's windows.
+
+        Returns the times of the points left buffered."""
         waiting = [item for batch in pending.read() for item in batch]
         later = [item for item in waiting if item[1][0] > upto]
         pending.clear()
@@ -178,6 +180,7 @@ class WindowRunFn(beam.DoFn):
         for tag, point in waiting:
             if point[0] <= upto:
                 run_windows.tags[tag].pending.append(point)
+        return [point[0] for _, point in later]
 
     def _finalized_at(self, run_windows: _RunWindows) -> float:
         return finalization_time(run_windows.finished_time, run_windows.last_time, self.grace, self.run_timeout)
@@ -195,9 +198,9 @@ class WindowRunFn(beam.DoFn):
                 details={"silent_since": iso_utc(gap_start), "stall_seconds": run_windows.stalls.stall_seconds}))
 
     @staticmethod
-    def _schedule(run_windows: _RunWindows, settle, pending) -> None:
+    def _schedule(run_windows: _RunWindows, settle, buffered_times: List[float]) -> None:
         dues = [d for d in (w.next_due() for w in run_windows.tags.values()) if d is not None]
-        dues += [item[1][0] for batch in pending.read() for item in batch]
+        dues += buffered_times
         if run_windows.stalls is not None and run_windows.stalls.next_due() is not None:
             dues.append(run_windows.stalls.next_due())
         run_windows.scheduled = max(min(dues), run_windows.watermark_floor) if dues else None
@@ -220,7 +223,7 @@ class WindowRunFn(beam.DoFn):
             return
         watermark = float(fired_at)
         run_windows.watermark_floor = max(run_windows.watermark_floor, watermark)
-        self._take_pending(run_windows, pending, watermark)
+        buffered_times = self._take_pending(run_windows, pending, watermark)
         lateness = self._windows(key[0]).allowed_lateness_seconds
         for tag, windows in run_windows.tags.items():
             for window in windows.settle(watermark):
@@ -228,7 +231,7 @@ class WindowRunFn(beam.DoFn):
             windows.expire(before=watermark - lateness)
         if run_windows.stalls is not None:
             yield from self._stall_alerts(key, run_windows, run_windows.stalls.settle(watermark))
-        self._schedule(run_windows, settle, pending)
+        self._schedule(run_windows, settle, buffered_times)
         state.write(run_windows)
 
     @on_timer(CLOSE)
@@ -239,7 +242,6 @@ class WindowRunFn(beam.DoFn):
         if run_windows is None or run_windows.closed:
             return
         self._take_pending(run_windows, pending, float("inf"))
-        pending.clear()
         for tag, windows in run_windows.tags.items():
             for window in windows.close():
                 yield self._result(*key, tag, window)

@@ -24,10 +24,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pipeline.demo import synthetic_plans, write_lines  # noqa: E402
-from pipeline.main import run  # noqa: E402
-from pipeline.options import DEFAULT_CONFIG_DIR  # noqa: E402
-from trainguard.wire import decode_json  # noqa: E402  (the pipeline's decoder, for a fair comparison)
+from pipeline.demo import synthetic_plans, write_lines
+from pipeline.main import run
+from pipeline.options import DEFAULT_CONFIG_DIR
+from trainguard.wire import decode_json
 
 TAGS_PER_STEP = 3
 WINDOWED_CONFIG = {
@@ -86,7 +86,10 @@ def main() -> None:
     args.extra += pipeline_args
     shutil.rmtree(args.workdir, ignore_errors=True)
     pattern = generate(args.workdir, args.points)
-    messages = sum(1 for path in glob.glob(pattern) for _ in open(path, "rb"))
+    messages = 0
+    for path in glob.glob(pattern):
+        with open(path, "rb") as lines:
+            messages += sum(1 for _ in lines)
 
     started = time.perf_counter()
     points, results = reference(pattern)

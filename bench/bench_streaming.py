@@ -163,7 +163,7 @@ def main() -> None:
         json.dump(CONFIG, f)
     with BigQueryEmulator() as bigquery, PubSubServer() as server:
         os.environ["PUBSUB_EMULATOR_HOST"] = server.host
-        os.environ["no_grpc_proxy"] = "127.0.0.1,localhost"
+        os.environ["no_grpc_proxy"] = "127.0.0.1,localhost"  # noqa: SIM112 - gRPC reads the lower-case name
         publisher, subscriber = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
         topic = publisher.create_topic(name=server.topic_path("metrics")).name
         alerts_topic = publisher.create_topic(name=server.topic_path("alerts")).name

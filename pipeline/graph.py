@@ -12,30 +12,22 @@ import dataclasses
 
 import apache_beam as beam
 
-from pipeline.config import ConfigSet
-from transforms.live_windows import LiveWindows
+from core.config import ConfigSet
+from core.records import Alert, job_history_row
+from core.runs import RunLifecycle
+from core.schema import ALERTS, DEAD_LETTER, JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS
+from transforms.history import CheckJobHistory, CheckMetricHistory
 from transforms.parse import DeduplicateMessages, ParseMessages, SummarizeMessages
-from transforms.records import Alert, job_history_row
-from transforms.regression import CheckJobHistory, CheckMetricHistory
 from transforms.runs import AssembleRuns, SkipStoredRuns
-
-JOB_HISTORY, METRIC_HISTORY, ALERTS, DEAD_LETTER = "job_history", "metric_history", "alerts", "dead_letter"
-METRIC_WINDOWS = "metric_windows"
+from transforms.windows import LiveWindows
 
 
 @dataclasses.dataclass(frozen=True)
 class GraphSettings:
+    """What the graph is built from: the per-test configs, the run lifecycle, and whether input is unbounded."""
     configs: ConfigSet
-    run_grace_seconds: float = 60.0
-    run_timeout_seconds: float = 6 * 3600.0
-    dedup_horizon_seconds: float = 24 * 3600.0
-    finalized_run_retention_seconds: float = 7 * 24 * 3600.0
+    lifecycle: RunLifecycle = RunLifecycle()
     streaming: bool = False  # unbounded input: live windows settle as the watermark advances
-
-    @staticmethod
-    def from_options(configs: ConfigSet, options, streaming: bool = False) -> "GraphSettings":
-        return GraphSettings(configs, options.run_grace_seconds, options.run_timeout_seconds,
-                             options.dedup_horizon_seconds, options.finalized_run_retention_seconds, streaming)
 
 
 class KeepRecordedTests(beam.PTransform):
@@ -72,23 +64,20 @@ class DetectRegressions(beam.PTransform):
         messages, bad_input = raw_messages | "Parse" >> ParseMessages()
         summaries = (messages
                      | "Summarize" >> SummarizeMessages(settings.configs)
-                     | "Deduplicate" >> DeduplicateMessages(settings.dedup_horizon_seconds)
+                     | "Deduplicate" >> DeduplicateMessages(settings.lifecycle.dedup_horizon_seconds)
                      | "SkipStoredRuns" >> SkipStoredRuns(seed))
-        runs, late_messages = summaries | "AssembleRuns" >> AssembleRuns(
-            settings.configs, settings.run_grace_seconds, settings.run_timeout_seconds,
-            settings.finalized_run_retention_seconds)
+        runs, late_messages = summaries | "AssembleRuns" >> AssembleRuns(settings.configs, settings.lifecycle)
         metric_rows, metric_alerts = runs | "CheckMetrics" >> CheckMetricHistory(
             settings.configs, seed, settings.streaming)
         run_alerts = runs | "CheckRuns" >> CheckJobHistory(settings.configs, seed, settings.streaming)
         window_rows, window_alerts, late_points = (summaries, runs) | "LiveWindows" >> LiveWindows(
-            settings.configs, settings.run_grace_seconds, settings.run_timeout_seconds,
-            settings.finalized_run_retention_seconds, seed, settings.streaming)
+            settings.configs, settings.lifecycle, seed, settings.streaming)
         return {
-            JOB_HISTORY: (runs | "JobRows" >> beam.Map(job_history_row)
+            JOB_HISTORY.name: (runs | "JobRows" >> beam.Map(job_history_row)
                           | "RecordedJobs" >> KeepRecordedTests(settings.configs)),
-            METRIC_HISTORY: metric_rows | "RecordedMetrics" >> KeepRecordedTests(settings.configs),
-            METRIC_WINDOWS: window_rows | "RecordedWindows" >> KeepRecordedTests(settings.configs),
-            ALERTS: ((run_alerts, metric_alerts, window_alerts) | "AllAlerts" >> beam.Flatten()
+            METRIC_HISTORY.name: metric_rows | "RecordedMetrics" >> KeepRecordedTests(settings.configs),
+            METRIC_WINDOWS.name: window_rows | "RecordedWindows" >> KeepRecordedTests(settings.configs),
+            ALERTS.name: ((run_alerts, metric_alerts, window_alerts) | "AllAlerts" >> beam.Flatten()
                      | "AlertRows" >> beam.Map(Alert.to_row)),
-            DEAD_LETTER: (bad_input, late_messages, late_points) | "AllDeadLetters" >> beam.Flatten(),
+            DEAD_LETTER.name: (bad_input, late_messages, late_points) | "AllDeadLetters" >> beam.Flatten(),
         }

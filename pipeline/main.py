@@ -1,135 +1,23 @@
-"""Command-line entry point: ``python -m pipeline [options]``.
+"""``python -m pipeline [options]``: the streaming job with a Pub/Sub input, else a bounded replay.
 
 Without options it replays the bundled demo data into ``trainguard.duckdb`` and
-``alerts.jsonl`` and prints a short summary. With ``--streaming`` and a Pub/Sub
-input it runs the streaming job instead (``pipeline/streaming.py``).
+``alerts.jsonl`` and prints a short summary (``pipeline/replay.py``). With
+``--streaming`` and a Pub/Sub input it runs the streaming job instead
+(``pipeline/streaming.py``). This module only dispatches.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import glob
-import os
 import logging
 import sys
-import time
-from typing import Dict, List, Optional
+from typing import List, Optional
 
-import apache_beam as beam
-from apache_beam.metrics.metric import MetricsFilter
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipeline.config import ConfigError, load_config_dir
-from pipeline.graph import ALERTS, DetectRegressions, GraphSettings
-from pipeline.options import DEMO_INPUT, TrainguardOptions
-from pipeline.report import write_report
-from pipeline.runners import runner_for
-from pipeline.streaming import UsageError, is_dataflow, is_streaming_job, start_streaming
-from sinks.alerts_file import AppendAlertsToFile
-from sinks.duckdb_store import DuckDBStore, WriteToDuckDB
-from sinks.schema import TABLES
-from transforms.sources import ReadReplayFiles
-
-COUNTERS = ("messages_read", "messages_of_stored_runs", "runs_finalized")
-
-
-class WriteLocal(beam.PTransform):
-    """The graph's outputs -> the DuckDB store, and alerts also -> the alerts JSONL file."""
-
-    def __init__(self, store_path: str, alerts_file: str):
-        super().__init__()
-        self.store_path = store_path
-        self.alerts_file = alerts_file
-
-    def expand(self, outputs: Dict[str, beam.PCollection]):
-        for name, rows in outputs.items():
-            rows | f"Store_{name}" >> WriteToDuckDB(self.store_path, TABLES[name])
-        outputs[ALERTS] | "AlertsFile" >> AppendAlertsToFile(self.alerts_file)
-        return beam.pvalue.PDone(outputs[ALERTS].pipeline)
-
-
-@dataclasses.dataclass
-class ReplaySummary:
-    input_files: List[str]
-    counters: Dict[str, int]
-    rows_added: Dict[str, int]
-    alerts_by_kind: Dict[str, int]
-    seconds: float
-    store: str
-    alerts_file: str
-
-    def render(self) -> str:
-        c, rows = self.counters, self.rows_added
-        kinds = ", ".join(f"{k} {n}" for k, n in sorted(self.alerts_by_kind.items())) or "none"
-        return "\n".join([
-            f"trainguard: replayed {len(self.input_files)} file(s) in {self.seconds:.1f} s",
-            f"  messages read     {c['messages_read']:>8}  (of runs already in the store: "
-            f"{c['messages_of_stored_runs']})",
-            f"  runs finalized    {c['runs_finalized']:>8}",
-            "  rows written      " + ", ".join(f"{t} +{n}" for t, n in rows.items()),
-            f"  alerts raised     {rows['alerts']:>8}  ({kinds})",
-            f"  dead letters      {rows['dead_letter']:>8}",
-            f"  store: {self.store}   alerts: {self.alerts_file}",
-        ])
-
-
-def _alert_kinds(store: DuckDBStore) -> Dict[str, int]:
-    return dict(store.query("SELECT kind, count(*) FROM alerts GROUP BY kind"))
-
-
-def run(argv: Optional[List[str]] = None) -> ReplaySummary:
-    """Replays wire-format files through the pipeline into the local store."""
-    options = PipelineOptions(argv)
-    local = options.view_as(TrainguardOptions)
-    pattern = local.input_files or DEMO_INPUT
-    files = sorted(glob.glob(pattern))
-    if not files:
-        raise FileNotFoundError(f"--input_files={pattern!r} matches no file")
-    configs = load_config_dir(local.config_dir)
-    store = DuckDBStore(local.local_store)
-    store.ensure_schema()
-    counts_before, kinds_before = store.counts(), _alert_kinds(store)
-    seed = store.read_seed(configs)
-    store.close()  # the pipeline's sinks open their own connections
-
-    started = time.monotonic()
-    pipeline = beam.Pipeline(runner=runner_for(options), options=options)
-    outputs = (pipeline
-               | "ReadFiles" >> ReadReplayFiles(pattern)
-               | "DetectRegressions" >> DetectRegressions(
-                   GraphSettings.from_options(configs, local, options.view_as(StandardOptions).streaming),
-                   pipeline | "Seed" >> beam.Create([seed])))
-    outputs | "WriteLocal" >> WriteLocal(local.local_store, local.alerts_file)
-    result = pipeline.run()
-    result.wait_until_finish()
-
-    counters = {name: 0 for name in COUNTERS}
-    for counter in result.metrics().query(MetricsFilter().with_namespace("trainguard"))["counters"]:
-        if counter.key.metric.name in counters:
-            counters[counter.key.metric.name] += counter.committed or 0
-    counts_after, kinds_after = store.counts(), _alert_kinds(store)
-    return ReplaySummary(
-        input_files=files, counters=counters,
-        rows_added={t: counts_after[t] - counts_before[t] for t in counts_after},
-        alerts_by_kind={k: n - kinds_before.get(k, 0) for k, n in kinds_after.items() if n > kinds_before.get(k, 0)},
-        seconds=time.monotonic() - started, store=local.local_store, alerts_file=local.alerts_file)
-
-
-def run_streaming_job(argv: List[str]) -> None:
-    """Starts the streaming job; waits for it on a local runner (Ctrl-C stops it), not on Dataflow."""
-    result = start_streaming(argv)
-    options = PipelineOptions(argv)
-    if is_dataflow(options):
-        job_id = getattr(result, "job_id", lambda: None)()
-        print(f"trainguard: streaming job submitted to Dataflow (job id {job_id}); "
-              f"stop it with 'gcloud dataflow jobs drain {job_id}'")
-        return
-    print("trainguard: streaming job running on the local runner; Ctrl-C stops it", flush=True)
-    try:
-        result.wait_until_finish()
-    except KeyboardInterrupt:
-        result.cancel()
+from core.config import ConfigError
+from pipeline import replay, streaming
+from pipeline.options import TrainguardOptions
 
 
 def print_help() -> None:
@@ -149,24 +37,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         print_help()
         return 0
     try:
-        if is_streaming_job(PipelineOptions(argv)):
-            run_streaming_job(argv)
-            return 0
-        summary = run(argv)
-    except (ConfigError, FileNotFoundError, UsageError) as e:
+        if streaming.is_streaming_job(PipelineOptions(argv)):
+            streaming.run(argv)
+        else:
+            replay.run_and_report(argv)
+    except (ConfigError, FileNotFoundError, streaming.UsageError) as e:
         print(f"trainguard: error: {e}", file=sys.stderr)
         return 2
-    print(summary.render())
-    report_dir = PipelineOptions(argv).view_as(TrainguardOptions).report_dir
-    if report_dir is None:
-        report_dir = os.path.join(os.path.dirname(summary.store), "report")
-    if report_dir:
-        print(f"  report: {_write_report(summary.store, report_dir)}")
     return 0
-
-
-def _write_report(store: str, report_dir: str) -> str:
-    try:
-        return write_report(store, report_dir)
-    except ImportError as e:  # an install without the report extra
-        return f"skipped ({e})"

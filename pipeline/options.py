@@ -1,4 +1,8 @@
-"""Command-line options of the trainguard pipeline (on top of Beam's own)."""
+"""Command-line options of the trainguard pipeline (on top of Beam's own).
+
+Defaults are not restated here: the run lifecycle's come from ``RunLifecycle``,
+the write methods from ``core.vocabulary``.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +10,15 @@ import os
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from sinks.bigquery import STORAGE_WRITE_API, STREAMING_INSERTS
+from core.runs import RunLifecycle
+from core.vocabulary import WriteMethod
+
+LIFECYCLE_DEFAULTS = RunLifecycle()
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEMO_INPUT = os.path.join(REPO_ROOT, "data", "demo", "*.jsonl")
 DEFAULT_CONFIG_DIR = os.path.join(REPO_ROOT, "configs")
+DEFAULT_REPORT_DIR = "trainguard-report"  # beside --local_store; not "report", the report tool's package
 
 
 class TrainguardOptions(PipelineOptions):
@@ -45,8 +53,8 @@ class TrainguardOptions(PipelineOptions):
         bigquery.add_argument("--bigquery_endpoint", default=None,
                               help="Another BigQuery API endpoint, e.g. a local emulator "
                                    "(http://127.0.0.1:9050); used with anonymous credentials.")
-        bigquery.add_argument("--write_method", default=STREAMING_INSERTS,
-                              choices=(STREAMING_INSERTS, STORAGE_WRITE_API),
+        bigquery.add_argument("--write_method", default=WriteMethod.STREAMING_INSERTS.value,
+                              choices=[method.value for method in WriteMethod],
                               help="How rows reach BigQuery: streaming inserts (portable, the default) or the "
                                    "Storage Write API (Dataflow only: a cross-language transform).")
         bigquery.add_argument("--alerts_topic", default=None,
@@ -58,16 +66,24 @@ class TrainguardOptions(PipelineOptions):
         local.add_argument("--alerts_file", default="alerts.jsonl",
                            help="JSONL file the alerts are appended to (the alerts topic's payload).")
         local.add_argument("--report_dir", default=None,
-                           help="Where the replay writes its HTML report with pictures (default: report/ beside "
+                           help=f"Where the replay writes its HTML report with pictures (default: {DEFAULT_REPORT_DIR}/ beside "
                                 "--local_store); an empty value skips the report.")
         timing = parser.add_argument_group("event-time behaviour")
-        timing.add_argument("--run_grace_seconds", type=float, default=60.0,
+        timing.add_argument("--run_grace_seconds", type=float, default=LIFECYCLE_DEFAULTS.grace_seconds,
                             help="Event time after run_finished during which stragglers still count.")
-        timing.add_argument("--run_timeout_seconds", type=float, default=6 * 3600.0,
+        timing.add_argument("--run_timeout_seconds", type=float, default=LIFECYCLE_DEFAULTS.timeout_seconds,
                             help="Event-time inactivity after which a run without run_finished is "
                                  "finalized as missing.")
-        timing.add_argument("--dedup_horizon_seconds", type=float, default=24 * 3600.0,
+        timing.add_argument("--dedup_horizon_seconds", type=float, default=LIFECYCLE_DEFAULTS.dedup_horizon_seconds,
                             help="How long (event time) a message id is remembered for de-duplication.")
-        timing.add_argument("--finalized_run_retention_seconds", type=float, default=7 * 24 * 3600.0,
+        timing.add_argument("--finalized_run_retention_seconds", type=float,
+                            default=LIFECYCLE_DEFAULTS.retention_seconds,
                             help="How long (event time) a finalized run is remembered, so that late "
                                  "messages are dead-lettered instead of re-opening it.")
+
+
+def lifecycle_from(options: TrainguardOptions) -> RunLifecycle:
+    """The run lifecycle the options name."""
+    return RunLifecycle(grace_seconds=options.run_grace_seconds, timeout_seconds=options.run_timeout_seconds,
+                        dedup_horizon_seconds=options.dedup_horizon_seconds,
+                        retention_seconds=options.finalized_run_retention_seconds)

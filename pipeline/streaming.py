@@ -17,12 +17,13 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
 from apache_beam.runners.runner import PipelineResult
 
-from pipeline.config import ConfigSet, load_config_dir
-from pipeline.graph import ALERTS, DetectRegressions, GraphSettings
-from pipeline.options import TrainguardOptions
+from core.config import ConfigSet, load_config_dir
+from core.schema import ALERTS
+from core.vocabulary import WriteMethod
+from pipeline.graph import DetectRegressions, GraphSettings
+from pipeline.options import TrainguardOptions, lifecycle_from
 from pipeline.runners import runner_for
-from sinks.bigquery import (STORAGE_WRITE_API, STREAMING_INSERTS, BigQueryTarget, ReadSeedFromBigQuery,
-                            WriteToBigQueryTables, ensure_tables)
+from sinks.bigquery import BigQueryTarget, ReadSeedFromBigQuery, WriteToBigQueryTables, ensure_tables
 from sinks.pubsub import PublishAlerts
 from transforms.sources import ReadPubSubMessages
 
@@ -37,12 +38,12 @@ class StreamingJobConfig:
     subscription: Optional[str]
     topic: Optional[str]
     target: BigQueryTarget
-    write_method: str = STREAMING_INSERTS
+    write_method: str = WriteMethod.STREAMING_INSERTS.value
     alerts_topic: Optional[str] = None
     id_attribute: Optional[str] = None
 
     @staticmethod
-    def from_options(options: PipelineOptions) -> "StreamingJobConfig":
+    def from_options(options: PipelineOptions) -> StreamingJobConfig:
         local = options.view_as(TrainguardOptions)
         if not options.view_as(StandardOptions).streaming:
             raise UsageError("reading Pub/Sub needs --streaming")
@@ -55,7 +56,7 @@ class StreamingJobConfig:
             raise UsageError("--bigquery_project (or --project) is required")
         if local.pubsub_id_attribute and not is_dataflow(options):
             raise UsageError("--pubsub_id_attribute (id_label) is only supported by DataflowRunner")
-        if local.write_method == STORAGE_WRITE_API and not is_dataflow(options):
+        if local.write_method == WriteMethod.STORAGE_WRITE_API and not is_dataflow(options):
             raise UsageError("--write_method=storage_write_api is a cross-language transform: DataflowRunner only")
         return StreamingJobConfig(
             subscription=local.input_subscription, topic=local.input_topic,
@@ -83,10 +84,10 @@ def build_streaming_pipeline(options: PipelineOptions, configs: ConfigSet,
     outputs = (pipeline
                | "ReadPubSub" >> ReadPubSubMessages(job.subscription, job.topic, job.id_attribute)
                | "DetectRegressions" >> DetectRegressions(
-                   GraphSettings.from_options(configs, options.view_as(TrainguardOptions), streaming=True), seed))
+                   GraphSettings(configs, lifecycle_from(options.view_as(TrainguardOptions)), streaming=True), seed))
     outputs | "WriteBigQuery" >> WriteToBigQueryTables(job.target, job.write_method)
     if job.alerts_topic:
-        outputs[ALERTS] | "PublishAlerts" >> PublishAlerts(job.alerts_topic)
+        outputs[ALERTS.name] | "PublishAlerts" >> PublishAlerts(job.alerts_topic)
     return pipeline
 
 
@@ -100,3 +101,19 @@ def start_streaming(argv: Optional[List[str]] = None) -> PipelineResult:
     configs = load_config_dir(options.view_as(TrainguardOptions).config_dir)
     ensure_tables(job.target)
     return build_streaming_pipeline(options, configs, job).run()
+
+
+def run(argv: List[str]) -> None:
+    """Starts the streaming job; waits for it on a local runner (Ctrl-C stops it), not on Dataflow."""
+    result = start_streaming(argv)
+    options = PipelineOptions(argv)
+    if is_dataflow(options):
+        job_id = getattr(result, "job_id", lambda: None)()
+        print(f"trainguard: streaming job submitted to Dataflow (job id {job_id}); "
+              f"stop it with 'gcloud dataflow jobs drain {job_id}'")
+        return
+    print("trainguard: streaming job running on the local runner; Ctrl-C stops it", flush=True)
+    try:
+        result.wait_until_finish()
+    except KeyboardInterrupt:
+        result.cancel()

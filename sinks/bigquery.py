@@ -21,6 +21,7 @@ lines: ``run_dataflow.sh`` creates the tables from them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import json
@@ -34,18 +35,17 @@ from apache_beam.io.gcp.bigquery_tools import RetryStrategy
 from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.utils.timestamp import Timestamp
 
-from pipeline.config import ConfigSet
-from sinks.schema import DEAD_LETTER, TABLES, Table
+from core.config import ConfigSet
+from core.history import HistorySeed
+from core.records import dead_letter_row
+from core.schema import DEAD_LETTER, TABLES, Table
+from core.vocabulary import WriteMethod
 from sinks.seed import SqlDialect, read_history_seed
-from transforms.history import HistorySeed
-from transforms.records import dead_letter_row
 
 _LOGGER = logging.getLogger(__name__)
 
-STREAMING_INSERTS = "streaming_inserts"
-STORAGE_WRITE_API = "storage_write_api"
-WRITE_METHODS = {STREAMING_INSERTS: WriteToBigQuery.Method.STREAMING_INSERTS,
-                 STORAGE_WRITE_API: WriteToBigQuery.Method.STORAGE_WRITE_API}
+WRITE_METHODS = {WriteMethod.STREAMING_INSERTS: WriteToBigQuery.Method.STREAMING_INSERTS,
+                 WriteMethod.STORAGE_WRITE_API: WriteToBigQuery.Method.STORAGE_WRITE_API}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +76,7 @@ class BigQueryTarget:
         return bigquery.Client(project=self.project, credentials=AnonymousCredentials(),
                                client_options=ClientOptions(api_endpoint=self.endpoint))
 
-    def beam_test_client(self) -> Optional["EndpointClient"]:
+    def beam_test_client(self) -> Optional[EndpointClient]:
         """What to pass as ``WriteToBigQuery(test_client=...)``: None for Google's endpoint."""
         return None if self.endpoint is None else EndpointClient(self)
 
@@ -221,10 +221,8 @@ def storage_write_row(row: Dict[str, Any], table: Table) -> Dict[str, Any]:
     for column in table.columns:
         value = converted.get(column.name)
         if column.type == "TIMESTAMP" and isinstance(value, str):
-            try:
+            with contextlib.suppress(ValueError):  # not a timestamp: BigQuery rejects the row, with its reason
                 converted[column.name] = Timestamp.from_rfc3339(value)
-            except ValueError:
-                pass
     return converted
 
 
@@ -260,7 +258,7 @@ class WriteTableToBigQuery(beam.PTransform):
     rows BigQuery calls invalid are not, and come back with its error.
     """
 
-    def __init__(self, target: BigQueryTarget, table: Table, method: str = STREAMING_INSERTS,
+    def __init__(self, target: BigQueryTarget, table: Table, method: str = WriteMethod.STREAMING_INSERTS,
                  storage_write_triggering_seconds: float = 5.0):
         super().__init__()
         if method not in WRITE_METHODS:
@@ -273,7 +271,7 @@ class WriteTableToBigQuery(beam.PTransform):
     def expand(self, rows):
         table = self.table
         options = {}
-        if self.method == STORAGE_WRITE_API:
+        if self.method == WriteMethod.STORAGE_WRITE_API:
             rows = rows | "TimestampsForStorageWrite" >> beam.Map(storage_write_row, table)
             if rows.pipeline.options.view_as(StandardOptions).streaming:
                 options = {"triggering_frequency": self.storage_write_triggering_seconds, "with_auto_sharding": True}
@@ -308,7 +306,7 @@ class WriteToBigQueryTables(beam.PTransform):
     it is logged as an error.
     """
 
-    def __init__(self, target: BigQueryTarget, method: str = STREAMING_INSERTS):
+    def __init__(self, target: BigQueryTarget, method: str = WriteMethod.STREAMING_INSERTS):
         super().__init__()
         self.target = target
         self.method = method

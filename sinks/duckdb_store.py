@@ -15,10 +15,10 @@ import apache_beam as beam
 import duckdb
 import pyarrow as pa
 
-from pipeline.config import ConfigSet
-from sinks.schema import TABLES, Table
+from core.config import ConfigSet
+from core.history import HistorySeed
+from core.schema import TABLES, Table
 from sinks.seed import SqlDialect, read_history_seed
-from transforms.history import HistorySeed
 
 _DUCKDB_TYPES = {"STRING": "VARCHAR", "FLOAT64": "DOUBLE", "INT64": "BIGINT", "BOOL": "BOOLEAN",
                  "TIMESTAMP": "TIMESTAMPTZ"}

@@ -15,10 +15,11 @@ import collections
 import dataclasses
 from typing import Callable, Sequence
 
-from pipeline.config import ConfigSet
-from sinks.schema import JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS, Table
-from transforms.history import HistorySeed, history_max_points, seed_job_history, seed_metric_history
-from transforms.window_checks import NUMERIC_AGGREGATIONS, WindowResult, seed_window_history
+from core.config import ConfigSet
+from core.history import HistorySeed, history_max_points, seed_job_history, seed_metric_history
+from core.schema import JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS, Table
+from core.window_checks import NUMERIC_AGGREGATIONS, runs_compared, seed_window_history
+from core.windows import WindowResult
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +50,7 @@ def read_history_seed(configs: ConfigSet, query: Query, sql: SqlDialect) -> Hist
     for test, metric, *row in metrics:
         rows_by_metric[(test, metric)].append(tuple(row))
     return HistorySeed(
-        windows=_window_seed(query, sql),
+        windows=_window_seed(configs, query, sql),
         metrics={key: seed_metric_history(
             rows, history_max_points(configs.for_test(key[0]).regression_test, key[1]))
                  for key, rows in rows_by_metric.items()},
@@ -57,7 +58,7 @@ def read_history_seed(configs: ConfigSet, query: Query, sql: SqlDialect) -> Hist
         stored_runs=frozenset((test, run) for test, _, run, _ in jobs))
 
 
-def _window_seed(query: Query, sql: SqlDialect):
+def _window_seed(configs: ConfigSet, query: Query, sql: SqlDialect):
     """Step-aligned window history: the latest revision of each window of successful runs."""
     q, epoch = sql.quote, sql.epoch_seconds
     aggregations = ", ".join(f"w.{q(name)}" for name in NUMERIC_AGGREGATIONS)
@@ -75,5 +76,10 @@ def _window_seed(query: Query, sql: SqlDialect):
         result = WindowResult(test, run, tag, kind, index, start, end, start_step, end_step, n, partial,
                               {a: v for a, v in zip(NUMERIC_AGGREGATIONS, values) if v is not None})
         runs[(test, tag, kind)][(finalized_at, run)].append(result)
-    return {key: seed_window_history([(f, r, windows) for (f, r), windows in by_run.items()])
-            for key, by_run in runs.items()}
+    seeds = {}
+    for (test, tag, kind), by_run in runs.items():
+        tag_config = configs.for_test(test).windows.tags.get(tag)
+        if tag_config is not None and tag_config.spec.kind == kind:
+            seeds[(test, tag, kind)] = seed_window_history(
+                [(f, r, windows) for (f, r), windows in by_run.items()], runs_compared(tag_config))
+    return seeds

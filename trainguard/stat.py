@@ -32,6 +32,8 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import _lifecycle
+from .stats_math import moments as _moments
+from .stats_math import percentile
 from .metrics import api
 
 _PERCENTILE = re.compile(r"^p(\d{1,3}(?:\.\d+)?)$")
@@ -76,22 +78,6 @@ def _aggregation_name(aggregation: Any) -> str:
     if name not in _SIMPLE and not (match and 0 <= float(match.group(1)) <= 100):
         raise ValueError(f"unknown aggregation {aggregation!r}: use {', '.join(_SIMPLE)} or pQ (0 <= Q <= 100)")
     return name
-
-
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0..100) of sorted values, linearly interpolated."""
-    position = (len(sorted_values) - 1) * q / 100.0
-    low = math.floor(position)
-    high = min(low + 1, len(sorted_values) - 1)
-    fraction = position - low
-    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * fraction
-
-
-def _moments(values: Sequence[float]) -> Tuple[int, float, float]:
-    """(count, mean, sum of squared deviations) by two passes."""
-    n = len(values)
-    mean = math.fsum(values) / n
-    return n, mean, math.fsum((v - mean) ** 2 for v in values)
 
 
 def _combine(a: Tuple[int, float, float], b: Tuple[int, float, float]) -> Tuple[int, float, float]:

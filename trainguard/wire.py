@@ -31,8 +31,8 @@ SCHEMA = "trainguard/v1"
 
 RUN_STARTED = "run_started"
 RUN_FINISHED = "run_finished"
-STATUS_SUCCESS = "success"
-FINISHED_STATUSES = ("success", "failure", "timeout")
+STATUS_SUCCESS, STATUS_FAILURE, STATUS_TIMEOUT = "success", "failure", "timeout"
+FINISHED_STATUSES = (STATUS_SUCCESS, STATUS_FAILURE, STATUS_TIMEOUT)
 
 # Pub/Sub message attributes set by publishers. ``ts`` is the message's event
 # time (the latest point or event time in it) in milliseconds since the epoch:

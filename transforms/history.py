@@ -1,131 +1,74 @@
-"""The regression checks as pure state machines, one step per finalized run.
-
-``check_metric`` steps the history of one (test, metric); ``check_job`` steps
-the run history of one test. Both are fed runs in event-time order by
-``transforms.ordered``; the same state is rebuilt from the stored tables at
-start-up (``seed_metric_history`` / ``seed_job_history``) so that history
-continues across invocations.
-"""
+"""The history checks as Beam transforms: RunResult in, rows and alerts out."""
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Tuple
+import apache_beam as beam
 
-from pipeline.config import RegressionTestConfig, TestConfig
-from transforms.aggregation import STATUS_MISSING, RunResult
-from transforms.bounds import compute_bounds, is_within
-from transforms.records import Alert, MetricObservation, metric_history_row
-from trainguard.wire import STATUS_SUCCESS
-
-DEFAULT_HISTORY_MAX_POINTS = 100
+from core.config import ConfigSet
+from core.history import JobHistory, MetricHistory, check_job, check_metric
+from core.records import MetricObservation
+from core.runs import RunResult
+from core.schema import ALERTS
+from transforms.ordered import ConfiguredMachine, in_event_time_order
 
 
-@dataclasses.dataclass
-class MetricHistory:
-    """History of one (test, metric): in-bounds values of successful runs, oldest first."""
-    values: List[float] = dataclasses.field(default_factory=list)
-    # Whether the previous successful run's value was out of bounds; None before any.
-    # Kept apart from ``values`` so that consecutive regressions are always seen.
-    last_out_of_bounds: Optional[bool] = None
+class _MetricMachine(ConfiguredMachine):
+    def initial(self, key, seed):
+        return seed.metrics.get(key) or MetricHistory()
 
-    def record(self, value: float, status: str, within: Optional[bool], max_points: int) -> None:
-        if status != STATUS_SUCCESS:
-            return
-        if within is not False:
-            self.values.append(value)
-            del self.values[:-max_points]
-        self.last_out_of_bounds = within is False
+    def step(self, history, observation):
+        row, alert = check_metric(history, observation, self.configs.for_test(observation.test).regression_test)
+        yield row
+        if alert is not None:
+            yield beam.pvalue.TaggedOutput(ALERTS.name, alert)
 
 
-@dataclasses.dataclass
-class JobHistory:
-    last_status: Optional[str] = None
+class _JobMachine(ConfiguredMachine):
+    def initial(self, key, seed):
+        return seed.jobs.get(key) or JobHistory()
+
+    def step(self, history, run):
+        yield from check_job(history, run, self.configs.for_test(run.test))
 
 
-def history_max_points(config: RegressionTestConfig, metric: str) -> int:
-    condition = config.condition_for(metric)
-    return condition.history_max_points if condition else DEFAULT_HISTORY_MAX_POINTS
+class CheckMetricHistory(beam.PTransform):
+    """RunResult -> (metric_history rows with bounds, metric_out_of_bounds alerts).
+
+    Keyed by (test, metric); each key sees its runs in the order they ended and
+    bounds every value by the history of the earlier successful runs.
+    """
+
+    def __init__(self, configs: ConfigSet, seed, streaming: bool = True):
+        super().__init__()
+        self.configs = configs
+        self.seed = seed
+        self.streaming = streaming
+
+    def expand(self, runs):
+        outputs = (runs
+                   | "Observations" >> beam.FlatMap(MetricObservation.all_of)
+                   | "KeyByMetric" >> beam.Map(lambda o: ((o.test, o.metric), o)).with_output_types(
+                       beam.typehints.KV[beam.typehints.Tuple[str, str], MetricObservation])
+                   | "CheckInOrder" >> beam.ParDo(in_event_time_order(_MetricMachine(self.configs), "metric", self.streaming),
+                                                  self.seed).with_outputs(ALERTS.name, main="rows"))
+        return outputs.rows, outputs[ALERTS.name]
 
 
-def check_metric(history: MetricHistory, observation: MetricObservation,
-                 config: RegressionTestConfig) -> Tuple[dict, Optional[Alert]]:
-    """Bounds one metric value against its history; returns its row and any alert."""
-    metric = observation.metric
-    condition = config.condition_for(metric)
-    bounds = compute_bounds(condition, history.values) if condition else None
-    within = None if bounds is None else is_within(observation.value, bounds, condition.comparison)
-    alert = None
-    if (within is False and observation.status == STATUS_SUCCESS and config.alert_for_oob_metrics
-            and config.may_alert_on(metric)
-            and (not config.alert_after_second_test_failure or history.last_out_of_bounds is not False)):
-        alert = Alert(
-            kind="metric_out_of_bounds", test=observation.test, run=observation.run, metric=metric,
-            value=observation.value, lower_bound=bounds.lower, upper_bound=bounds.upper,
-            created_at=observation.finalized_at,
-            message=(f"{metric} = {observation.value:.6g} is outside bounds "
-                     f"({_fmt(bounds.lower)}, {_fmt(bounds.upper)}) from {len(history.values)} earlier runs"),
-            details={"comparison": condition.comparison, "history_size": len(history.values),
-                     "fixed_value": condition.fixed_value, "stddevs_from_mean": condition.stddevs_from_mean,
-                     "step": observation.step, "run_data": observation.run_data})
-    row = metric_history_row(observation, bounds.lower if bounds else None,
-                             bounds.upper if bounds else None, within)
-    history.record(observation.value, observation.status, within, history_max_points(config, metric))
-    return row, alert
+class CheckJobHistory(beam.PTransform):
+    """RunResult -> run-level alerts (failed or missing job, required metric missing, ...).
 
+    Keyed by test, in the order runs ended, so that "alert only after the second
+    failure in a row" sees the true previous run.
+    """
 
-def _fmt(bound: Optional[float]) -> str:
-    return "-inf/+inf" if bound is None else f"{bound:.6g}"
+    def __init__(self, configs: ConfigSet, seed, streaming: bool = True):
+        super().__init__()
+        self.configs = configs
+        self.seed = seed
+        self.streaming = streaming
 
-
-def check_job(history: JobHistory, run: RunResult, config: TestConfig) -> List[Alert]:
-    """Run-level alerts: failed or missing job, missing required metrics, accuracy never reached."""
-    regression = config.regression_test
-    alerts = []
-    common = {"test": run.test, "run": run.run, "created_at": run.finalized_at}
-    run_details = {"status": run.status, "run_data": run.run_data}
-    if run.status != STATUS_SUCCESS and regression.alert_for_failed_jobs:
-        previous_failed = history.last_status is None or history.last_status != STATUS_SUCCESS
-        if not regression.alert_after_second_test_failure or previous_failed:
-            if run.status == STATUS_MISSING:
-                alerts.append(Alert(kind="run_missing", details=run_details, **common,
-                                    message=f"run {run.run} never reported run_finished"))
-            else:
-                alerts.append(Alert(kind="job_failed", details=run_details, **common,
-                                    message=f"run {run.run} finished with status {run.status}"))
-    history.last_status = run.status
-    present = {m.name for m in run.metrics}
-    for metric in regression.required_metrics:
-        if metric not in present:
-            alerts.append(Alert(kind="required_metric_missing", metric=metric, details=run_details, **common,
-                                message=f"required metric {metric} is missing"))
-    tta = config.metric_collection.time_to_accuracy
-    if run.time_to_accuracy_missed and run.status == STATUS_SUCCESS:
-        alerts.append(Alert(
-            kind="accuracy_not_reached", metric="time_to_accuracy", details=run_details, **common,
-            message=f"{tta.accuracy_tag} never reached {tta.accuracy_threshold:g}"))
-    return alerts
-
-
-def seed_metric_history(rows: Iterable[Tuple[float, str, float, Optional[bool], str]],
-                        max_points: int) -> MetricHistory:
-    """Rebuilds one metric's history from stored (finalized_at, run, value, within, status) rows."""
-    history = MetricHistory()
-    for _, _, value, within, status in sorted(rows, key=lambda r: (r[0], r[1])):
-        history.record(value, status, within, max_points)
-    return history
-
-
-def seed_job_history(rows: Iterable[Tuple[float, str, str]]) -> JobHistory:
-    """Rebuilds one test's run history from stored (finalized_at, run, status) rows."""
-    ordered = sorted(rows)
-    return JobHistory(ordered[-1][2] if ordered else None)
-
-
-@dataclasses.dataclass
-class HistorySeed:
-    """What the pipeline knows at start-up from earlier invocations (the store)."""
-    metrics: Dict[Tuple[str, str], MetricHistory] = dataclasses.field(default_factory=dict)
-    jobs: Dict[str, JobHistory] = dataclasses.field(default_factory=dict)
-    stored_runs: FrozenSet[Tuple[str, str]] = frozenset()
-    windows: Dict[Tuple[str, str, str], Any] = dataclasses.field(default_factory=dict)  # WindowHistory
+    def expand(self, runs):
+        return (runs
+                | "KeyByTest" >> beam.Map(lambda r: (r.test, r)).with_output_types(beam.typehints.KV[str, RunResult])
+                | "CheckInOrder" >> beam.ParDo(in_event_time_order(_JobMachine(self.configs), "job", self.streaming),
+                                               self.seed))

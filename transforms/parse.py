@@ -2,32 +2,15 @@
 
 from __future__ import annotations
 
-import dataclasses
-from typing import NamedTuple, Optional
-
 import apache_beam as beam
 from apache_beam.transforms.deduplicate import DeduplicatePerKey
 from apache_beam.utils.timestamp import Duration
 
-from pipeline.config import ConfigSet
-from transforms.aggregation import MessageSummary, summarize
-from transforms.records import dead_letter_row
+from core.config import ConfigSet
+from core.parse import MessageSummary, ParsedMessage, RawMessage, summarize
+from core.records import dead_letter_row
+from core.schema import DEAD_LETTER
 from trainguard import wire
-
-DEAD_LETTER = "dead_letter"
-
-
-@dataclasses.dataclass(frozen=True)
-class RawMessage:
-    """One payload as it arrived: a Pub/Sub message's data or a line of a replay file."""
-    payload: bytes
-    source: str                  # e.g. "file:data/a.jsonl" or "pubsub:projects/p/subscriptions/s"
-    received_at: Optional[float] = None  # publish time, where the source knows one
-
-
-class ParsedMessage(NamedTuple):
-    message: wire.Message
-    payload: bytes  # the raw bytes it came from
 
 
 class ParseMessageFn(beam.DoFn):
@@ -45,11 +28,11 @@ class ParseMessageFn(beam.DoFn):
         try:
             message, rejections = wire.parse_message(raw.payload)
         except wire.InvalidMessage as e:
-            yield beam.pvalue.TaggedOutput(DEAD_LETTER, dead_letter_row(
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
                 f"invalid message: {e}", raw.payload, raw.source, raw.received_at))
             return
         for rejection in rejections:
-            yield beam.pvalue.TaggedOutput(DEAD_LETTER, dead_letter_row(
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
                 rejection.reason, rejection.payload, raw.source, raw.received_at))
         if message.points or message.events:
             yield beam.window.TimestampedValue(ParsedMessage(message, raw.payload), message.event_time)
@@ -59,8 +42,8 @@ class ParseMessages(beam.PTransform):
     """RawMessage -> (ParsedMessage in event time, dead-letter rows)."""
 
     def expand(self, raw_messages):
-        outputs = raw_messages | beam.ParDo(ParseMessageFn()).with_outputs(DEAD_LETTER, main="messages")
-        return outputs.messages, outputs[DEAD_LETTER]
+        outputs = raw_messages | beam.ParDo(ParseMessageFn()).with_outputs(DEAD_LETTER.name, main="messages")
+        return outputs.messages, outputs[DEAD_LETTER.name]
 
 
 class SummarizeMessages(beam.PTransform):

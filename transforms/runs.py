@@ -11,10 +11,11 @@ from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.utils.timestamp import Duration, Timestamp
 
-from pipeline.config import ConfigSet
-from transforms.aggregation import MessageSummary, RunAccumulator
-from transforms.parse import DEAD_LETTER
-from transforms.records import dead_letter_row
+from core.config import ConfigSet
+from core.parse import MessageSummary
+from core.records import dead_letter_row
+from core.runs import RunAccumulator, RunLifecycle
+from core.schema import DEAD_LETTER
 
 RunKey = Tuple[str, str]
 
@@ -45,10 +46,11 @@ class SkipStoredRuns(beam.PTransform):
 class AssembleRunFn(beam.DoFn):
     """Accumulates a run's messages in state and emits its ``RunResult`` once, when it ends.
 
-    A run ends ``grace`` seconds of event time after its ``run_finished`` event
-    (stragglers still count), or ``run_timeout`` seconds after its latest point
-    when it never finishes (status ``missing``). Messages arriving after that
-    are dead-lettered as late; the run's tombstone is kept for ``retention``.
+    A run ends ``lifecycle.grace_seconds`` of event time after its
+    ``run_finished`` event (stragglers still count), or
+    ``lifecycle.timeout_seconds`` after its latest point when it never finishes
+    (status ``missing``). Messages arriving after that are dead-lettered as
+    late; the run's tombstone is kept for ``lifecycle.retention_seconds``.
     """
 
     ACCUMULATOR = ReadModifyWriteStateSpec("accumulator", PickleCoder())
@@ -56,11 +58,9 @@ class AssembleRunFn(beam.DoFn):
     FINALIZE = TimerSpec("finalize", TimeDomain.WATERMARK)
     EXPIRE = TimerSpec("expire", TimeDomain.WATERMARK)
 
-    def __init__(self, configs: ConfigSet, grace: float, run_timeout: float, retention: float):
+    def __init__(self, configs: ConfigSet, lifecycle: RunLifecycle):
         self.configs = configs
-        self.grace = grace
-        self.run_timeout = run_timeout
-        self.retention = retention
+        self.lifecycle = lifecycle
         self.runs_finalized = beam.metrics.Metrics.counter("trainguard", "runs_finalized")
 
     def process(self, element, timestamp=beam.DoFn.TimestampParam,
@@ -69,17 +69,17 @@ class AssembleRunFn(beam.DoFn):
                 finalize_timer=beam.DoFn.TimerParam(FINALIZE)):
         (test, run), summary = element
         if finalized.read():
-            yield beam.pvalue.TaggedOutput(DEAD_LETTER, dead_letter_row(
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
                 "late: run already finalized", summary.payload, f"run:{test}/{run}", float(timestamp)))
             return
         accumulator = accumulator_state.read() or RunAccumulator(test, run)
         overflow = accumulator.add(summary)
         for event in overflow:
-            yield beam.pvalue.TaggedOutput(DEAD_LETTER, dead_letter_row(
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
                 f"too many events in run (limit {RunAccumulator.MAX_EVENTS})",
                 json.dumps(event._asdict(), sort_keys=True), f"run:{test}/{run}", float(timestamp)))
         accumulator_state.write(accumulator)
-        finalize_timer.set(Timestamp.of(accumulator.finalize_at(self.grace, self.run_timeout)))
+        finalize_timer.set(Timestamp.of(accumulator.finalize_at(self.lifecycle)))
 
     @on_timer(FINALIZE)
     def finalize(self, key=beam.DoFn.KeyParam, fired_at=beam.DoFn.TimestampParam,
@@ -89,9 +89,9 @@ class AssembleRunFn(beam.DoFn):
         accumulator = accumulator_state.read()
         accumulator_state.clear()
         finalized.write(True)
-        expire_timer.set(fired_at + Duration(seconds=self.retention))
+        expire_timer.set(fired_at + Duration(seconds=self.lifecycle.retention_seconds))
         self.runs_finalized.inc()
-        yield accumulator.result(self.configs.for_test(key[0]), self.grace, self.run_timeout)
+        yield accumulator.result(self.configs.for_test(key[0]), self.lifecycle)
 
     @on_timer(EXPIRE)
     def expire(self, finalized=beam.DoFn.StateParam(FINALIZED)):
@@ -101,13 +101,13 @@ class AssembleRunFn(beam.DoFn):
 class AssembleRuns(beam.PTransform):
     """MessageSummary -> (RunResult per finalized run, dead-letter rows for late messages)."""
 
-    def __init__(self, configs: ConfigSet, grace: float, run_timeout: float, retention: float):
+    def __init__(self, configs: ConfigSet, lifecycle: RunLifecycle):
         super().__init__()
-        self.fn = AssembleRunFn(configs, grace, run_timeout, retention)
+        self.fn = AssembleRunFn(configs, lifecycle)
 
     def expand(self, messages):
         outputs = (messages
                    | "KeyByRun" >> beam.Map(lambda m: ((m.test, m.run), m)).with_output_types(
                        beam.typehints.KV[beam.typehints.Tuple[str, str], MessageSummary])
-                   | "Assemble" >> beam.ParDo(self.fn).with_outputs(DEAD_LETTER, main="runs"))
-        return outputs.runs, outputs[DEAD_LETTER]
+                   | "Assemble" >> beam.ParDo(self.fn).with_outputs(DEAD_LETTER.name, main="runs"))
+        return outputs.runs, outputs[DEAD_LETTER.name]

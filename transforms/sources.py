@@ -8,8 +8,8 @@ import apache_beam as beam
 from apache_beam.coders import BytesCoder
 from apache_beam.io.gcp.pubsub import PubsubMessage, ReadFromPubSub
 
-from transforms.parse import RawMessage
 from trainguard import wire
+from transforms.parse import RawMessage
 
 
 def raw_from_pubsub(message: PubsubMessage, source: str) -> RawMessage:

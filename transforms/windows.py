@@ -1,237 +1,253 @@
-"""Live windows over one run's points of one tag: pure Python, no Beam.
+"""Live windows as Beam transforms: windowed points in; window rows, window alerts and late points out.
 
-Three kinds, configured per tag:
-
-- ``count``: N points in step order (ties: time). Window i holds the points of
-  ranks [i*N, (i+1)*N).
-- ``time``: windows of T seconds of event time, aligned to the epoch, sliding
-  every P seconds (P = T: fixed windows). Window k is [k*P, k*P + T).
-- ``count_or_time``: consecutive windows that close after N points or once a
-  point is T seconds after the window's first point, whichever comes first.
-
-Points are placed only once the watermark has passed their time ("settled"),
-in step order, so the windows do not depend on arrival order. A point that
-arrives after its window was emitted, but within the allowed lateness, joins
-that window and the window is emitted again with ``revision`` + 1. The end of
-the run closes the open windows, flagged ``partial``. Percentiles are exact
-(linear interpolation between order statistics, as numpy's default): windows
-are small enough to keep their values.
+The logic is Beam-free in ``core.windows`` (the windows of one tag) and
+``core.stalls`` (silences); the checks of the windows are ``transforms.window_checks``.
 """
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import json
-import math
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional
 
-AGGREGATIONS = ("last", "mean", "min", "max", "sum", "stddev", "p50", "p90", "p99", "histogram")
-HISTOGRAM_BINS = 10
-COUNT, TIME, COUNT_OR_TIME = "count", "time", "count_or_time"
+import apache_beam as beam
+from apache_beam.coders import PickleCoder
+from apache_beam.transforms.timeutil import TimeDomain
+from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec, TimerSpec, on_timer
+from apache_beam.utils.timestamp import Timestamp
 
-WindowPoint = Tuple[float, int, float]  # (time, step or -1, value)
-
-
-@dataclasses.dataclass(frozen=True)
-class WindowSpec:
-    count: Optional[int] = None
-    time_seconds: Optional[float] = None
-    period_seconds: Optional[float] = None  # sliding period of time windows; None: fixed
-    aggregations: Tuple[str, ...] = ("mean", "min", "max")
-
-    @property
-    def kind(self) -> str:
-        if self.count and self.time_seconds:
-            return COUNT_OR_TIME
-        return COUNT if self.count else TIME
-
-    @property
-    def period(self) -> float:
-        return self.period_seconds or self.time_seconds
-
-
-def percentile(ordered: Sequence[float], q: float) -> float:
-    """The q-th percentile (0..100) of sorted values, interpolating linearly."""
-    rank = (len(ordered) - 1) * q / 100.0
-    low = math.floor(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
-
-
-def histogram(ordered: Sequence[float]) -> Dict[str, list]:
-    low, high = ordered[0], ordered[-1]
-    width = (high - low) / HISTOGRAM_BINS
-    counts = [0] * HISTOGRAM_BINS
-    for value in ordered:
-        counts[min(int((value - low) / width), HISTOGRAM_BINS - 1) if width else 0] += 1
-    return {"edges": [low + i * width for i in range(HISTOGRAM_BINS + 1)], "counts": counts}
-
-
-def window_aggregates(points: Sequence[WindowPoint], aggregations: Sequence[str]) -> Dict[str, object]:
-    """The requested aggregates of a window's points; every one is order-independent."""
-    values = sorted(p[2] for p in points)
-    n = len(values)
-    total = math.fsum(values)
-    mean = total / n
-    available = {
-        "last": lambda: max(points)[2],
-        "mean": lambda: mean,
-        "min": lambda: values[0],
-        "max": lambda: values[-1],
-        "sum": lambda: total,
-        "stddev": lambda: math.sqrt(math.fsum((v - mean) ** 2 for v in values) / n),
-        "p50": lambda: percentile(values, 50),
-        "p90": lambda: percentile(values, 90),
-        "p99": lambda: percentile(values, 99),
-        "histogram": lambda: json.dumps(histogram(values), separators=(",", ":")),
-    }
-    return {name: available[name]() for name in aggregations}
+from core.aggregation import NO_STEP
+from core.config import ConfigSet
+from core.parse import MessageSummary
+from core.records import Alert, dead_letter_row, iso_utc, window_row
+from core.runs import RunLifecycle
+from core.schema import ALERTS, DEAD_LETTER
+from core.stalls import StallWatch
+from core.vocabulary import AlertKind
+from core.windows import TagWindows, Window, WindowPoint, WindowResult, window_aggregates
+from trainguard import wire
+from transforms.window_checks import CheckWindows
 
 
 @dataclasses.dataclass
-class Window:
-    kind: str
-    index: int
-    points: List[WindowPoint]
-    start_time: float      # time windows: the window's bounds; others: first and last point
-    end_time: float
-    revision: int = 0
-    partial: bool = False
-
-    @property
-    def start_step(self) -> Optional[int]:
-        steps = [p[1] for p in self.points if p[1] >= 0]
-        return min(steps) if steps else None
-
-    @property
-    def end_step(self) -> Optional[int]:
-        steps = [p[1] for p in self.points if p[1] >= 0]
-        return max(steps) if steps else None
+class _RunWindows:
+    """Everything one run keeps for its windows."""
+    tags: Dict[str, TagWindows]
+    stalls: Optional[StallWatch] = None
+    last_time: Optional[float] = None        # latest point or event
+    finished_time: Optional[float] = None
+    watermark_floor: float = float("-inf")   # the watermark is at least this (a timer fired there)
+    scheduled: Optional[float] = None        # when the settle timer is set to fire
+    closed: bool = False
 
 
-def _step_order(point: WindowPoint):
-    time, step, value = point
-    return step, time, value
+class WindowRunFn(beam.DoFn):
+    """((test, run), MessageSummary) -> (WindowResult, revision); stall alerts; late points.
 
+    Keyed by run: points wait until the watermark passes them, then fill the
+    tag's windows in step order; the run's end (the same rule as the run
+    assembler) closes the open ones as partial. A point more than the allowed
+    lateness behind the watermark is dead-lettered as ``late``. A DoFn cannot
+    read the watermark, so "the watermark" here is the latest time at which one
+    of the run's timers fired (the watermark had passed it): a lower bound,
+    which errs towards accepting a point (its window is re-emitted with a new
+    revision), never towards dropping one.
+    """
 
-class TagWindows:
-    """The windows of one (test, run, tag), stepped by points and watermark advances."""
+    STATE = ReadModifyWriteStateSpec("run_windows", PickleCoder())
+    POINTS = BagStateSpec("window_points", PickleCoder())  # batches of (tag, point) not yet placed
+    SETTLE = TimerSpec("settle_windows", TimeDomain.WATERMARK)
+    CLOSE = TimerSpec("close_windows", TimeDomain.WATERMARK)
+    STALL = TimerSpec("stall", TimeDomain.WATERMARK)
+    EXPIRE = TimerSpec("expire_windows", TimeDomain.WATERMARK)
 
-    def __init__(self, spec: WindowSpec):
-        self.spec = spec
-        self.pending: List[WindowPoint] = []        # not yet settled
-        self.open: List[WindowPoint] = []           # count kinds: the open window, in step order
-        self.open_index = 0
-        self.open_by_index: Dict[int, List[WindowPoint]] = {}  # time kind: windows not yet ended
-        self.emitted: Dict[int, Window] = {}        # kept while late points may still join them
+    def __init__(self, configs: ConfigSet, lifecycle: RunLifecycle, streaming: bool):
+        self.configs = configs
+        self.lifecycle = lifecycle
+        # A bounded replay has all its input before any timer fires: settling as the
+        # watermark advances would only re-read state, so the run's close does it all.
+        self.incremental = streaming
 
-    def add(self, point: WindowPoint) -> List[Window]:
-        """A new point; returns already emitted windows it updates (a late point within lateness)."""
-        updated = self.update_emitted(point)
-        if updated is None:
-            self.pending.append(point)
-            return []
-        return [updated]
+    def _windows(self, test: str):
+        return self.configs.for_test(test).windows
 
-    def update_emitted(self, point: WindowPoint) -> Optional[Window]:
-        """Adds a point to the emitted window it belongs to, if any; returns that window."""
-        if self.spec.kind == TIME:
-            indexes = [k for k in self._time_indexes(point[0]) if k in self.emitted]
-            for k in indexes:
-                self._join(self.emitted[k], point)
-            return self.emitted[indexes[-1]] if indexes else None
-        if not self.emitted:
-            return None
-        key = _step_order(point)
-        if self.open:
-            if key >= _step_order(self.open[0]):
-                return None
-        elif key > _step_order(self.emitted[max(self.emitted)].points[-1]):
-            return None  # after every emitted window: it starts the next one
-        # Sequential windows are consecutive in step order: the point belongs to the
-        # last emitted window that starts at or before it.
-        ordered = [self.emitted[i] for i in sorted(self.emitted)]
-        starting_before = [w for w in ordered if _step_order(w.points[0]) <= key]
-        target = starting_before[-1] if starting_before else ordered[0]
-        self._join(target, point)
-        return target
+    def process(self, element, state=beam.DoFn.StateParam(STATE), pending=beam.DoFn.StateParam(POINTS),
+                settle=beam.DoFn.TimerParam(SETTLE), close=beam.DoFn.TimerParam(CLOSE),
+                stall=beam.DoFn.TimerParam(STALL)):
+        (test, run), summary = element
+        config = self._windows(test)
+        run_windows = state.read() or _RunWindows(
+            {tag: TagWindows(c.spec) for tag, c in config.tags.items()},
+            None if config.stall_seconds is None else StallWatch(config.stall_seconds))
+        if not run_windows.closed:  # else the run assembler dead-letters the whole late message
+            yield from self._absorb(test, run, summary, config, run_windows, pending, settle, close, stall)
+            state.write(run_windows)
+
+    def _absorb(self, test, run, summary, config, run_windows, pending, settle, close, stall):
+        """Takes one message's points into the run's windows (or the late output) and sets the timers."""
+        waiting = []
+        for tag, value, step, time in summary.window_points:
+            if time < run_windows.watermark_floor - config.allowed_lateness_seconds:
+                yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
+                    f"late: point more than {config.allowed_lateness_seconds:g} s behind the watermark",
+                    json.dumps({"id": summary.id, "test": test, "run": run, "point": {
+                        "tag": tag, "value": value, "step": step, "time": time}}, sort_keys=True),
+                    f"run:{test}/{run}", time))
+                continue
+            point = WindowPoint(time, NO_STEP if step is None else step, value)
+            updated = run_windows.tags[tag].update_emitted(point) if run_windows.tags[tag].emitted else None
+            if updated is None:
+                waiting.append((tag, point))
+            else:
+                yield self._result(test, run, tag, updated)
+        if waiting:
+            pending.add(waiting)
+        if run_windows.stalls is not None:
+            run_windows.stalls.add(summary.first_time, summary.last_time)
+        for event in summary.events:
+            if event.type == wire.RUN_FINISHED:
+                run_windows.finished_time = max(event.time, run_windows.finished_time or event.time)
+        run_windows.last_time = max(summary.last_time, run_windows.last_time or summary.last_time)
+        close.set(Timestamp.of(self._finalized_at(run_windows)))
+        if self.incremental:
+            span_due = [summary.first_time] if run_windows.stalls is not None else []
+            due = min([item[1].time for item in waiting] + span_due + [run_windows.scheduled or float("inf")])
+            if due < float("inf") and due != run_windows.scheduled:
+                run_windows.scheduled = max(due, run_windows.watermark_floor)
+                settle.set(Timestamp.of(run_windows.scheduled))
+            if run_windows.stalls is not None:
+                stall.set(Timestamp.of(run_windows.last_time + config.stall_seconds))
 
     @staticmethod
-    def _join(window: Window, point: WindowPoint) -> None:
-        bisect.insort(window.points, point, key=_step_order)
-        window.revision += 1
-        if window.kind != TIME:
-            window.start_time = min(window.start_time, point[0])
-            window.end_time = max(window.end_time, point[0])
+    def _take_pending(run_windows: _RunWindows, pending, upto: float) -> List[float]:
+        """Moves the buffered points at or before ``upto`` into their tag's windows.
 
-    def _time_indexes(self, time: float) -> range:
-        period, length = self.spec.period, self.spec.time_seconds
-        return range(math.floor((time - length) / period) + 1, math.floor(time / period) + 1)
+        Returns the times of the points left buffered."""
+        waiting = [item for batch in pending.read() for item in batch]
+        later = [item for item in waiting if item[1].time > upto]
+        pending.clear()
+        if later:
+            pending.add(later)
+        for tag, point in waiting:
+            if point.time <= upto:
+                run_windows.tags[tag].pending.append(point)
+        return [point.time for _, point in later]
 
-    def settle(self, watermark: float) -> List[Window]:
-        """Places every pending point at or before the watermark; returns the windows that closed."""
-        closed = self._place_pending(watermark)
-        if self.spec.kind == TIME:
-            for index in sorted(self.open_by_index):
-                if index * self.spec.period + self.spec.time_seconds <= watermark:
-                    closed.append(self._close_time_window(index, partial=False))
-        return closed
+    def _finalized_at(self, run_windows: _RunWindows) -> float:
+        return self.lifecycle.finalization_time(run_windows.finished_time, run_windows.last_time)
 
-    def _place_pending(self, watermark: float) -> List[Window]:
-        ready = sorted((p for p in self.pending if p[0] <= watermark), key=_step_order)
-        self.pending = [p for p in self.pending if p[0] > watermark]
-        closed: List[Window] = []
-        for point in ready:
-            closed += self._place(point)
-        return closed
+    def _stall_alerts(self, key, run_windows: _RunWindows, gap_starts):
+        test, run = key
+        for gap_start in gap_starts:
+            detected = gap_start + run_windows.stalls.stall_seconds
+            if detected >= self._finalized_at(run_windows):
+                continue  # the run had ended by then: silence after the end is no stall
+            yield beam.pvalue.TaggedOutput(ALERTS.name, Alert(
+                kind=AlertKind.RUN_STALLED, test=test, run=run, created_at=detected, instance=repr(gap_start),
+                message=f"run {run} sent nothing for {run_windows.stalls.stall_seconds:g} s of event time "
+                        f"after {iso_utc(gap_start)}",
+                details={"silent_since": iso_utc(gap_start), "stall_seconds": run_windows.stalls.stall_seconds}))
 
-    def _place(self, point: WindowPoint) -> List[Window]:
-        spec = self.spec
-        if spec.kind == TIME:
-            for index in self._time_indexes(point[0]):
-                self.open_by_index.setdefault(index, []).append(point)
-            return []
-        closed = []
-        if spec.kind == COUNT_OR_TIME and self.open and point[0] >= self.open[0][0] + spec.time_seconds:
-            closed.append(self._close_sequential(partial=False))
-        self.open.append(point)
-        if len(self.open) >= spec.count:
-            closed.append(self._close_sequential(partial=False))
-        return closed
+    @staticmethod
+    def _schedule(run_windows: _RunWindows, settle, buffered_times: List[float]) -> None:
+        dues = [d for d in (w.next_due() for w in run_windows.tags.values()) if d is not None]
+        dues += buffered_times
+        if run_windows.stalls is not None and run_windows.stalls.next_due() is not None:
+            dues.append(run_windows.stalls.next_due())
+        run_windows.scheduled = max(min(dues), run_windows.watermark_floor) if dues else None
+        if run_windows.scheduled is not None:
+            settle.set(Timestamp.of(run_windows.scheduled))
 
-    def _close_sequential(self, partial: bool) -> Window:
-        times = [p[0] for p in self.open]
-        window = Window(self.spec.kind, self.open_index, sorted(self.open, key=_step_order),
-                        min(times), max(times), partial=partial)
-        self.emitted[window.index] = window
-        self.open, self.open_index = [], self.open_index + 1
-        return window
+    def _result(self, test: str, run: str, tag: str, window: Window):
+        aggregations = self._windows(test).tags[tag].spec.aggregations
+        result = WindowResult(test, run, tag, window.kind, window.index, window.start_time, window.end_time,
+                              window.start_step, window.end_step, len(window.points), window.partial,
+                              window_aggregates(window.points, aggregations))
+        return result, window.revision
 
-    def _close_time_window(self, index: int, partial: bool) -> Window:
-        start = index * self.spec.period
-        window = Window(TIME, index, sorted(self.open_by_index.pop(index), key=_step_order),
-                        start, start + self.spec.time_seconds, partial=partial)
-        self.emitted[index] = window
-        return window
+    @on_timer(SETTLE)
+    def on_settle(self, key=beam.DoFn.KeyParam, fired_at=beam.DoFn.TimestampParam,
+                  state=beam.DoFn.StateParam(STATE), pending=beam.DoFn.StateParam(POINTS),
+                  settle=beam.DoFn.TimerParam(SETTLE)):
+        run_windows = state.read()
+        if run_windows is None or run_windows.closed:
+            return
+        watermark = float(fired_at)
+        run_windows.watermark_floor = max(run_windows.watermark_floor, watermark)
+        buffered_times = self._take_pending(run_windows, pending, watermark)
+        lateness = self._windows(key[0]).allowed_lateness_seconds
+        for tag, windows in run_windows.tags.items():
+            for window in windows.settle(watermark):
+                yield self._result(*key, tag, window)
+            windows.expire(before=watermark - lateness)
+        if run_windows.stalls is not None:
+            yield from self._stall_alerts(key, run_windows, run_windows.stalls.settle(watermark))
+        self._schedule(run_windows, settle, buffered_times)
+        state.write(run_windows)
 
-    def close(self) -> List[Window]:
-        """The run ended: every pending point is placed and every open window closes as partial."""
-        closed = self._place_pending(math.inf)
-        if self.spec.kind == TIME:
-            closed += [self._close_time_window(index, partial=True) for index in sorted(self.open_by_index)]
-        elif self.open:
-            closed.append(self._close_sequential(partial=True))
-        return closed
+    @on_timer(CLOSE)
+    def on_close(self, key=beam.DoFn.KeyParam, fired_at=beam.DoFn.TimestampParam,
+                 state=beam.DoFn.StateParam(STATE), pending=beam.DoFn.StateParam(POINTS),
+                 expire=beam.DoFn.TimerParam(EXPIRE)):
+        run_windows = state.read()
+        if run_windows is None or run_windows.closed:
+            return
+        self._take_pending(run_windows, pending, float("inf"))
+        for tag, windows in run_windows.tags.items():
+            for window in windows.close():
+                yield self._result(*key, tag, window)
+        if run_windows.stalls is not None:  # timer families may fire in any order: finish the stall check here
+            stalls = run_windows.stalls
+            gaps = stalls.settle(float("inf")) + stalls.ongoing(float("inf"), run_windows.last_time)
+            yield from self._stall_alerts(key, run_windows, gaps)
+        # Keep only the fact that the run is closed (its windows can no longer change) for a while.
+        state.write(_RunWindows({}, closed=True))
+        expire.set(fired_at + self.lifecycle.retention_seconds)
 
-    def next_due(self) -> Optional[float]:
-        """The earliest event time at which ``settle`` would have work."""
-        candidates = [min(p[0] for p in self.pending)] if self.pending else []
-        if self.spec.kind == TIME and self.open_by_index:
-            candidates.append(min(self.open_by_index) * self.spec.period + self.spec.time_seconds)
-        return min(candidates) if candidates else None
+    @on_timer(EXPIRE)
+    def on_expire(self, state=beam.DoFn.StateParam(STATE)):
+        state.clear()
 
-    def expire(self, before: float) -> None:
-        """Forgets emitted windows that ended before ``before``: late points can no longer join them."""
-        for index in [i for i, w in self.emitted.items() if w.end_time < before]:
-            del self.emitted[index]
+    @on_timer(STALL)
+    def on_stall(self, key=beam.DoFn.KeyParam, fired_at=beam.DoFn.TimestampParam,
+                 state=beam.DoFn.StateParam(STATE)):
+        run_windows = state.read()
+        if run_windows is None or run_windows.closed:
+            return
+        now = float(fired_at)
+        run_windows.watermark_floor = max(run_windows.watermark_floor, now)
+        gaps = run_windows.stalls.ongoing(now, run_windows.last_time)
+        state.write(run_windows)
+        yield from self._stall_alerts(key, run_windows, gaps)
+
+
+class LiveWindows(beam.PTransform):
+    """(de-duplicated MessageSummary, RunResult) -> (metric_windows rows, window alerts, late points).
+
+    ``seed`` (a singleton side input of ``HistorySeed``) carries the step-aligned
+    history of earlier invocations.
+
+    Only tests with a ``window_config`` cost anything: other messages carry no
+    window points and are dropped before the shuffle.
+    """
+
+    def __init__(self, configs: ConfigSet, lifecycle: RunLifecycle, seed, streaming: bool = False):
+        super().__init__()
+        self.configs = configs
+        self.fn = WindowRunFn(configs, lifecycle, streaming)
+        self.seed = seed
+        self.streaming = streaming
+
+    def expand(self, inputs):
+        summaries, runs = inputs
+        configs = self.configs
+        windowed = (summaries
+                    | "OfWindowedTests" >> beam.Filter(lambda s: bool(configs.for_test(s.test).windows.tags))
+                    | "KeyByRun" >> beam.Map(lambda s: ((s.test, s.run), s)).with_output_types(
+                        beam.typehints.KV[beam.typehints.Tuple[str, str], MessageSummary])
+                    | "Windows" >> beam.ParDo(self.fn).with_outputs(ALERTS.name, DEAD_LETTER.name, main="results"))
+        results = windowed.results
+        rows = results | "Rows" >> beam.MapTuple(window_row)
+        check_alerts = (results, runs) | "Checks" >> CheckWindows(configs, self.seed, self.streaming)
+        alerts = (windowed[ALERTS.name], check_alerts) | "WindowAlerts" >> beam.Flatten()
+        return rows, alerts, windowed[DEAD_LETTER.name]

@@ -54,7 +54,7 @@ class BigQueryEmulator:
         self._start_timeout = start_timeout
         self._process: Optional[subprocess.Popen] = None
 
-    def start(self) -> "BigQueryEmulator":
+    def start(self) -> BigQueryEmulator:
         if self._process is not None:
             raise RuntimeError("A BigQueryEmulator can only be started once")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [_REPO_ROOT, os.environ.get("PYTHONPATH")])))
@@ -83,7 +83,7 @@ class BigQueryEmulator:
         finally:
             process.stdout.close()
 
-    def __enter__(self) -> "BigQueryEmulator":
+    def __enter__(self) -> BigQueryEmulator:
         return self.start()
 
     def __exit__(self, *exc_info) -> None:

@@ -24,7 +24,7 @@ def _no_grpc_proxy_for_local_hosts() -> str:
     gRPC honours ``http(s)_proxy``; without this, a proxy configured on the
     machine would swallow connections to the in-process server.
     """
-    current = os.environ.get("no_grpc_proxy") or os.environ.get("no_proxy") or ""
+    current = os.environ.get("no_grpc_proxy") or os.environ.get("no_proxy") or ""  # noqa: SIM112 - gRPC reads lower case
     entries = [entry for entry in current.split(",") if entry]
     return ",".join(entries + [host for host in _LOCAL_HOSTS if host not in entries])
 

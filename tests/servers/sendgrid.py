@@ -78,10 +78,10 @@ def _reply(value: ReplyLike) -> Reply:
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
-    server: "_HTTPServer"
+    server: _HTTPServer
     protocol_version = "HTTP/1.1"
 
-    def do_POST(self):  # noqa: N802 - http.server's naming
+    def do_POST(self):
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         reply = self.server.fake.next_reply() if self.path == MAIL_SEND_PATH else Reply(404, body=b"not found")
         self.server.fake.record(RecordedRequest(self.command, self.path, dict(self.headers), body, reply.status))
@@ -100,7 +100,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 class _HTTPServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
-    fake: "FakeSendGrid"
+    fake: FakeSendGrid
 
 
 class FakeSendGrid:
@@ -116,7 +116,7 @@ class FakeSendGrid:
 
     # -- lifecycle ------------------------------------------------------
 
-    def start(self) -> "FakeSendGrid":
+    def start(self) -> FakeSendGrid:
         self._server = _HTTPServer(("127.0.0.1", 0), _Handler)
         self._server.fake = self
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="fake-sendgrid",
@@ -131,7 +131,7 @@ class FakeSendGrid:
             self._thread.join()
             self._server = None
 
-    def __enter__(self) -> "FakeSendGrid":
+    def __enter__(self) -> FakeSendGrid:
         return self.start()
 
     def __exit__(self, *exc_info) -> None:

@@ -7,11 +7,11 @@ from apache_beam.testing.test_stream import TestStream
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.utils.timestamp import Timestamp
 
-from pipeline.graph import ALERTS, DEAD_LETTER, METRIC_WINDOWS, GraphSettings
-from tests.beam_support import (T0, batch_pipeline, configs, detect, finished, gather, raw, started,
-                                streaming_pipeline)
-
-TestStream.__test__ = False
+from core.runs import RunLifecycle
+from core.schema import ALERTS, DEAD_LETTER, METRIC_WINDOWS
+from pipeline.graph import GraphSettings
+from tests.support import T0
+from tests.transforms.support import batch_pipeline, configs, detect, finished, gather, raw, started, streaming_pipeline
 
 LOSS_WINDOWS = {"window_config": {
     "allowed_lateness_seconds": 30, "stall_seconds": 300,
@@ -20,7 +20,7 @@ LOSS_WINDOWS = {"window_config": {
         "condition": {"comparison": "less", "success_threshold": {"stddevs_from_mean": 3},
                       "wait_for_n_points_of_history": 2}, "min_effect_rel": 0.05}]},
              "tput": {"time_seconds": 20, "aggregations": ["mean"]}}}}
-SETTINGS = GraphSettings(configs(cifar=LOSS_WINDOWS), run_grace_seconds=10, run_timeout_seconds=600)
+SETTINGS = GraphSettings(configs(cifar=LOSS_WINDOWS), RunLifecycle(grace_seconds=10, timeout_seconds=600))
 STREAMING = dataclasses.replace(SETTINGS, streaming=True)
 
 
@@ -44,11 +44,11 @@ def test_count_windows_partial_at_run_end_and_step_aligned_alerts():
                 + run_messages("r3", T0 + 2000, [1.0] * 4 + [0.9, 0.95, 0.9, 0.92] + [0.3]))
     with batch_pipeline() as p:
         outputs = detect(p | beam.Create(messages), SETTINGS)
-        windows = outputs[METRIC_WINDOWS]
+        windows = outputs[METRIC_WINDOWS.name]
         assert_that(windows | beam.Filter(lambda r: r["tag"] == "loss") | beam.Map(key), equal_to([
             (run, "loss", "count", index, 0, index == 2, 1 if index == 2 else 4)
             for run in ("r1", "r2", "r3") for index in range(3)]), label="loss windows")
-        assert_that(outputs[ALERTS] | beam.Map(lambda a: (a["kind"], a["run_id"], a["metric_name"],
+        assert_that(outputs[ALERTS.name] | beam.Map(lambda a: (a["kind"], a["run_id"], a["metric_name"],
                                                           json.loads(a["details"])["window"]["index"])),
                     equal_to([("window_out_of_bounds", "r3", "loss_mean", 1)]), label="alert")
 
@@ -56,7 +56,7 @@ def test_count_windows_partial_at_run_end_and_step_aligned_alerts():
 def test_window_rows_carry_the_requested_aggregations():
     with batch_pipeline() as p:
         outputs = detect(p | beam.Create(run_messages("r1", T0, [1.0, 2.0, 3.0, 4.0])), SETTINGS)
-        assert_that(outputs[METRIC_WINDOWS] | beam.Filter(lambda r: r["tag"] == "loss")
+        assert_that(outputs[METRIC_WINDOWS.name] | beam.Filter(lambda r: r["tag"] == "loss")
                     | beam.Map(lambda r: (r["mean"], r["max"], r["p90"], r.get("min"), r["start_step"],
                                           r["end_step"])),
                     equal_to([(2.5, 4.0, 3.7, None, 0, 30)]))
@@ -70,7 +70,7 @@ def test_windows_do_not_depend_on_input_order():
     results = []
     for order in (messages, shuffled):
         with batch_pipeline() as p:
-            rows = detect(p | beam.Create(order), SETTINGS)[METRIC_WINDOWS]
+            rows = detect(p | beam.Create(order), SETTINGS)[METRIC_WINDOWS.name]
             results.append(gather(rows | beam.Map(lambda r: json.dumps(r, sort_keys=True)), "rows"))
     assert sorted(results[0]) == sorted(results[1])
     assert len(results[0]) == 3 + 2  # loss: 4 + 4 + 3 (partial); tput: [T0, T0+20) and [T0+20, T0+40)
@@ -94,10 +94,10 @@ def test_streaming_late_points_update_within_lateness_and_dead_letter_beyond():
               .advance_watermark_to_infinity())
     with streaming_pipeline() as p:
         outputs = detect(p | stream, STREAMING)
-        assert_that(outputs[METRIC_WINDOWS] | beam.Filter(lambda r: r["tag"] == "loss")
+        assert_that(outputs[METRIC_WINDOWS.name] | beam.Filter(lambda r: r["tag"] == "loss")
                     | beam.Map(lambda r: (r["window_index"], r["revision"], r["n"], r["max"])),
                     equal_to([(0, 0, 4, 4.0), (0, 1, 5, 9.0), (1, 0, 1, 1.0)]), label="revision")
-        assert_that(outputs[DEAD_LETTER] | beam.Map(lambda d: (d["reason"][:4], json.loads(d["payload"])["id"])),
+        assert_that(outputs[DEAD_LETTER.name] | beam.Map(lambda d: (d["reason"][:4], json.loads(d["payload"])["id"])),
                     equal_to([("late", "late-no")]), label="late")
 
 
@@ -114,8 +114,8 @@ def test_streaming_stall_alert_is_driven_by_the_watermark():
               .advance_watermark_to_infinity())
     with streaming_pipeline() as p:
         outputs = detect(p | stream, STREAMING)
-        assert_that(outputs[ALERTS] | beam.Map(lambda a: (a["kind"], a["created_at"])),
-                    equal_to([("run_stalled", "2025-11-21T04:45:01.000000Z")]), label="stall")
+        assert_that(outputs[ALERTS.name] | beam.Map(lambda a: (a["kind"], a["created_at"])),
+                    equal_to([("run_stalled", "2025-11-20T00:05:01.000000Z")]), label="stall")
 
 
 def test_replay_finds_a_mid_run_stall_once_like_the_stream_would():
@@ -124,8 +124,8 @@ def test_replay_finds_a_mid_run_stall_once_like_the_stream_would():
                 + [raw("cifar", "r1", "e", events=[finished(T0 + 502)])])
     with batch_pipeline() as p:
         outputs = detect(p | beam.Create(messages + messages[:2]), SETTINGS)
-        assert_that(outputs[ALERTS] | beam.Map(lambda a: (a["kind"], a["created_at"])),
-                    equal_to([("run_stalled", "2025-11-21T04:45:02.000000Z")]))  # silent from T0+2, +300 s
+        assert_that(outputs[ALERTS.name] | beam.Map(lambda a: (a["kind"], a["created_at"])),
+                    equal_to([("run_stalled", "2025-11-20T00:05:02.000000Z")]))  # silent from T0+2, +300 s
 
 
 def test_streaming_time_windows_close_with_the_watermark_and_debounce_recovers():
@@ -134,7 +134,7 @@ def test_streaming_time_windows_close_with_the_watermark_and_debounce_recovers()
             "aggregation": "mean", "history": "trailing", "trailing_windows": 3,
             "condition": {"comparison": "greater", "success_threshold": {"fixed_value": 50}},
             "debounce": {"windows": 3, "out_of_bounds": 2}}]}}}})
-    settings = GraphSettings(trailing, run_grace_seconds=10, run_timeout_seconds=600, streaming=True)
+    settings = GraphSettings(trailing, RunLifecycle(grace_seconds=10, timeout_seconds=600), streaming=True)
     # one point per 10 s window: 100, 10, 100, 10, 10, 100, 100, 100, 10, 10
     values = [100, 10, 100, 10, 10, 100, 100, 100, 10, 10]
     stream = TestStream().advance_watermark_to(at(T0))
@@ -145,7 +145,7 @@ def test_streaming_time_windows_close_with_the_watermark_and_debounce_recovers()
               .advance_watermark_to(at(T0 + 200)).advance_watermark_to_infinity())
     with streaming_pipeline() as p:
         outputs = detect(p | stream, settings)
-        assert_that(outputs[METRIC_WINDOWS] | beam.Map(lambda r: (r["window_index"] - int(T0 // 10), r["partial"])),
+        assert_that(outputs[METRIC_WINDOWS.name] | beam.Map(lambda r: (r["window_index"] - int(T0 // 10), r["partial"])),
                     equal_to([(i, False) for i in range(10)]), label="complete windows")
-        assert_that(outputs[ALERTS] | beam.Map(lambda a: json.loads(a["details"])["window"]["index"] - int(T0 // 10)),
+        assert_that(outputs[ALERTS.name] | beam.Map(lambda a: json.loads(a["details"])["window"]["index"] - int(T0 // 10)),
                     equal_to([3, 9]), label="fires, recovers (window 6), fires again")

@@ -4,21 +4,32 @@ import random
 import apache_beam as beam
 import pytest
 from apache_beam.testing.test_stream import TestStream
-
-TestStream.__test__ = False  # a Beam transform, not a pytest test class
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.utils.timestamp import Timestamp
 
-from pipeline.graph import ALERTS, DEAD_LETTER, JOB_HISTORY, METRIC_HISTORY, GraphSettings
-from tests.beam_support import (T0, batch_pipeline, configs, detect, finished, gather, raw, simple_run, started,
-                                streaming_pipeline)
-from transforms.parse import DeduplicateMessages, ParseMessages, RawMessage, SummarizeMessages
-from transforms.history import HistorySeed, MetricHistory, JobHistory
+from core.history import HistorySeed, JobHistory, MetricHistory
+from core.parse import RawMessage
+from core.runs import RunLifecycle
+from core.schema import ALERTS, DEAD_LETTER, JOB_HISTORY, METRIC_HISTORY
+from pipeline.graph import GraphSettings
+from tests.support import T0
+from tests.transforms.support import (
+    batch_pipeline,
+    configs,
+    detect,
+    finished,
+    gather,
+    raw,
+    simple_run,
+    started,
+    streaming_pipeline,
+)
+from transforms.parse import DeduplicateMessages, ParseMessages, SummarizeMessages
 
 ALERTING = configs(cifar={"regression_test_config": {
     "metric_success_conditions": {"acc_final": {"comparison": "greater", "success_threshold": {"fixed_value": 50}}},
     "alert_after_second_test_failure": False}})
-SETTINGS = GraphSettings(ALERTING, run_grace_seconds=60, run_timeout_seconds=3600)
+SETTINGS = GraphSettings(ALERTING, RunLifecycle(grace_seconds=60, timeout_seconds=3600))
 
 
 def test_parse_splits_good_messages_from_dead_letters():
@@ -34,7 +45,7 @@ def test_parse_splits_good_messages_from_dead_letters():
                     equal_to([("m1", 1, b"{")]), label="good")
         assert_that(dead | beam.Map(lambda d: (d["source"], d["reason"].split(":")[0], d["received_at"])),
                     equal_to([("test", "invalid point [1]", None), ("file:x.jsonl", "invalid message", None),
-                              ("file:y.jsonl", "invalid message", "2025-11-21T04:40:00.000000Z")]), label="dead")
+                              ("file:y.jsonl", "invalid message", "2025-11-20T00:00:00.000000Z")]), label="dead")
         assert_that(dead | "payloads" >> beam.Map(lambda d: d["payload"]) | beam.Filter(lambda s: "\\x" in s),
                     equal_to(["\\xff\x00"]), label="raw bytes kept")
 
@@ -69,15 +80,15 @@ def expected_history_outputs():
 
 def test_history_checks_in_end_time_order():
     results = {k: [json.loads(r) for r in v] for k, v in expected_history_outputs().items()}
-    jobs = sorted(results[JOB_HISTORY], key=lambda r: r["run_id"])
+    jobs = sorted(results[JOB_HISTORY.name], key=lambda r: r["run_id"])
     assert [j["job_status"] for j in jobs] == ["success", "success", "success", "failure", "success", "success"]
-    metrics = sorted(results[METRIC_HISTORY], key=lambda r: (r["run_id"], r["metric_name"]))
+    metrics = sorted(results[METRIC_HISTORY.name], key=lambda r: (r["run_id"], r["metric_name"]))
     acc = [m for m in metrics if m["metric_name"] == "acc_final"]
     assert [m["within_bounds"] for m in acc] == [True, True, False, True, False, False]
-    assert sorted((a["kind"], a["run_id"]) for a in results[ALERTS]) == [
+    assert sorted((a["kind"], a["run_id"]) for a in results[ALERTS.name]) == [
         ("job_failed", "run-3"), ("metric_out_of_bounds", "run-2"), ("metric_out_of_bounds", "run-4"),
         ("metric_out_of_bounds", "run-5")]
-    assert [d["reason"][:15] for d in results[DEAD_LETTER]] == ["invalid message"]
+    assert [d["reason"][:15] for d in results[DEAD_LETTER.name]] == ["invalid message"]
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -101,11 +112,11 @@ def test_seeded_history_continues_across_invocations():
         outputs = detect(p | beam.Create(simple_run("cifar", "old-run", T0, 10.0)
                                          + simple_run("cifar", "new", T0 + 86400, 69.0, status="failure")),
                          GraphSettings(stdd), seed)
-        assert_that(outputs[JOB_HISTORY] | beam.Map(lambda r: r["run_id"]), equal_to(["new"]), label="skip stored")
-        assert_that(outputs[METRIC_HISTORY] | beam.Map(lambda r: (r["metric_name"], r["metric_lower_bound"],
+        assert_that(outputs[JOB_HISTORY.name] | beam.Map(lambda r: r["run_id"]), equal_to(["new"]), label="skip stored")
+        assert_that(outputs[METRIC_HISTORY.name] | beam.Map(lambda r: (r["metric_name"], r["metric_lower_bound"],
                                                                    r["within_bounds"])),
                     equal_to([("acc_final", 70.0, False), ("total_wall_time", None, None)]), label="bounds from seed")
-        assert_that(outputs[ALERTS] | beam.Map(lambda a: a["kind"]), equal_to(["job_failed"]), label="2nd failure")
+        assert_that(outputs[ALERTS.name] | beam.Map(lambda a: a["kind"]), equal_to(["job_failed"]), label="2nd failure")
 
 
 def at(time):
@@ -113,7 +124,7 @@ def at(time):
 
 
 def test_streaming_run_is_finalized_by_the_watermark_with_stragglers_and_late_data():
-    settings = GraphSettings(ALERTING, run_grace_seconds=60, run_timeout_seconds=600, streaming=True)
+    settings = GraphSettings(ALERTING, RunLifecycle(grace_seconds=60, timeout_seconds=600), streaming=True)
     stream = (TestStream()
               .advance_watermark_to(at(T0))
               .add_elements([raw("cifar", "r1", "e", events=[started(T0), finished(T0 + 100)])])
@@ -128,11 +139,11 @@ def test_streaming_run_is_finalized_by_the_watermark_with_stragglers_and_late_da
               .advance_watermark_to_infinity())
     with streaming_pipeline() as p:
         outputs = detect(p | stream, settings)
-        assert_that(outputs[METRIC_HISTORY] | beam.Map(lambda r: (r["metric_name"], r["metric_value"], r["step"])),
+        assert_that(outputs[METRIC_HISTORY.name] | beam.Map(lambda r: (r["metric_name"], r["metric_value"], r["step"])),
                     equal_to([("acc_final", 40.0, 2), ("total_wall_time", 100.0, None)]), label="rows")
-        assert_that(outputs[ALERTS] | beam.Map(lambda a: (a["kind"], a["value"])),
+        assert_that(outputs[ALERTS.name] | beam.Map(lambda a: (a["kind"], a["value"])),
                     equal_to([("metric_out_of_bounds", 40.0)]), label="alerts")
-        assert_that(outputs[DEAD_LETTER] | beam.Map(lambda d: (d["reason"], json.loads(d["payload"])["id"])),
+        assert_that(outputs[DEAD_LETTER.name] | beam.Map(lambda d: (d["reason"], json.loads(d["payload"])["id"])),
                     equal_to([("late: run already finalized", "p3")]), label="late")
 
 
@@ -148,12 +159,12 @@ def test_streaming_run_without_finish_becomes_missing_after_timeout():
               .advance_watermark_to(at(T0 + 1500))  # 800 + 600 passed: missing
               .advance_watermark_to_infinity())
     with streaming_pipeline() as p:
-        outputs = detect(p | stream, GraphSettings(quiet, 60, 600, streaming=True))
-        assert_that(outputs[JOB_HISTORY] | beam.Map(lambda r: (r["job_status"], r["timestamp"], r["processed_at"])),
-                    equal_to([("missing", "2025-11-21T04:53:20.000000Z", "2025-11-21T05:03:20.000000Z")]),
+        outputs = detect(p | stream, GraphSettings(quiet, RunLifecycle(60, 600), streaming=True))
+        assert_that(outputs[JOB_HISTORY.name] | beam.Map(lambda r: (r["job_status"], r["timestamp"], r["processed_at"])),
+                    equal_to([("missing", "2025-11-20T00:13:20.000000Z", "2025-11-20T00:23:20.000000Z")]),
                     label="missing")
-        assert_that(outputs[ALERTS] | beam.Map(lambda a: a["kind"]), equal_to(["run_missing"]), label="alert")
-        assert_that(outputs[METRIC_HISTORY] | beam.Map(lambda r: r["metric_value"]), equal_to([3.0]), label="final")
+        assert_that(outputs[ALERTS.name] | beam.Map(lambda a: a["kind"]), equal_to(["run_missing"]), label="alert")
+        assert_that(outputs[METRIC_HISTORY.name] | beam.Map(lambda r: r["metric_value"]), equal_to([3.0]), label="final")
 
 
 def test_streaming_history_follows_end_time_not_arrival():
@@ -168,11 +179,11 @@ def test_streaming_history_follows_end_time_not_arrival():
               .advance_watermark_to(at(T0 + 1000))
               .advance_watermark_to_infinity())
     with streaming_pipeline() as p:
-        outputs = detect(p | stream, GraphSettings(fixed, 60, 600, streaming=True))
-        assert_that(outputs[METRIC_HISTORY] | beam.Filter(lambda r: r["metric_name"] == "acc_final")
+        outputs = detect(p | stream, GraphSettings(fixed, RunLifecycle(60, 600), streaming=True))
+        assert_that(outputs[METRIC_HISTORY.name] | beam.Filter(lambda r: r["metric_name"] == "acc_final")
                     | beam.Map(lambda r: (r["run_id"], r["within_bounds"])),
                     equal_to([("r1", None), ("r2", False)]), label="r1 is r2's history")
-        assert_that(outputs[ALERTS] | beam.Map(lambda a: a["run_id"]), equal_to(["r2"]), label="alert")
+        assert_that(outputs[ALERTS.name] | beam.Map(lambda a: a["run_id"]), equal_to(["r2"]), label="alert")
 
 
 def test_write_to_bigquery_false_keeps_history_out_but_still_alerts():
@@ -181,8 +192,8 @@ def test_write_to_bigquery_false_keeps_history_out_but_still_alerts():
     with batch_pipeline() as p:
         outputs = detect(p | beam.Create(simple_run("cifar", "r1", T0, 1.0, status="failure")
                                          + simple_run("other", "r1", T0, 1.0)), GraphSettings(unrecorded))
-        assert_that(outputs[JOB_HISTORY] | beam.Map(lambda r: r["test_name"]), equal_to(["other"]), label="jobs")
-        assert_that(outputs[METRIC_HISTORY] | beam.Map(lambda r: r["test_name"]), equal_to(["other", "other"]),
+        assert_that(outputs[JOB_HISTORY.name] | beam.Map(lambda r: r["test_name"]), equal_to(["other"]), label="jobs")
+        assert_that(outputs[METRIC_HISTORY.name] | beam.Map(lambda r: r["test_name"]), equal_to(["other", "other"]),
                     label="metrics")
-        assert_that(outputs[ALERTS] | beam.Map(lambda a: (a["test_name"], a["kind"])),
+        assert_that(outputs[ALERTS.name] | beam.Map(lambda a: (a["test_name"], a["kind"])),
                     equal_to([("cifar", "job_failed")]), label="alerts")

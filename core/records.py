@@ -11,9 +11,11 @@ import dataclasses
 import datetime
 import hashlib
 import json
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
-from transforms.aggregation import RunResult
+from core.runs import RunResult
+from core.vocabulary import AlertKind
+from core.windows import WindowResult
 
 
 def iso_utc(seconds: Optional[float]) -> Optional[str]:
@@ -43,11 +45,11 @@ class MetricObservation:
     run_data: Dict[str, Any] = dataclasses.field(default_factory=dict)  # e.g. the run's logs link
 
     @property
-    def order(self):
+    def order(self) -> Tuple[float, str]:
         return self.finalized_at, self.run
 
     @staticmethod
-    def all_of(run: RunResult):
+    def all_of(run: RunResult) -> List[MetricObservation]:
         run_data = run.run_data
         return [MetricObservation(run.test, run.run, m.name, m.value, m.step, run.status,
                                   run.end_time, run.finalized_at, run_data) for m in run.metrics]
@@ -55,7 +57,7 @@ class MetricObservation:
 
 @dataclasses.dataclass(frozen=True)
 class Alert:
-    kind: str
+    kind: AlertKind
     test: str
     run: str
     message: str
@@ -74,7 +76,7 @@ class Alert:
 
     def to_row(self) -> Dict[str, Any]:
         return {
-            "alert_id": self.alert_id, "kind": self.kind, "test_name": self.test, "run_id": self.run,
+            "alert_id": self.alert_id, "kind": AlertKind(self.kind).value, "test_name": self.test, "run_id": self.run,
             "metric_name": self.metric, "value": self.value,
             "lower_bound": self.lower_bound, "upper_bound": self.upper_bound,
             "message": self.message, "created_at": iso_utc(self.created_at),
@@ -106,3 +108,13 @@ def dead_letter_row(reason: str, payload: Any, source: str, received_at: Optiona
         payload = payload.decode("utf-8", errors="backslashreplace")
     return {"received_at": iso_utc(received_at), "reason": reason, "payload": payload, "source": source,
             "dead_letter_id": stable_id(source, reason, payload)}
+
+
+def window_row(result: WindowResult, revision: int) -> Dict[str, Any]:
+    """A ``metric_windows`` row: one revision of one emitted window."""
+    row = {"run_id": result.run, "test_name": result.test, "tag": result.tag, "window_kind": result.kind,
+           "window_index": result.index, "revision": revision, "partial": result.partial,
+           "start_time": iso_utc(result.start_time), "end_time": iso_utc(result.end_time),
+           "start_step": result.start_step, "end_step": result.end_step, "n": result.n}
+    row.update(result.values)
+    return row

@@ -1,15 +1,16 @@
 import math
-import random
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.config import MetricCollectionConfig, TestConfig, TimeToAccuracy
-from transforms.aggregation import (STATUS_MISSING, RunAccumulator, exact_batch_units, exact_mean, exact_units,
-                                    summarize)
+from core.config import MetricCollectionConfig, TestConfig, TimeToAccuracy
+from core.parse import summarize
+from core.runs import RunAccumulator, RunLifecycle
+from core.stats import exact_batch_units, exact_mean, exact_units
+from core.vocabulary import RunStatus
+from tests.support import T0
 from trainguard import wire
 
-T0 = 1763700000.0
 ALL = TestConfig(MetricCollectionConfig(default_aggregation_strategies=("final", "min", "max", "average")))
 
 
@@ -29,7 +30,7 @@ def result(messages, config=ALL, grace=60.0, timeout=3600.0):
     accumulator = RunAccumulator("t", "r")
     for m in messages:
         accumulator.add(summarize(m, b"", config))
-    return accumulator.result(config, grace, timeout)
+    return accumulator.result(config, RunLifecycle(grace_seconds=grace, timeout_seconds=timeout))
 
 
 def metrics(run):
@@ -100,7 +101,7 @@ def test_time_to_accuracy_never_reached_gives_no_value():
 
 def test_run_without_finish_is_missing_and_ends_at_last_activity():
     run = result([msg([("a", 1.0, 1, T0 + 5)], [started(T0)])], timeout=100.0)
-    assert run.status == STATUS_MISSING and run.num_failures is None
+    assert run.status == RunStatus.MISSING and run.num_failures is None
     assert run.end_time == T0 + 5 and run.finalized_at == T0 + 105
     assert "total_wall_time" not in metrics(run)
 
@@ -116,7 +117,7 @@ def test_events_are_kept_sorted_and_bounded():
     for i in range(RunAccumulator.MAX_EVENTS + 5):
         overflow += accumulator.add(summarize(msg(events=[("tick", T0 + 1000 - i, {"i": i})]), b"", ALL))
     assert len(overflow) == 5
-    events = accumulator.result(ALL, 0, 0).events
+    events = accumulator.result(ALL, RunLifecycle(0, 0)).events
     assert [e.time for e in events] == sorted(e.time for e in events)
 
 

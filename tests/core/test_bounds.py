@@ -2,8 +2,9 @@ import math
 
 import pytest
 
-from pipeline.config import SuccessCondition
-from transforms.bounds import Bounds, compute_bounds, is_within, mean_and_stddev
+from core.bounds import Bounds, compute_bounds, is_within
+from core.config import SuccessCondition
+from core.stats import mean_and_pstdev
 
 
 def fixed(comparison, v, wait=0):
@@ -23,7 +24,7 @@ def test_fixed_value_bounds(comparison, expected):
 
 def test_stddev_bounds_use_population_stddev():
     history = [2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]  # mean 5, population std 2
-    assert mean_and_stddev(history) == (5.0, 2.0)
+    assert mean_and_pstdev(history) == (5.0, 2.0)
     assert compute_bounds(stddevs("greater", 1.5), history) == Bounds(2.0, None)
     assert compute_bounds(stddevs("less_or_equal", 1.5), history) == Bounds(None, 8.0)
 

@@ -1,13 +1,11 @@
 import pytest
 
-from pipeline.config import (MetricCollectionConfig, RegressionTestConfig, SuccessCondition, TestConfig,
-                             TimeToAccuracy)
-from transforms.aggregation import MetricValue, RunResult
-from transforms.history import (JobHistory, MetricHistory, check_job, check_metric, seed_job_history,
-                                seed_metric_history)
-from transforms.records import MetricObservation
+from core.config import MetricCollectionConfig, RegressionTestConfig, SuccessCondition, TestConfig, TimeToAccuracy
+from core.history import JobHistory, MetricHistory, check_job, check_metric, seed_job_history, seed_metric_history
+from core.records import MetricObservation
+from core.runs import MetricValue, RunResult
+from tests.support import T0
 
-T0 = 1763700000.0
 GREATER_2SD = SuccessCondition("greater", stddevs_from_mean=2, wait_for_n_points_of_history=2, history_max_points=4)
 
 
@@ -136,7 +134,7 @@ def test_alert_ids_are_deterministic_and_distinct():
     assert [a.alert_id for a in first] == [a.alert_id for a in again]
     assert len({a.alert_id for a in first}) == 2
     row = first[0].to_row()
-    assert row["created_at"] == "2025-11-21T04:40:00.000000Z" and row["test_name"] == "t"
+    assert row["created_at"] == "2025-11-20T00:00:00.000000Z" and row["test_name"] == "t"
 
 
 def test_seed_job_history_takes_the_latest_run():

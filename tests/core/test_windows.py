@@ -7,10 +7,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transforms.windows import (AGGREGATIONS, COUNT, COUNT_OR_TIME, TIME, TagWindows, WindowSpec, percentile,
-                                window_aggregates)
-
-T0 = 1763700000.0
+from core.stats import percentile
+from core.windows import (
+    AGGREGATIONS,
+    COUNT,
+    COUNT_OR_TIME,
+    TIME,
+    TagWindows,
+    WindowPoint,
+    WindowSpec,
+    window_aggregates,
+)
+from tests.support import T0
 
 
 def points(n, start=T0, every=1.0, step_every=10):
@@ -20,7 +28,7 @@ def points(n, start=T0, every=1.0, step_every=10):
 def feed(windows, pts, watermark=None):
     emitted = []
     for p in pts:
-        emitted += windows.add(p)
+        emitted += windows.add(WindowPoint(*p))
     emitted += windows.settle(math.inf if watermark is None else watermark)
     return emitted
 
@@ -43,9 +51,9 @@ def test_count_windows_take_n_points_in_step_order_whatever_the_arrival_order():
 
 def test_points_wait_for_the_watermark_before_they_are_placed():
     windows = TagWindows(WindowSpec(count=2))
-    assert windows.add((T0 + 5, 50, 1.0)) == []
+    assert windows.add(WindowPoint(T0 + 5, 50, 1.0)) == []
     assert windows.settle(T0 + 4) == [] and windows.next_due() == T0 + 5
-    windows.add((T0 + 1, 10, 2.0))  # earlier step arrives later: still first
+    windows.add(WindowPoint(T0 + 1, 10, 2.0))  # earlier step arrives later: still first
     (window,) = windows.settle(T0 + 5)
     assert [p[1] for p in window.points] == [10, 50]
 
@@ -54,7 +62,7 @@ def test_fixed_time_windows_close_when_the_watermark_passes_their_end():
     windows = TagWindows(WindowSpec(time_seconds=10))
     start = math.floor(T0 / 10) * 10
     for p in points(25, start=start):
-        windows.add(p)
+        windows.add(WindowPoint(*p))
     assert summary(windows.settle(start + 19.5)) == [(TIME, start // 10, 10, 0, False)]
     assert windows.next_due() == start + 20
     closed = windows.settle(start + 20)
@@ -84,17 +92,17 @@ def test_count_or_time_closes_on_whichever_comes_first():
 def test_late_point_within_lateness_updates_its_window_with_a_new_revision():
     windows = TagWindows(WindowSpec(count=3))
     feed(windows, points(7), watermark=T0 + 10)  # windows 0 and 1 emitted, one point open
-    (updated,) = windows.add((T0 + 3.5, 35, 100.0))
+    (updated,) = windows.add(WindowPoint(T0 + 3.5, 35, 100.0))
     assert (updated.index, updated.revision, len(updated.points)) == (1, 1, 4)
     assert updated.points[1][1] == 35  # in step order
-    assert windows.add((T0 + 20, 200, 1.0)) == []  # after the open window's start: a normal point
+    assert windows.add(WindowPoint(T0 + 20, 200, 1.0)) == []  # after the open window's start: a normal point
 
 
 def test_late_point_in_a_time_window():
     windows = TagWindows(WindowSpec(time_seconds=10))
     start = math.floor(T0 / 10) * 10
     (window,) = feed(windows, points(10, start=start), watermark=start + 10)
-    (updated,) = windows.add((start + 2.5, 7, 50.0))
+    (updated,) = windows.add(WindowPoint(start + 2.5, 7, 50.0))
     assert updated is window and updated.revision == 1 and len(updated.points) == 11
 
 
@@ -102,13 +110,13 @@ def test_expired_windows_can_no_longer_be_updated():
     windows = TagWindows(WindowSpec(count=3))
     feed(windows, points(6), watermark=T0 + 10)
     windows.expire(before=T0 + 100)
-    assert windows.emitted == {} and windows.add((T0 + 1.5, 15, 1.0)) == []
+    assert windows.emitted == {} and windows.add(WindowPoint(T0 + 1.5, 15, 1.0)) == []
 
 
 def test_aggregates_match_numpy():
     pts = [(T0 + i, i, v) for i, v in enumerate([3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 6.0])]
     values = np.array([p[2] for p in pts])
-    agg = window_aggregates(pts, AGGREGATIONS)
+    agg = window_aggregates([WindowPoint(*p) for p in pts], AGGREGATIONS)
     assert agg["last"] == 6.0 and agg["min"] == 1.0 and agg["max"] == 9.0 and agg["sum"] == 31.0
     assert agg["mean"] == pytest.approx(values.mean()) and agg["stddev"] == pytest.approx(values.std())
     for q in (50, 90, 99):
@@ -120,7 +128,7 @@ def test_aggregates_match_numpy():
 
 
 def test_single_value_window():
-    agg = window_aggregates([(T0, 1, 2.5)], AGGREGATIONS)
+    agg = window_aggregates([WindowPoint(T0, 1, 2.5)], AGGREGATIONS)
     assert agg["stddev"] == 0.0 and agg["p99"] == 2.5 and json.loads(agg["histogram"])["counts"][0] == 1
 
 

@@ -10,26 +10,21 @@ Keys named ``"//"`` are comments and may appear in any object.
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
 import os
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, FrozenSet, Mapping, Optional, Tuple
 
-from transforms.windows import AGGREGATIONS as WINDOW_AGGREGATIONS
-from transforms.windows import WindowSpec
+from core.strict_json import ConfigError, StrictReader, read_json_file
+from core.windows import AGGREGATIONS as WINDOW_AGGREGATIONS
+from core.windows import WindowSpec
+
+__all__ = ["ConfigError", "ConfigSet", "TestConfig", "load_config_dir", "parse_test_config"]
 
 STRATEGIES = ("final", "min", "max", "average")
 COMPARISONS = ("greater", "less", "equal", "greater_or_equal", "less_or_equal")
-COMMENT_KEY = "//"
 DEFAULT_CONFIG_NAME = "default"
 TIME_TO_ACCURACY_METRIC = "time_to_accuracy"
 TOTAL_WALL_TIME_METRIC = "total_wall_time"
-
-
-class ConfigError(ValueError):
-    def __init__(self, source: str, key: str, problem: str):
-        super().__init__(f"{source}: {key}: {problem}")
-        self.source, self.key, self.problem = source, key, problem
+DEFAULT_HISTORY_MAX_POINTS = 100  # values of history a condition compares with, unless it says otherwise
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,14 +39,14 @@ class SuccessCondition:
     fixed_value: Optional[float] = None
     stddevs_from_mean: Optional[float] = None
     wait_for_n_points_of_history: int = 0
-    history_max_points: int = 100
+    history_max_points: int = DEFAULT_HISTORY_MAX_POINTS
 
 
 @dataclasses.dataclass(frozen=True)
 class MetricCollectionConfig:
     default_aggregation_strategies: Tuple[str, ...] = ("final",)
     metric_to_aggregation_strategies: Mapping[str, Tuple[str, ...]] = dataclasses.field(default_factory=dict)
-    tags_to_ignore: frozenset = frozenset()
+    tags_to_ignore: FrozenSet[str] = frozenset()
     time_to_accuracy: Optional[TimeToAccuracy] = None
     write_to_bigquery: bool = True
 
@@ -62,7 +57,7 @@ class MetricCollectionConfig:
 @dataclasses.dataclass(frozen=True)
 class RegressionTestConfig:
     metric_success_conditions: Mapping[str, SuccessCondition] = dataclasses.field(default_factory=dict)
-    metric_subset_to_alert: Optional[frozenset] = None
+    metric_subset_to_alert: Optional[FrozenSet[str]] = None
     required_metrics: Tuple[str, ...] = ()
     alert_for_oob_metrics: bool = True
     alert_for_failed_jobs: bool = True
@@ -150,64 +145,56 @@ def load_config_dir(directory: str) -> ConfigSet:
 
 
 def load_config_file(path: str) -> TestConfig:
-    try:
-        with open(path, encoding="utf-8") as f:
-            raw = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ConfigError(path, "-", f"cannot read JSON: {e}") from None
-    return parse_test_config(raw, path)
+    return parse_test_config(read_json_file(path), path)
 
 
 def parse_test_config(raw: Any, source: str) -> TestConfig:
-    reader = _Reader(source)
-    top = reader.object(raw, "")
-    reader.only_keys(top, "", {"metric_collection_config", "regression_test_config", "window_config"})
+    reader = StrictReader(source)
+    top = reader.object(raw, "", {"metric_collection_config", "regression_test_config", "window_config"})
     collection = _parse_collection(reader, top.get("metric_collection_config", {}))
     regression = _parse_regression(reader, top.get("regression_test_config", {}))
     windows = _parse_windows(reader, top.get("window_config", {}))
     tta = collection.time_to_accuracy
     if tta is not None and tta.accuracy_tag in collection.tags_to_ignore:
-        raise ConfigError(source, "metric_collection_config.time_to_accuracy.accuracy_tag",
-                          f"{tta.accuracy_tag!r} is also in tags_to_ignore")
+        reader.fail("metric_collection_config.time_to_accuracy.accuracy_tag",
+                    f"{tta.accuracy_tag!r} is also in tags_to_ignore")
     return TestConfig(collection, regression, source, windows)
 
 
-def _parse_collection(reader: "_Reader", raw: Any) -> MetricCollectionConfig:
+def _parse_collection(reader: StrictReader, raw: Any) -> MetricCollectionConfig:
     where = "metric_collection_config"
-    obj = reader.object(raw, where)
     singular, plural = "metric_to_aggregation_strategy", "metric_to_aggregation_strategies"
-    reader.only_keys(obj, where, {"default_aggregation_strategies", plural, singular,
-                                  "tags_to_ignore", "time_to_accuracy", "write_to_bigquery"})
+    obj = reader.object(raw, where, {"default_aggregation_strategies", plural, singular,
+                                     "tags_to_ignore", "time_to_accuracy", "write_to_bigquery"})
     if singular in obj and plural in obj:
-        raise ConfigError(reader.source, f"{where}.{singular}", f"give either {singular} or {plural}, not both")
-    defaults = reader.strategies(obj.get("default_aggregation_strategies", ["final"]),
+        reader.fail(f"{where}.{singular}", f"give either {singular} or {plural}, not both")
+    defaults = _strategies(reader, obj.get("default_aggregation_strategies", ["final"]),
                                  f"{where}.default_aggregation_strategies")
     per_tag_key = singular if singular in obj else plural
     per_tag_raw = reader.object(obj.get(per_tag_key, {}), f"{where}.{per_tag_key}")
-    per_tag = {tag: reader.strategies(value, f"{where}.{per_tag_key}.{tag}")
-               for tag, value in per_tag_raw.items() if tag != COMMENT_KEY}
+    per_tag = {tag: _strategies(reader, value, f"{where}.{per_tag_key}.{tag}")
+               for tag, value in per_tag_raw.items()}
     ignored = frozenset(reader.strings(obj.get("tags_to_ignore", []), f"{where}.tags_to_ignore"))
     tta = None
     if obj.get("time_to_accuracy") is not None:
         tta_where = f"{where}.time_to_accuracy"
-        tta_obj = reader.object(obj["time_to_accuracy"], tta_where)
-        reader.only_keys(tta_obj, tta_where, {"accuracy_tag", "accuracy_threshold"}, required=True)
+        tta_obj = reader.object(obj["time_to_accuracy"], tta_where, {"accuracy_tag", "accuracy_threshold"},
+                            required=sorted({"accuracy_tag", "accuracy_threshold"}))
         tta = TimeToAccuracy(reader.string(tta_obj["accuracy_tag"], f"{tta_where}.accuracy_tag"),
                              reader.number(tta_obj["accuracy_threshold"], f"{tta_where}.accuracy_threshold"))
     write = reader.boolean(obj.get("write_to_bigquery", True), f"{where}.write_to_bigquery")
     return MetricCollectionConfig(defaults, per_tag, ignored, tta, write)
 
 
-def _parse_regression(reader: "_Reader", raw: Any) -> RegressionTestConfig:
+def _parse_regression(reader: StrictReader, raw: Any) -> RegressionTestConfig:
     where = "regression_test_config"
-    obj = reader.object(raw, where)
-    reader.only_keys(obj, where, {"metric_success_conditions", "metric_subset_to_alert", "required_metrics",
+    obj = reader.object(raw, where, {"metric_success_conditions", "metric_subset_to_alert", "required_metrics",
                                   "alert_for_oob_metrics", "alert_for_failed_jobs",
                                   "alert_after_second_test_failure"})
     conditions_where = f"{where}.metric_success_conditions"
     conditions_raw = reader.object(obj.get("metric_success_conditions", {}), conditions_where)
     conditions = {metric: _parse_condition(reader, value, f"{conditions_where}.{metric}")
-                  for metric, value in conditions_raw.items() if metric != COMMENT_KEY}
+                  for metric, value in conditions_raw.items()}
     subset = obj.get("metric_subset_to_alert")
     return RegressionTestConfig(
         metric_success_conditions=conditions,
@@ -223,48 +210,46 @@ def _parse_regression(reader: "_Reader", raw: Any) -> RegressionTestConfig:
     )
 
 
-def _parse_condition(reader: "_Reader", raw: Any, where: str) -> SuccessCondition:
-    obj = reader.object(raw, where)
-    reader.only_keys(obj, where, {"comparison", "success_threshold", "wait_for_n_points_of_history",
+def _parse_condition(reader: StrictReader, raw: Any, where: str) -> SuccessCondition:
+    obj = reader.object(raw, where, {"comparison", "success_threshold", "wait_for_n_points_of_history",
                                   "history_max_points"})
     for key in ("comparison", "success_threshold"):
         if key not in obj:
-            raise ConfigError(reader.source, f"{where}.{key}", "is required")
+            reader.fail(f"{where}.{key}", "is required")
     comparison = reader.string(obj["comparison"], f"{where}.comparison")
     if comparison not in COMPARISONS:
-        raise ConfigError(reader.source, f"{where}.comparison", f"{comparison!r} is not one of {list(COMPARISONS)}")
+        reader.fail(f"{where}.comparison", f"{comparison!r} is not one of {list(COMPARISONS)}")
     threshold_where = f"{where}.success_threshold"
     threshold = reader.object(obj["success_threshold"], threshold_where)
-    kinds = [k for k in threshold if k != COMMENT_KEY]
+    kinds = list(threshold)
     if len(kinds) != 1 or kinds[0] not in ("fixed_value", "stddevs_from_mean"):
-        raise ConfigError(reader.source, threshold_where,
+        reader.fail(threshold_where,
                           "must hold exactly one of 'fixed_value' or 'stddevs_from_mean'")
     kind = kinds[0]
     value = reader.number(threshold[kind], f"{threshold_where}.{kind}")
     if kind == "stddevs_from_mean":
         if comparison == "equal":
-            raise ConfigError(reader.source, threshold_where,
+            reader.fail(threshold_where,
                               "'equal' cannot be combined with 'stddevs_from_mean'")
         if value < 0:
-            raise ConfigError(reader.source, f"{threshold_where}.{kind}", "must not be negative")
+            reader.fail(f"{threshold_where}.{kind}", "must not be negative")
     return SuccessCondition(
         comparison=comparison,
         fixed_value=value if kind == "fixed_value" else None,
         stddevs_from_mean=value if kind == "stddevs_from_mean" else None,
         wait_for_n_points_of_history=reader.integer(obj.get("wait_for_n_points_of_history", 0),
                                                     f"{where}.wait_for_n_points_of_history", minimum=0),
-        history_max_points=reader.integer(obj.get("history_max_points", 100),
+        history_max_points=reader.integer(obj.get("history_max_points", DEFAULT_HISTORY_MAX_POINTS),
                                           f"{where}.history_max_points", minimum=1),
     )
 
 
-def _parse_windows(reader: "_Reader", raw: Any) -> WindowConfig:
+def _parse_windows(reader: StrictReader, raw: Any) -> WindowConfig:
     where = "window_config"
-    obj = reader.object(raw, where)
-    reader.only_keys(obj, where, {"tags", "allowed_lateness_seconds", "stall_seconds"})
+    obj = reader.object(raw, where, {"tags", "allowed_lateness_seconds", "stall_seconds"})
     tags_raw = reader.object(obj.get("tags", {}), f"{where}.tags")
     tags = {tag: _parse_tag_windows(reader, value, f"{where}.tags.{tag}")
-            for tag, value in tags_raw.items() if tag != COMMENT_KEY}
+            for tag, value in tags_raw.items()}
     lateness = reader.number(obj.get("allowed_lateness_seconds", 0), f"{where}.allowed_lateness_seconds")
     stall = obj.get("stall_seconds")
     return WindowConfig(tags, reader.positive(lateness, f"{where}.allowed_lateness_seconds", allow_zero=True),
@@ -272,9 +257,8 @@ def _parse_windows(reader: "_Reader", raw: Any) -> WindowConfig:
                             reader.number(stall, f"{where}.stall_seconds"), f"{where}.stall_seconds"))
 
 
-def _parse_tag_windows(reader: "_Reader", raw: Any, where: str) -> TagWindowConfig:
-    obj = reader.object(raw, where)
-    reader.only_keys(obj, where, {"count", "time_seconds", "period_seconds", "aggregations", "checks"})
+def _parse_tag_windows(reader: StrictReader, raw: Any, where: str) -> TagWindowConfig:
+    obj = reader.object(raw, where, {"count", "time_seconds", "period_seconds", "aggregations", "checks"})
     count = obj.get("count")
     if count is not None:
         count = reader.integer(count, f"{where}.count", minimum=1)
@@ -286,42 +270,41 @@ def _parse_tag_windows(reader: "_Reader", raw: Any, where: str) -> TagWindowConf
         period = reader.positive(reader.number(obj["period_seconds"], f"{where}.period_seconds"),
                                  f"{where}.period_seconds")
         if time_seconds is None or count is not None or period > time_seconds:
-            raise reader.fail(f"{where}.period_seconds",
+            reader.fail(f"{where}.period_seconds",
                               "needs time_seconds (no count) and must not exceed it")
     if count is None and time_seconds is None:
-        raise reader.fail(where, "needs count, time_seconds or both")
+        reader.fail(where, "needs count, time_seconds or both")
     aggregations = tuple(dict.fromkeys(reader.strings(obj.get("aggregations", ["mean", "min", "max"]),
                                                       f"{where}.aggregations")))
     for name in aggregations:
         if name not in WINDOW_AGGREGATIONS:
-            raise reader.fail(f"{where}.aggregations", f"{name!r} is not one of {list(WINDOW_AGGREGATIONS)}")
+            reader.fail(f"{where}.aggregations", f"{name!r} is not one of {list(WINDOW_AGGREGATIONS)}")
     checks_raw = obj.get("checks", [])
     if not isinstance(checks_raw, list):
-        raise reader.fail(f"{where}.checks", "must be a list")
+        reader.fail(f"{where}.checks", "must be a list")
     checks = tuple(_parse_window_check(reader, check, f"{where}.checks[{i}]", aggregations)
                    for i, check in enumerate(checks_raw))
     return TagWindowConfig(WindowSpec(count, time_seconds, period, aggregations), checks)
 
 
-def _parse_window_check(reader: "_Reader", raw: Any, where: str, aggregations: Tuple[str, ...]) -> WindowCheck:
-    obj = reader.object(raw, where)
-    reader.only_keys(obj, where, {"aggregation", "condition", "history", "history_runs", "trailing_windows",
+def _parse_window_check(reader: StrictReader, raw: Any, where: str, aggregations: Tuple[str, ...]) -> WindowCheck:
+    obj = reader.object(raw, where, {"aggregation", "condition", "history", "history_runs", "trailing_windows",
                                   "min_effect_abs", "min_effect_rel", "debounce"})
     aggregation = reader.string(obj.get("aggregation"), f"{where}.aggregation")
     if aggregation not in aggregations or aggregation == "histogram":
-        raise reader.fail(f"{where}.aggregation", f"{aggregation!r} is not a numeric aggregation of this tag's "
+        reader.fail(f"{where}.aggregation", f"{aggregation!r} is not a numeric aggregation of this tag's "
                                                   f"windows {list(aggregations)}")
     if "condition" not in obj:
-        raise reader.fail(f"{where}.condition", "is required")
+        reader.fail(f"{where}.condition", "is required")
     history = obj.get("history", "step_aligned")
     if history not in ("step_aligned", "trailing"):
-        raise reader.fail(f"{where}.history", f"{history!r} is not 'step_aligned' or 'trailing'")
-    debounce = reader.object(obj.get("debounce", {"windows": 1, "out_of_bounds": 1}), f"{where}.debounce")
-    reader.only_keys(debounce, f"{where}.debounce", {"windows", "out_of_bounds"}, required=True)
+        reader.fail(f"{where}.history", f"{history!r} is not 'step_aligned' or 'trailing'")
+    debounce = reader.object(obj.get("debounce", {"windows": 1, "out_of_bounds": 1}), f"{where}.debounce", {"windows", "out_of_bounds"},
+                        required=sorted({"windows", "out_of_bounds"}))
     windows = reader.integer(debounce["windows"], f"{where}.debounce.windows", minimum=1)
     out_of_bounds = reader.integer(debounce["out_of_bounds"], f"{where}.debounce.out_of_bounds", minimum=1)
     if out_of_bounds > windows:
-        raise reader.fail(f"{where}.debounce.out_of_bounds", "must not exceed debounce.windows")
+        reader.fail(f"{where}.debounce.out_of_bounds", "must not exceed debounce.windows")
     return WindowCheck(
         aggregation=aggregation, condition=_parse_condition(reader, obj["condition"], f"{where}.condition"),
         history=history,
@@ -334,64 +317,11 @@ def _parse_window_check(reader: "_Reader", raw: Any, where: str, aggregations: T
         debounce_windows=windows, debounce_out_of_bounds=out_of_bounds)
 
 
-@dataclasses.dataclass
-class _Reader:
-    """Typed accessors that raise ``ConfigError`` naming the file and the key."""
-    source: str
-
-    def fail(self, key: str, problem: str) -> ConfigError:
-        return ConfigError(self.source, key or "<top level>", problem)
-
-    def object(self, value: Any, key: str) -> Dict[str, Any]:
-        if not isinstance(value, dict):
-            raise self.fail(key, f"must be an object, got {type(value).__name__}")
-        return value
-
-    def only_keys(self, obj: Dict[str, Any], key: str, allowed: set, required: bool = False) -> None:
-        for name in obj:
-            if name != COMMENT_KEY and name not in allowed:
-                raise self.fail(f"{key}.{name}" if key else name, f"unknown key (allowed: {sorted(allowed)})")
-        if required:
-            for name in sorted(allowed - obj.keys()):
-                raise self.fail(f"{key}.{name}", "is required")
-
-    def string(self, value: Any, key: str) -> str:
-        if not isinstance(value, str) or not value:
-            raise self.fail(key, f"must be a non-empty string, got {value!r}")
-        return value
-
-    def strings(self, value: Any, key: str) -> list:
-        if not isinstance(value, list):
-            raise self.fail(key, f"must be a list of strings, got {type(value).__name__}")
-        return [self.string(item, key) for item in value]
-
-    def strategies(self, value: Any, key: str) -> Tuple[str, ...]:
-        names = self.strings(value, key)
-        if not names:
-            raise self.fail(key, "must name at least one strategy")
-        for name in names:
-            if name not in STRATEGIES:
-                raise self.fail(key, f"{name!r} is not one of {list(STRATEGIES)}")
-        return tuple(dict.fromkeys(names))
-
-    def number(self, value: Any, key: str) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise self.fail(key, f"must be a finite number, got {value!r}")
-        return float(value)
-
-    def positive(self, value: float, key: str, allow_zero: bool = False) -> float:
-        if value < 0 or (value == 0 and not allow_zero):
-            raise self.fail(key, f"must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
-        return value
-
-    def integer(self, value: Any, key: str, minimum: int) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise self.fail(key, f"must be an integer >= {minimum}, got {value!r}")
-        return value
-
-    def boolean(self, value: Any, key: str) -> bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "false"):
-            return value.lower() == "true"
-        raise self.fail(key, f"must be true/false or the strings \"True\"/\"False\", got {value!r}")
+def _strategies(reader: StrictReader, value: Any, key: str) -> Tuple[str, ...]:
+    names = reader.strings(value, key)
+    if not names:
+        reader.fail(key, "must name at least one strategy")
+    for name in names:
+        if name not in STRATEGIES:
+            reader.fail(key, f"{name!r} is not one of {list(STRATEGIES)}")
+    return tuple(dict.fromkeys(names))

@@ -1,11 +1,18 @@
 import pytest
 
-from pipeline.config import ConfigError, SuccessCondition, TagWindowConfig, WindowCheck, parse_test_config
-from transforms.window_checks import (RunEnded, WindowHistory, WindowResult, check_window, end_run,
-                                      step_aligned_history)
-from transforms.windows import WindowSpec
+from core.config import ConfigError, SuccessCondition, TagWindowConfig, WindowCheck, parse_test_config
+from core.window_checks import (
+    RunEnded,
+    WindowHistory,
+    check_window,
+    end_run,
+    runs_compared,
+    seed_window_history,
+    step_aligned_history,
+)
+from core.windows import WindowResult, WindowSpec
+from tests.support import T0
 
-T0 = 1763700000.0
 LESS_3SD = SuccessCondition("less", stddevs_from_mean=3, wait_for_n_points_of_history=2)
 
 
@@ -23,7 +30,7 @@ def config(**check):
 def finished_run(state, run, means, cfg, status="success"):
     for i, mean in enumerate(means):
         check_window(state, window(run, i, mean), cfg)
-    end_run(state, RunEnded("t", run, status, T0 + 1000, "loss", "count"))
+    end_run(state, RunEnded("t", run, status, T0 + 1000, "loss", "count"), keep_runs=runs_compared(cfg))
 
 
 def test_step_aligned_history_picks_the_most_overlapping_window():
@@ -105,3 +112,20 @@ def test_bad_window_config_names_the_key(tag_config, key):
     with pytest.raises(ConfigError) as failure:
         parse_test_config({"window_config": {"tags": {"loss": tag_config}}}, "x.json")
     assert failure.value.key == key
+
+
+def test_step_aligned_history_keeps_more_than_a_hundred_runs_when_a_check_compares_them():
+    cfg = config(history_runs=150)
+    state = WindowHistory()
+    for i in range(160):
+        finished_run(state, f"r{i:03d}", [1.0], cfg)
+    assert len(state.finished_runs) == 150
+    assert state.finished_runs[0][0] == "r010"
+    _, compared = step_aligned_history(window("new", 0, 1.0), list(state.finished_runs), "mean")
+    assert len(compared) == 150
+
+
+def test_seeded_window_history_keeps_what_the_checks_compare():
+    runs = [(T0 + i, f"r{i:03d}", [window(f"r{i:03d}", 0, 1.0)]) for i in range(130)]
+    assert len(seed_window_history(runs, keep_runs=120).finished_runs) == 120
+    assert [run for run, _ in seed_window_history(runs, keep_runs=2).finished_runs] == ["r128", "r129"]

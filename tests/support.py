@@ -1,9 +1,21 @@
-"""Command-line tools the tests run."""
+"""What every area of the test suite shares: one time origin and the command-line tools the tests run.
+
+Each area (``tests/core``, ``tests/transforms``, ...) has its own ``support.py``
+for what only it needs; this module is for what they all do.
+"""
+
+from __future__ import annotations
 
 import os
 import shutil
 import subprocess
 import sys
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+"""The checkout the tests run in."""
+
+T0 = 1763596800.0
+"""2025-11-20T00:00:00Z: the event-time origin of every test (a UTC midnight, so day grids start at it)."""
 
 
 def shellcheck(script: str) -> subprocess.CompletedProcess:

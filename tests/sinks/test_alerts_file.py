@@ -3,7 +3,7 @@ import json
 import apache_beam as beam
 
 from sinks.alerts_file import AppendAlertsToFile
-from tests.beam_support import batch_pipeline
+from tests.transforms.support import batch_pipeline
 
 
 def row(alert_id, created_at="2025-11-21T00:00:00.000000Z"):

@@ -3,10 +3,10 @@ import os
 
 import pytest
 
-from pipeline.config import (ConfigError, SuccessCondition, TestConfig, filename_for_test, load_config_dir,
-                             parse_test_config)
+from core.config import ConfigError, SuccessCondition, TestConfig, filename_for_test, load_config_dir, parse_test_config
+from tests.support import REPO_ROOT
 
-REPO_CONFIGS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs")
+REPO_CONFIGS = os.path.join(REPO_ROOT, "configs")
 
 
 def test_every_shipped_config_loads():

@@ -1,19 +1,17 @@
 """End-to-end tests of ``python -m pipeline`` on replay files."""
 
 import json
-import os
 import random
 import subprocess
 import sys
 
-import pytest
-
+from core.schema import TABLES
 from pipeline.demo import daily_runs, run_messages
 from pipeline.main import main
 from sinks.duckdb_store import DuckDBStore
-from sinks.schema import TABLES
+from tests.support import REPO_ROOT
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = REPO_ROOT
 CIFAR = "pt-cifar-tpu-v3-8"
 
 
@@ -35,7 +33,7 @@ def write_lines(path, lines):
 def test_demo_replay_prints_summary_and_fills_the_store(tmp_path, capsys):
     assert replay(tmp_path, f"{REPO}/data/demo/*.jsonl", extra=()) == 0
     out = capsys.readouterr().out
-    assert f"report: {tmp_path / 'report' / 'index.html'}" in out and (tmp_path / "report" / "index.html").exists()
+    assert f"report: {tmp_path / 'trainguard-report' / 'index.html'}" in out and (tmp_path / "trainguard-report" / "index.html").exists()
     assert "replayed 4 file(s)" in out
     assert "messages read          180" in out and "runs finalized          35" in out
     assert "dead letters             3" in out
@@ -136,4 +134,4 @@ def test_module_entry_point_runs_on_embedded_defaults(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "runs finalized          35" in result.stdout
     assert (tmp_path / "trainguard.duckdb").exists() and (tmp_path / "alerts.jsonl").exists()
-    assert "report: report/index.html" in result.stdout and (tmp_path / "report" / "index.html").exists()
+    assert "report: trainguard-report/index.html" in result.stdout and (tmp_path / "trainguard-report" / "index.html").exists()

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 import random
 import signal
 import subprocess
@@ -33,6 +32,8 @@ import pytest
 from apache_beam.io.gcp.pubsub import PubsubMessage
 from google.cloud import pubsub_v1
 
+from core.parse import RawMessage
+from core.schema import DEAD_LETTER, TABLES
 from pipeline.main import main
 from pipeline.options import DEFAULT_CONFIG_DIR
 from pipeline.streaming import start_streaming
@@ -41,12 +42,11 @@ from sinks.alerts_file import alert_json
 from sinks.bigquery import BigQueryStore, BigQueryTarget, bigquery_dialect
 from sinks.duckdb_store import DUCKDB_SQL, DuckDBStore
 from sinks.pubsub import alert_message
-from sinks.schema import DEAD_LETTER, TABLES
-from transforms.parse import RawMessage
-from transforms.sources import raw_from_pubsub
+from tests.support import REPO_ROOT
 from trainguard import wire
+from transforms.sources import raw_from_pubsub
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = REPO_ROOT
 LEAD_SECONDS = 8.0        # event time of the first run's start, ahead of the wall clock when publishing
 RUN_SPACING_SECONDS = 0.7
 TIMING = ["--run_grace_seconds=1", "--run_timeout_seconds=3"]
@@ -277,7 +277,7 @@ def test_streaming_options_are_checked_before_anything_starts(argv, problem, cap
 def test_an_alert_is_published_as_its_alerts_file_line_with_attributes():
     row = {"alert_id": "a1", "kind": "job_failed", "test_name": "t", "run_id": "r", "metric_name": None,
            "value": None, "lower_bound": None, "upper_bound": None, "message": "m",
-           "created_at": "2025-11-21T05:41:00.000000Z", "details": "{}"}
+           "created_at": "2025-11-20T01:01:00.000000Z", "details": "{}"}
     message = alert_message(row)
     assert message.data == alert_json(row).encode() and json.loads(message.data) == row
     assert message.attributes == {"test": "t", "run": "r", "kind": "job_failed"}

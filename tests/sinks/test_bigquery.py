@@ -11,22 +11,30 @@ from apache_beam.typehints.row_type import RowTypeConstraint
 from apache_beam.typehints.schemas import schema_from_element_type
 from apache_beam.utils.timestamp import Timestamp
 
-from pipeline.config import load_config_dir
+from core.config import load_config_dir
+from core.records import dead_letter_row
+from core.schema import DEAD_LETTER, JOB_HISTORY, METRIC_HISTORY, TABLES
 from pipeline.main import main
 from pipeline.options import DEFAULT_CONFIG_DIR, DEMO_INPUT
 from pipeline.runners import local_batch_runner
-from sinks.bigquery import (BigQueryStore, BigQueryTarget, EndpointClient, WriteToBigQueryTables, ensure_tables,
-                            rejected_row_to_dead_letter, schema_json, storage_write_row)
+from sinks.bigquery import (
+    BigQueryStore,
+    BigQueryTarget,
+    EndpointClient,
+    WriteToBigQueryTables,
+    ensure_tables,
+    rejected_row_to_dead_letter,
+    schema_json,
+    storage_write_row,
+)
 from sinks.duckdb_store import DuckDBStore
-from sinks.schema import DEAD_LETTER, JOB_HISTORY, METRIC_HISTORY, TABLES
-from transforms.records import dead_letter_row
 
 # The API may answer with the legacy names of standard SQL types.
 _LEGACY_TYPES = {"INTEGER": "INT64", "FLOAT": "FLOAT64", "BOOLEAN": "BOOL"}
 
 JOB = {"run_id": "r1", "test_name": "t", "job_status": "success", "num_failures": 0,
-       "start_time": "2025-11-21T04:40:00.000000Z", "timestamp": "2025-11-21T05:40:00.000000Z",
-       "job_duration_sec": 3600.0, "processed_at": "2025-11-21T05:41:00.000000Z", "events": "[]"}
+       "start_time": "2025-11-20T00:00:00.000000Z", "timestamp": "2025-11-20T01:00:00.000000Z",
+       "job_duration_sec": 3600.0, "processed_at": "2025-11-20T01:01:00.000000Z", "events": "[]"}
 
 
 def target(emulator, dataset):
@@ -89,7 +97,7 @@ def test_seed_from_bigquery_is_the_seed_from_duckdb(tmp_path, bigquery_emulator)
 
 def test_rows_for_the_storage_write_api_carry_timestamps():
     row = storage_write_row(dict(JOB, start_time=None, timestamp="not a time"), JOB_HISTORY)
-    assert row["processed_at"] == Timestamp.from_rfc3339("2025-11-21T05:41:00.000000Z")
+    assert row["processed_at"] == Timestamp.from_rfc3339("2025-11-20T01:01:00.000000Z")
     assert row["start_time"] is None and row["timestamp"] == "not a time" and row["run_id"] == "r1"
 
 
@@ -97,7 +105,7 @@ def test_rows_for_the_storage_write_api_encode_as_the_beam_rows_it_sends():
     """What WriteToBigQuery(method=STORAGE_WRITE_API) does to each row before the Java transform."""
     metric = {"run_id": "r1", "test_name": "t", "metric_name": "acc_final", "metric_value": 0.5,
               "metric_lower_bound": None, "metric_upper_bound": 0.9, "within_bounds": True,
-              "timestamp": "2025-11-21T05:40:00.000000Z", "step": None}
+              "timestamp": "2025-11-20T01:00:00.000000Z", "step": None}
     for table, row in ((JOB_HISTORY, JOB), (METRIC_HISTORY, metric)):
         schema = bigquery_tools.get_bq_tableschema({"fields": schema_json(table)})
         row_type = RowTypeConstraint.from_fields(bigquery_tools.get_beam_typehints_from_tableschema(schema))
@@ -114,7 +122,7 @@ def test_rejections_of_both_write_methods_become_dead_letters():
     storage = rejected_row_to_dead_letter(
         {"failed_row": storage_write_row(JOB, JOB_HISTORY), "error_message": "row too large"}, JOB_HISTORY)
     assert storage["reason"] == "rejected by BigQuery (job_history): row too large"
-    assert json.loads(storage["payload"])["processed_at"].startswith("2025-11-21T05:41:00")
+    assert json.loads(storage["payload"])["processed_at"].startswith("2025-11-20T01:01:00")
 
 
 def test_endpoint_client_pickles_without_its_connection():

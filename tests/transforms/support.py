@@ -5,13 +5,11 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
-from pipeline.config import ConfigSet, parse_test_config
+from core.config import ConfigSet, parse_test_config
+from core.history import HistorySeed
+from core.parse import RawMessage
 from pipeline.graph import DetectRegressions, GraphSettings
-from transforms.history import HistorySeed
-from transforms.parse import RawMessage
 from trainguard import wire
-
-T0 = 1763700000.0
 
 
 def batch_pipeline() -> beam.Pipeline:

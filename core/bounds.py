@@ -9,24 +9,16 @@ with the population standard deviation of the history. Within bounds is strict
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Optional, Sequence
 
-from pipeline.config import SuccessCondition
+from core.config import SuccessCondition
+from core.stats import mean_and_pstdev
 
 
 @dataclasses.dataclass(frozen=True)
 class Bounds:
     lower: Optional[float]  # None: unbounded below
     upper: Optional[float]  # None: unbounded above
-
-
-def mean_and_stddev(values: Sequence[float]):
-    """Mean and population standard deviation, computed with exact summation."""
-    n = len(values)
-    mean = math.fsum(values) / n
-    variance = math.fsum((v - mean) ** 2 for v in values) / n
-    return mean, math.sqrt(variance)
 
 
 def compute_bounds(condition: SuccessCondition, history: Sequence[float]) -> Optional[Bounds]:
@@ -39,9 +31,9 @@ def compute_bounds(condition: SuccessCondition, history: Sequence[float]) -> Opt
         if comparison == "equal":
             return Bounds(v, v)
         return Bounds(v, None) if comparison.startswith("greater") else Bounds(None, v)
-    if not history:
+    if not history or condition.stddevs_from_mean is None:
         return None
-    mean, std = mean_and_stddev(history)
+    mean, std = mean_and_pstdev(history)
     margin = condition.stddevs_from_mean * std
     if comparison.startswith("greater"):
         return Bounds(mean - margin, None)
@@ -53,6 +45,4 @@ def is_within(value: float, bounds: Bounds, comparison: str) -> bool:
     lower, upper = bounds.lower, bounds.upper
     if lower is not None and not (lower <= value if inclusive else lower < value):
         return False
-    if upper is not None and not (value <= upper if inclusive else value < upper):
-        return False
-    return True
+    return upper is None or (value <= upper if inclusive else value < upper)

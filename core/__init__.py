@@ -1,0 +1,27 @@
+"""trainguard's core: the domain vocabulary and the maths, with no Beam and no I/O.
+
+Everything above builds on it: ``transforms/`` (the Beam stages, each file named
+after the core module whose logic it runs), ``sinks/`` (stores and topics),
+``pipeline/`` (options, the graph, the entry points) and the standalone tools
+``notifier/`` and ``report/``. The rule of the layers: a core module imports
+only the standard library, other core modules and the wire contract
+(``trainguard.wire``, stdlib-only and shared with trainers); never Beam, never a
+package above it. ``tests/core/test_layers.py`` checks it.
+
+| module | what it holds |
+|---|---|
+| ``vocabulary`` | alert kinds, run statuses, BigQuery write methods |
+| ``strict_json`` | the strict JSON reader every config file goes through |
+| ``config`` | per-test configs: dataclasses and their strict parser |
+| ``schema`` | the output tables, for every store |
+| ``stats`` | exact sums, means, population stddev, percentiles |
+| ``parse`` | raw payloads and per-message summaries |
+| ``runs`` | the run model: per-tag aggregates, the run accumulator, run results, lifecycle settings |
+| ``records`` | alerts and rows, as the pipeline writes them |
+| ``alert_record`` | an alert as readers (report, notifier) see it |
+| ``bounds`` | regression bounds from a condition and a history |
+| ``history`` | run-level checks as state machines |
+| ``windows`` | live windows of one run's tag |
+| ``stalls`` | silences in a run |
+| ``window_checks`` | checks of windows against history, as a state machine |
+"""

@@ -1,0 +1,77 @@
+"""Order-independent aggregates of one tag's points: pure maths.
+
+Every operation is commutative and ties are broken on content (time, then step,
+then value), and the sum behind ``average`` is exact (an integer in units of
+the smallest double), so that any order and any batching of the same points
+yields the same bits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import List, Optional, Tuple
+
+from core.stats import exact_batch_units, exact_mean
+
+NO_STEP = -1  # orders below any real step
+
+
+@dataclasses.dataclass
+class TagAggregate:
+    """Running aggregates of one tag; each extreme is kept with its (time, step).
+
+    Every tuple orders -0.0 before 0.0 (by the value's sign), so that even a tie
+    between the two zeros is broken the same way whatever the order of arrival.
+    """
+    count: int
+    units: int
+    min: Tuple[float, float, float, int]    # (value, sign, time, step): smallest value, then earliest
+    max: Tuple[float, float, float, int]    # (value, sign, -time, -step): largest value, then earliest
+    final: Tuple[float, int, float, float]  # (time, step, value, sign): latest time, then highest step
+    first_reach: Optional[Tuple[float, int]] = None  # (time, step) of first value >= accuracy threshold
+
+    @staticmethod
+    def of_batch(values: List[float], times: List[float], steps: List[int]) -> TagAggregate:
+        """Aggregates of one batch of points of a tag (all lists the same length)."""
+        low, high = min(values), max(values)
+        latest = max(zip(times, steps))
+        points = list(zip(values, times, steps))
+        return TagAggregate(
+            count=len(values), units=exact_batch_units(values),
+            min=min((v, _sign(v), t, s) for v, t, s in points if v == low),
+            max=max((v, _sign(v), -t, -s) for v, t, s in points if v == high),
+            final=max((t, s, v, _sign(v)) for v, t, s in points if (t, s) == latest))
+
+    def merge(self, other: TagAggregate) -> None:
+        self.count += other.count
+        self.units += other.units
+        self.min = min(self.min, other.min)
+        self.max = max(self.max, other.max)
+        self.final = max(self.final, other.final)
+        if other.first_reach is not None:
+            self.reach(*other.first_reach)
+
+    def reach(self, time: float, step: int) -> None:
+        if self.first_reach is None or (time, step) < self.first_reach:
+            self.first_reach = (time, step)
+
+    def value_of(self, strategy: str) -> Tuple[float, Optional[int]]:
+        """(value, step) for one aggregation strategy."""
+        if strategy == "final":
+            return self.final[2], step_or_none(self.final[1])
+        if strategy == "min":
+            return self.min[0], step_or_none(self.min[3])
+        if strategy == "max":
+            return self.max[0], step_or_none(-self.max[3])
+        if strategy == "average":
+            return exact_mean(self.units, self.count), None
+        raise ValueError(f"unknown aggregation strategy {strategy!r}")
+
+
+def _sign(value: float) -> float:
+    return math.copysign(1.0, value)
+
+
+def step_or_none(step: int) -> Optional[int]:
+    return None if step == NO_STEP else step

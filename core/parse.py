@@ -1,0 +1,76 @@
+"""Raw payloads and what the pipeline keeps of each message: pure Python, no Beam.
+
+A payload (``RawMessage``) is validated against the wire contract
+(``trainguard.wire``) into a ``ParsedMessage``, then reduced under its test's
+config to a ``MessageSummary``: per-tag partial aggregates, so that points never
+cross a shuffle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, List, NamedTuple, Optional, Tuple
+
+from core.aggregation import NO_STEP, TagAggregate
+from core.config import TestConfig
+from trainguard import wire
+
+
+@dataclasses.dataclass(frozen=True)
+class RawMessage:
+    """One payload as it arrived: a Pub/Sub message's data or a line of a replay file."""
+    payload: bytes
+    source: str                  # e.g. "file:data/a.jsonl" or "pubsub:projects/p/subscriptions/s"
+    received_at: Optional[float] = None  # publish time, where the source knows one
+
+
+class ParsedMessage(NamedTuple):
+    message: wire.Message
+    payload: bytes  # the raw bytes it came from
+
+
+@dataclasses.dataclass
+class MessageSummary:
+    """One validated message reduced to what its run needs: per-tag partial aggregates.
+
+    Summaries, not points, cross the pipeline's shuffles; the raw payload rides
+    along so that a message arriving after its run was finalized can still be
+    dead-lettered intact.
+    """
+    id: str
+    test: str
+    run: str
+    tags: Dict[str, TagAggregate]
+    events: Tuple[wire.Event, ...]
+    first_time: float
+    last_time: float
+    payload: bytes
+    window_points: Tuple[wire.Point, ...] = ()  # points of tags with live windows configured
+
+
+def summarize(message: wire.Message, payload: bytes, config: TestConfig) -> MessageSummary:
+    collection = config.metric_collection
+    ignored = collection.tags_to_ignore
+    by_tag: Dict[str, Tuple[List[float], List[float], List[int]]] = {}
+    for tag, value, step, time in message.points:
+        columns = by_tag.get(tag)
+        if columns is None:
+            if tag in ignored:
+                continue
+            by_tag[tag] = columns = ([], [], [])
+        columns[0].append(value)
+        columns[1].append(time)
+        columns[2].append(NO_STEP if step is None else step)
+    tags = {}
+    tta = collection.time_to_accuracy
+    for tag, (values, times, steps) in by_tag.items():
+        aggregate = tags[tag] = TagAggregate.of_batch(values, times, steps)
+        if tta is not None and tag == tta.accuracy_tag:
+            reached = [(t, s) for v, t, s in zip(values, times, steps) if v >= tta.accuracy_threshold]
+            if reached:
+                aggregate.first_reach = min(reached)
+    times = [p[3] for p in message.points] + [e.time for e in message.events]
+    windowed = config.windows.tags
+    window_points = tuple(p for p in message.points if p[0] in windowed) if windowed else ()
+    return MessageSummary(message.id, message.test, message.run, tags, message.events,
+                          min(times), max(times), payload, window_points)

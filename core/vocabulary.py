@@ -1,0 +1,63 @@
+"""The words every part of trainguard shares, defined once: alert kinds, run statuses, write methods.
+
+Each is a ``str`` enum, so a member equals its plain string (``AlertKind.JOB_FAILED
+== "job_failed"``), JSON-encodes as it, and reads back from a stored row with
+``AlertKind(row["kind"])``. Rows and payloads carry the plain ``.value``.
+"""
+
+from __future__ import annotations
+
+import enum
+import sys
+
+from trainguard import wire
+
+if sys.version_info >= (3, 11):
+    from enum import StrEnum
+else:  # pragma: no cover - Python < 3.11
+    class StrEnum(str, enum.Enum):
+        """``enum.StrEnum`` of Python 3.11: ``str()`` and ``format()`` give the value."""
+
+        def __str__(self) -> str:
+            return str(self.value)
+
+        def __format__(self, spec: str) -> str:
+            return str(self.value).__format__(spec)
+
+
+class RunStatus(StrEnum):
+    """How a run ended: the three statuses a trainer sends in ``run_finished``, and ``missing``."""
+    SUCCESS = wire.STATUS_SUCCESS
+    FAILURE = wire.STATUS_FAILURE
+    TIMEOUT = wire.STATUS_TIMEOUT
+    MISSING = "missing"  # never sent run_finished: finalized after the run timeout
+
+
+class AlertKind(StrEnum):
+    """Every kind of alert, most severe first (the order a digest lists them in)."""
+    JOB_FAILED = "job_failed"
+    RUN_MISSING = "run_missing"
+    RUN_STALLED = "run_stalled"
+    REQUIRED_METRIC_MISSING = "required_metric_missing"
+    ACCURACY_NOT_REACHED = "accuracy_not_reached"
+    METRIC_OUT_OF_BOUNDS = "metric_out_of_bounds"
+    WINDOW_OUT_OF_BOUNDS = "window_out_of_bounds"
+
+    @property
+    def severity(self) -> int:
+        """0 for the most severe kind."""
+        return list(AlertKind).index(self)
+
+
+def alert_severity(kind: str) -> int:
+    """The severity rank of a kind read from a payload; unknown kinds sort after every known one."""
+    try:
+        return AlertKind(kind).severity
+    except ValueError:
+        return len(AlertKind)
+
+
+class WriteMethod(StrEnum):
+    """How rows reach BigQuery."""
+    STREAMING_INSERTS = "streaming_inserts"  # portable: every runner
+    STORAGE_WRITE_API = "storage_write_api"  # a cross-language transform: Dataflow only

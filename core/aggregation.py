@@ -8,6 +8,7 @@ yields the same bits.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 from typing import List, Optional, Tuple
@@ -42,6 +43,12 @@ class TagAggregate:
             min=min((v, _sign(v), t, s) for v, t, s in points if v == low),
             max=max((v, _sign(v), -t, -s) for v, t, s in points if v == high),
             final=max((t, s, v, _sign(v)) for v, t, s in points if (t, s) == latest))
+
+    def merged(self, other: TagAggregate) -> TagAggregate:
+        """A new aggregate of both; neither changes."""
+        result = copy.copy(self)
+        result.merge(other)
+        return result
 
     def merge(self, other: TagAggregate) -> None:
         self.count += other.count

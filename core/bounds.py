@@ -9,6 +9,7 @@ with the population standard deviation of the history. Within bounds is strict
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Optional, Sequence
 
 from core.config import SuccessCondition
@@ -35,9 +36,10 @@ def compute_bounds(condition: SuccessCondition, history: Sequence[float]) -> Opt
         return None
     mean, std = mean_and_pstdev(history)
     margin = condition.stddevs_from_mean * std
-    if comparison.startswith("greater"):
-        return Bounds(mean - margin, None)
-    return Bounds(None, mean + margin)
+    bound = mean - margin if comparison.startswith("greater") else mean + margin
+    if not math.isfinite(bound):
+        return None  # k stddevs of a history near the top of the float range: not a bound, so unchecked
+    return Bounds(bound, None) if comparison.startswith("greater") else Bounds(None, bound)
 
 
 def is_within(value: float, bounds: Bounds, comparison: str) -> bool:

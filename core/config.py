@@ -9,9 +9,10 @@ Keys named ``"//"`` are comments and may appear in any object.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import os
-from typing import Any, Dict, FrozenSet, Mapping, Optional, Tuple
+from typing import Any, Dict, FrozenSet, Mapping, Optional, Tuple, Union
 
 from core.strict_json import ConfigError, StrictReader, read_json_file
 from core.windows import AGGREGATIONS as WINDOW_AGGREGATIONS
@@ -113,8 +114,36 @@ class ConfigSet:
     by_test: Mapping[str, TestConfig]
     default: TestConfig = TestConfig()
 
-    def for_test(self, test: str) -> TestConfig:
+    def for_test(self, test: str, at: Optional[float] = None) -> TestConfig:
+        """The config of ``test``; one set is valid at every event time ``at``."""
         return self.by_test.get(test, self.default)
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigTimeline:
+    """Config sets that replace each other in event time, as a rolled-out config change does.
+
+    ``versions`` are (valid_from, configs) pairs in time order; the first holds
+    from the beginning of time. Each element asks for the version valid at its
+    own event time, so the outcome does not depend on when it is processed, and
+    a replay of the same input under the same timeline gives the same rows.
+    """
+    versions: Tuple[Tuple[float, ConfigSet], ...]
+
+    def __post_init__(self) -> None:
+        if not self.versions or [v for v, _ in self.versions] != sorted(v for v, _ in self.versions):
+            raise ValueError("a config timeline needs at least one version, in time order")
+
+    def for_test(self, test: str, at: Optional[float] = None) -> TestConfig:
+        """The config of ``test`` valid at event time ``at`` (None: the latest)."""
+        if at is None:
+            return self.versions[-1][1].for_test(test)
+        index = bisect.bisect_right([valid_from for valid_from, _ in self.versions], at) - 1
+        return self.versions[max(index, 0)][1].for_test(test)
+
+
+Configs = Union[ConfigSet, ConfigTimeline]
+"""What the stages look configs up in: one set, or a timeline of sets."""
 
 
 def test_name_from_filename(filename: str) -> str:

@@ -118,3 +118,22 @@ def window_row(result: WindowResult, revision: int) -> Dict[str, Any]:
            "start_step": result.start_step, "end_step": result.end_step, "n": result.n}
     row.update(result.values)
     return row
+
+
+MAX_REASON_CHARS = 1000  # an exception's message can be long (a repr of the input); the payload keeps the rest
+
+
+def failure_reason(stage: str, error: BaseException) -> str:
+    """The dead-letter reason for an item a stage could not handle: the stage, the exception's type and message."""
+    text = f"error in {stage}: {type(error).__name__}: {error}"
+    return text if len(text) <= MAX_REASON_CHARS else text[:MAX_REASON_CHARS - 3] + "..."
+
+
+def record_payload(record: object) -> str:
+    """A record (a dataclass, a named tuple, ...) as JSON, for a dead letter; its repr if JSON cannot hold it."""
+    try:
+        value = dataclasses.asdict(record) if dataclasses.is_dataclass(record) and not isinstance(record, type) \
+            else record
+        return json.dumps(value, sort_keys=True, default=repr)
+    except (TypeError, ValueError, RecursionError):
+        return repr(record)

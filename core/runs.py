@@ -100,21 +100,22 @@ class RunAccumulator:
         self.last_time: Optional[float] = None
 
     def add(self, summary: MessageSummary) -> List[wire.Event]:
-        """Absorbs one message summary; returns the events it could not keep (over MAX_EVENTS)."""
-        for tag, batch in summary.tags.items():
-            aggregate = self.tags.get(tag)
-            if aggregate is None:
-                self.tags[tag] = copy.copy(batch)
-            else:
-                aggregate.merge(batch)
-        room = self.MAX_EVENTS - len(self.events)
-        self.events.extend(summary.events[:room])
-        self._extend_time_span(summary.last_time, summary.first_time)
-        return list(summary.events[room:]) if room < len(summary.events) else []
+        """Absorbs one message summary; returns the events it could not keep (over MAX_EVENTS).
 
-    def _extend_time_span(self, latest: float, earliest: float) -> None:
-        self.last_time = latest if self.last_time is None else max(self.last_time, latest)
-        self.first_time = earliest if self.first_time is None else min(self.first_time, earliest)
+        All or nothing: everything is computed before anything changes, so a
+        summary that raises leaves the accumulator as it was.
+        """
+        merged = {}
+        for tag, batch in summary.tags.items():
+            current = self.tags.get(tag)
+            merged[tag] = copy.copy(batch) if current is None else current.merged(batch)
+        room = self.MAX_EVENTS - len(self.events)
+        last = summary.last_time if self.last_time is None else max(self.last_time, summary.last_time)
+        first = summary.first_time if self.first_time is None else min(self.first_time, summary.first_time)
+        self.tags.update(merged)
+        self.events.extend(summary.events[:room])
+        self.first_time, self.last_time = first, last
+        return list(summary.events[room:]) if room < len(summary.events) else []
 
     def _lifecycle(self, event_type: str,
                    pick: Callable[..., wire.Event]) -> Optional[wire.Event]:

@@ -75,8 +75,10 @@ def step_aligned_history(window: WindowResult, runs: List[Tuple[str, List[Window
         overlapping = [w for w in windows if _overlap(w, window) >= 0]
         if overlapping:
             best = max(overlapping, key=lambda w: (_overlap(w, window), -w.index))
-            values.append(best.values[aggregation])
-            compared.append(run)
+            value = best.values.get(aggregation)
+            if value is not None:
+                values.append(value)
+                compared.append(run)
     return values, compared
 
 
@@ -100,20 +102,21 @@ def check_window(state: WindowHistory, window: WindowResult, config: TagWindowCo
     alerts = []
     for check in config.checks:
         if check.history == "trailing":
-            previous = run_windows[-check.trailing_windows:]
-            history, compared = [w.values[check.aggregation] for w in previous], [window.run] if previous else []
+            previous = [v for v in (w.values.get(check.aggregation) for w in run_windows[-check.trailing_windows:])
+                        if v is not None]
+            history, compared = previous, [window.run] if previous else []
         else:
             recent_runs = list(state.finished_runs)[-check.history_runs:]
             history, compared = step_aligned_history(window, recent_runs, check.aggregation)
         bounds = compute_bounds(check.condition, history)
-        value = window.values[check.aggregation]
-        out = bounds is not None and counts_as_out_of_bounds(value, bounds, check, history)
+        value = window.values.get(check.aggregation)
+        out = value is not None and bounds is not None and counts_as_out_of_bounds(value, bounds, check, history)
         debounce = state.debounce.setdefault(
             (window.run, check.aggregation),
             _Debounce(collections.deque(maxlen=check.debounce_windows)))
         debounce.recent.append(out)
         tripped = sum(debounce.recent) >= check.debounce_out_of_bounds
-        if tripped and not debounce.firing and bounds is not None:
+        if tripped and not debounce.firing and bounds is not None and value is not None:
             alerts.append(_alert(window, check, value, bounds, history, compared))
         debounce.firing = tripped
     run_windows.append(window)

@@ -76,25 +76,40 @@ def histogram(ordered: Sequence[float]) -> Dict[str, Union[List[float], List[int
     """10 equal-width bins between the smallest and the largest value: their edges and counts."""
     low, high = ordered[0], ordered[-1]
     width = (high - low) / HISTOGRAM_BINS
+    huge = math.isinf(width)  # low and high straddle most of the float range: divide before subtracting
+    if huge:
+        width = high / HISTOGRAM_BINS - low / HISTOGRAM_BINS
     counts = [0] * HISTOGRAM_BINS
     for value in ordered:
-        counts[min(int((value - low) / width), HISTOGRAM_BINS - 1) if width else 0] += 1
-    return {"edges": [low + i * width for i in range(HISTOGRAM_BINS + 1)], "counts": counts}
+        offset = value / width - low / width if huge else (value - low) / width if width else 0.0
+        counts[min(int(offset), HISTOGRAM_BINS - 1)] += 1
+    if huge:
+        edges = [low * (1 - i / HISTOGRAM_BINS) + high * (i / HISTOGRAM_BINS) for i in range(HISTOGRAM_BINS + 1)]
+    else:
+        edges = [low + i * width for i in range(HISTOGRAM_BINS + 1)]
+    return {"edges": edges, "counts": counts}
+
+
+def _finite_sum(values: Sequence[float]) -> Optional[float]:
+    """The sum, or None (NULL in the row, never checked) when it is beyond the float range."""
+    try:
+        total = math.fsum(values)
+    except OverflowError:
+        return None
+    return total if math.isfinite(total) else None
 
 
 def window_aggregates(points: Sequence[WindowPoint], aggregations: Sequence[str]) -> Dict[str, object]:
     """The requested aggregates of a window's points; every one is order-independent."""
     values = sorted(p.value for p in points)
-    n = len(values)
-    total = math.fsum(values)
-    mean = total / n
+    mean, stddev = mean_and_pstdev(values)
     available: Dict[str, Callable[[], object]] = {
         "last": lambda: max(points).value,
         "mean": lambda: mean,
         "min": lambda: values[0],
         "max": lambda: values[-1],
-        "sum": lambda: total,
-        "stddev": lambda: mean_and_pstdev(values)[1],
+        "sum": lambda: _finite_sum(values),
+        "stddev": lambda: stddev,
         "p50": lambda: percentile(values, 50),
         "p90": lambda: percentile(values, 90),
         "p99": lambda: percentile(values, 99),
@@ -137,7 +152,7 @@ class WindowResult:
     end_step: Optional[int]
     n: int
     partial: bool
-    values: Dict[str, float]  # aggregation -> value
+    values: Dict[str, Optional[float]]  # aggregation -> value; None where beyond the float range
 
     @property
     def order(self) -> Tuple[float, str, int]:

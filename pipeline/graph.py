@@ -12,7 +12,7 @@ import dataclasses
 
 import apache_beam as beam
 
-from core.config import ConfigSet
+from core.config import Configs
 from core.records import Alert, job_history_row
 from core.runs import RunLifecycle
 from core.schema import ALERTS, DEAD_LETTER, JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS
@@ -25,7 +25,7 @@ from transforms.windows import LiveWindows
 @dataclasses.dataclass(frozen=True)
 class GraphSettings:
     """What the graph is built from: the per-test configs, the run lifecycle, and whether input is unbounded."""
-    configs: ConfigSet
+    configs: Configs
     lifecycle: RunLifecycle = RunLifecycle()
     streaming: bool = False  # unbounded input: live windows settle as the watermark advances
 
@@ -33,7 +33,7 @@ class GraphSettings:
 class KeepRecordedTests(beam.PTransform):
     """Drops history rows of tests configured with ``write_to_bigquery: false``."""
 
-    def __init__(self, configs: ConfigSet):
+    def __init__(self, configs: Configs):
         super().__init__()
         self.configs = configs
 
@@ -62,14 +62,14 @@ class DetectRegressions(beam.PTransform):
         settings = self.settings
         seed = beam.pvalue.AsSingleton(self.seed)
         messages, bad_input = raw_messages | "Parse" >> ParseMessages()
-        summaries = (messages
-                     | "Summarize" >> SummarizeMessages(settings.configs)
+        summarized, unsummarized = messages | "Summarize" >> SummarizeMessages(settings.configs)
+        summaries = (summarized
                      | "Deduplicate" >> DeduplicateMessages(settings.lifecycle.dedup_horizon_seconds)
                      | "SkipStoredRuns" >> SkipStoredRuns(seed))
         runs, late_messages = summaries | "AssembleRuns" >> AssembleRuns(settings.configs, settings.lifecycle)
-        metric_rows, metric_alerts = runs | "CheckMetrics" >> CheckMetricHistory(
+        metric_rows, metric_alerts, failed_metrics = runs | "CheckMetrics" >> CheckMetricHistory(
             settings.configs, seed, settings.streaming)
-        run_alerts = runs | "CheckRuns" >> CheckJobHistory(settings.configs, seed, settings.streaming)
+        run_alerts, failed_runs = runs | "CheckRuns" >> CheckJobHistory(settings.configs, seed, settings.streaming)
         window_rows, window_alerts, late_points = (summaries, runs) | "LiveWindows" >> LiveWindows(
             settings.configs, settings.lifecycle, seed, settings.streaming)
         return {
@@ -79,5 +79,6 @@ class DetectRegressions(beam.PTransform):
             METRIC_WINDOWS.name: window_rows | "RecordedWindows" >> KeepRecordedTests(settings.configs),
             ALERTS.name: ((run_alerts, metric_alerts, window_alerts) | "AllAlerts" >> beam.Flatten()
                      | "AlertRows" >> beam.Map(Alert.to_row)),
-            DEAD_LETTER.name: (bad_input, late_messages, late_points) | "AllDeadLetters" >> beam.Flatten(),
+            DEAD_LETTER.name: ((bad_input, unsummarized, late_messages, late_points, failed_metrics, failed_runs)
+                               | "AllDeadLetters" >> beam.Flatten()),
         }

@@ -50,6 +50,7 @@ MAX_POINTS_PER_MESSAGE = 10_000
 MAX_EVENTS_PER_MESSAGE = 100
 MAX_NAME_CHARS = 256
 MAX_EVENT_DATA_BYTES = 16 << 10
+MAX_EVENT_DATA_DEPTH = 32  # objects and lists inside event data; deeper nesting is dead-lettered
 # Event times must be plausible unix seconds: after 2000-01-01, before 2200.
 MIN_TIME = 946684800.0
 MAX_TIME = 7258118400.0
@@ -83,9 +84,9 @@ class Message(NamedTuple):
 
 
 class Rejection(NamedTuple):
-    """One rejected item: why, and the raw JSON of what was rejected."""
+    """One rejected item: why, and the raw JSON of what was rejected (None: only the whole message holds it)."""
     reason: str
-    payload: str
+    payload: Optional[str]
 
 
 class InvalidMessage(ValueError):
@@ -154,7 +155,25 @@ def decode_json(payload: bytes) -> Any:
 
 def _rejection(reason: str, message_id: str, test: str, run: str, kind: str, raw: Any) -> Rejection:
     context = {"id": message_id, "test": test, "run": run, kind: raw}
-    return Rejection(reason, json.dumps(context, sort_keys=True, default=repr))
+    try:
+        return Rejection(reason, json.dumps(context, sort_keys=True, default=repr))
+    except RecursionError:  # too deep to re-encode: the whole message's payload stands for it
+        return Rejection(reason, None)
+
+
+def nesting_depth(value: Any, limit: int) -> int:
+    """How deep objects and lists nest in a decoded JSON value (a scalar: 0), counted without
+    recursion; stops counting past ``limit``."""
+    deepest = 0
+    stack = [(value, 1)] if isinstance(value, (dict, list)) else []
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            break
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return deepest
 
 
 def _require_name(obj: Dict[str, Any], field: str) -> str:
@@ -244,6 +263,8 @@ def _parse_event(raw: Any) -> Event:
         data = {}
     if not isinstance(data, dict):
         raise ValueError(f"data must be an object, got {type(data).__name__}")
+    if nesting_depth(data, MAX_EVENT_DATA_DEPTH) > MAX_EVENT_DATA_DEPTH:
+        raise ValueError(f"data is nested deeper than {MAX_EVENT_DATA_DEPTH} levels")
     if len(json.dumps(data)) > MAX_EVENT_DATA_BYTES:
         raise ValueError(f"data is larger than {MAX_EVENT_DATA_BYTES} bytes")
     if event_type == RUN_FINISHED:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from core.config import ConfigSet
+from core.config import Configs
 from core.history import JobHistory, MetricHistory, check_job, check_metric
 from core.records import MetricObservation
 from core.runs import RunResult
-from core.schema import ALERTS
+from core.schema import ALERTS, DEAD_LETTER
 from transforms.ordered import ConfiguredMachine, in_event_time_order
 
 
@@ -17,7 +17,7 @@ class _MetricMachine(ConfiguredMachine):
         return seed.metrics.get(key) or MetricHistory()
 
     def step(self, history, observation):
-        row, alert = check_metric(history, observation, self.configs.for_test(observation.test).regression_test)
+        row, alert = check_metric(history, observation, self.configs.for_test(observation.test, observation.finalized_at).regression_test)
         yield row
         if alert is not None:
             yield beam.pvalue.TaggedOutput(ALERTS.name, alert)
@@ -28,17 +28,17 @@ class _JobMachine(ConfiguredMachine):
         return seed.jobs.get(key) or JobHistory()
 
     def step(self, history, run):
-        yield from check_job(history, run, self.configs.for_test(run.test))
+        yield from check_job(history, run, self.configs.for_test(run.test, run.finalized_at))
 
 
 class CheckMetricHistory(beam.PTransform):
-    """RunResult -> (metric_history rows with bounds, metric_out_of_bounds alerts).
+    """RunResult -> (metric_history rows with bounds, metric_out_of_bounds alerts, dead letters).
 
     Keyed by (test, metric); each key sees its runs in the order they ended and
     bounds every value by the history of the earlier successful runs.
     """
 
-    def __init__(self, configs: ConfigSet, seed, streaming: bool = True):
+    def __init__(self, configs: Configs, seed, streaming: bool = True):
         super().__init__()
         self.configs = configs
         self.seed = seed
@@ -50,25 +50,26 @@ class CheckMetricHistory(beam.PTransform):
                    | "KeyByMetric" >> beam.Map(lambda o: ((o.test, o.metric), o)).with_output_types(
                        beam.typehints.KV[beam.typehints.Tuple[str, str], MetricObservation])
                    | "CheckInOrder" >> beam.ParDo(in_event_time_order(_MetricMachine(self.configs), "metric", self.streaming),
-                                                  self.seed).with_outputs(ALERTS.name, main="rows"))
-        return outputs.rows, outputs[ALERTS.name]
+                                                  self.seed).with_outputs(ALERTS.name, DEAD_LETTER.name, main="rows"))
+        return outputs.rows, outputs[ALERTS.name], outputs[DEAD_LETTER.name]
 
 
 class CheckJobHistory(beam.PTransform):
-    """RunResult -> run-level alerts (failed or missing job, required metric missing, ...).
+    """RunResult -> (run-level alerts: failed or missing job, required metric missing, ...; dead letters).
 
     Keyed by test, in the order runs ended, so that "alert only after the second
     failure in a row" sees the true previous run.
     """
 
-    def __init__(self, configs: ConfigSet, seed, streaming: bool = True):
+    def __init__(self, configs: Configs, seed, streaming: bool = True):
         super().__init__()
         self.configs = configs
         self.seed = seed
         self.streaming = streaming
 
     def expand(self, runs):
-        return (runs
-                | "KeyByTest" >> beam.Map(lambda r: (r.test, r)).with_output_types(beam.typehints.KV[str, RunResult])
-                | "CheckInOrder" >> beam.ParDo(in_event_time_order(_JobMachine(self.configs), "job", self.streaming),
-                                               self.seed))
+        outputs = (runs
+                   | "KeyByTest" >> beam.Map(lambda r: (r.test, r)).with_output_types(beam.typehints.KV[str, RunResult])
+                   | "CheckInOrder" >> beam.ParDo(in_event_time_order(_JobMachine(self.configs), "job", self.streaming),
+                                                  self.seed).with_outputs(DEAD_LETTER.name, main="alerts"))
+        return outputs.alerts, outputs[DEAD_LETTER.name]

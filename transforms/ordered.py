@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import bisect
 import copy
-from typing import Any, Iterable, Protocol
+import pickle
+from typing import Any, Iterable, List, Protocol
 
 import apache_beam as beam
 from apache_beam.coders import PickleCoder
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.utils.timestamp import Timestamp
+
+from core.records import dead_letter_row, failure_reason, record_payload
+from core.schema import DEAD_LETTER
 
 
 class StateMachine(Protocol):
@@ -70,6 +74,11 @@ def in_event_time_order(machine: StateMachine, name: str, streaming: bool = True
     Each instance gets its own state and timer names: FnApiRunner confuses the
     timers of two stateful DoFns that share a timer name when it fuses them
     into one stage (one loses its output, or the timers fail to decode).
+
+    A step that raises leaves the key's state as it was before that item (the
+    step runs on the state, which is restored from a snapshot taken before it),
+    and the item goes to the ``dead_letter`` output with the exception as the
+    reason: one bad item never stops the key, let alone the stage.
     """
     keyed_spec = ReadModifyWriteStateSpec(f"{name}_keyed", PickleCoder())
     flush_spec = TimerSpec(f"{name}_flush", TimeDomain.WATERMARK)
@@ -94,15 +103,26 @@ def in_event_time_order(machine: StateMachine, name: str, streaming: bool = True
                      keyed_state=beam.DoFn.StateParam(keyed_spec),
                      flush=beam.DoFn.TimerParam(flush_spec)):
             keyed = keyed_state.read()
+            if keyed is None:  # the runner fired a timer for a key whose state is gone
+                return
             ready = 0
             while ready < len(keyed.pending) and (not streaming or _due(keyed.pending[ready]) <= fired_at):
-                yield from machine.step(keyed.machine_state, keyed.pending[ready])
+                yield from _step_or_dead_letter(keyed, keyed.pending[ready])
                 ready += 1
             del keyed.pending[:ready]
             keyed.scheduled = _due(keyed.pending[0]) if keyed.pending else None
             if keyed.scheduled is not None:
                 flush.set(keyed.scheduled)
             keyed_state.write(keyed)
+
+    def _step_or_dead_letter(keyed: _Keyed, item: Any) -> List[Any]:
+        snapshot = pickle.dumps(keyed.machine_state, pickle.HIGHEST_PROTOCOL)
+        try:
+            return list(machine.step(keyed.machine_state, item))
+        except Exception as error:  # noqa: BLE001 - any failure on one item is that item's, not the stage's
+            keyed.machine_state = pickle.loads(snapshot)
+            return [beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
+                failure_reason(f"{name} check", error), record_payload(item), f"stage:{name}", item.order[0]))]
 
     InEventTimeOrderFn.__name__ = InEventTimeOrderFn.__qualname__ = f"InEventTimeOrder[{name}]"
     return InEventTimeOrderFn()

@@ -6,9 +6,9 @@ import apache_beam as beam
 from apache_beam.transforms.deduplicate import DeduplicatePerKey
 from apache_beam.utils.timestamp import Duration
 
-from core.config import ConfigSet
+from core.config import Configs
 from core.parse import MessageSummary, ParsedMessage, RawMessage, summarize
-from core.records import dead_letter_row
+from core.records import dead_letter_row, failure_reason
 from core.schema import DEAD_LETTER
 from trainguard import wire
 
@@ -17,7 +17,8 @@ class ParseMessageFn(beam.DoFn):
     """Validates one payload; good messages go out stamped with their event time.
 
     Invalid payloads, and invalid points or events inside otherwise good
-    messages, go to the ``dead_letter`` output with the reason and the payload.
+    messages, go to the ``dead_letter`` output with the reason and the payload;
+    so does a payload the parser itself fails on, with the exception as the reason.
     """
 
     def __init__(self):
@@ -31,9 +32,14 @@ class ParseMessageFn(beam.DoFn):
             yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
                 f"invalid message: {e}", raw.payload, raw.source, raw.received_at))
             return
-        for rejection in rejections:
+        except Exception as error:  # noqa: BLE001 - whatever one payload does to the parser is that payload's
             yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
-                rejection.reason, rejection.payload, raw.source, raw.received_at))
+                failure_reason("parse", error), raw.payload, raw.source, raw.received_at))
+            return
+        for rejection in rejections:
+            payload = raw.payload if rejection.payload is None else rejection.payload
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
+                rejection.reason, payload, raw.source, raw.received_at))
         if message.points or message.events:
             yield beam.window.TimestampedValue(ParsedMessage(message, raw.payload), message.event_time)
 
@@ -46,21 +52,37 @@ class ParseMessages(beam.PTransform):
         return outputs.messages, outputs[DEAD_LETTER.name]
 
 
+class SummarizeMessageFn(beam.DoFn):
+    """ParsedMessage -> MessageSummary; a message it fails on goes to ``dead_letter`` whole."""
+
+    def __init__(self, configs: Configs):
+        self.configs = configs
+
+    def process(self, parsed: ParsedMessage, timestamp=beam.DoFn.TimestampParam):
+        message = parsed.message
+        try:
+            yield summarize(message, parsed.payload, self.configs.for_test(message.test, message.event_time))
+        except Exception as error:  # noqa: BLE001 - one message's failure is that message's
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
+                failure_reason("summarize", error), parsed.payload, f"run:{message.test}/{message.run}",
+                float(timestamp)))
+
+
 class SummarizeMessages(beam.PTransform):
-    """ParsedMessage -> MessageSummary: per-tag partial aggregates under the test's config.
+    """ParsedMessage -> (MessageSummary: per-tag partial aggregates under the test's config, dead letters).
 
     Done before any shuffle, so that points never cross one: only small
     summaries (and the raw payload bytes) do.
     """
 
-    def __init__(self, configs: ConfigSet):
+    def __init__(self, configs: Configs):
         super().__init__()
         self.configs = configs
 
     def expand(self, parsed_messages):
-        configs = self.configs
-        return parsed_messages | beam.Map(
-            lambda parsed: summarize(parsed.message, parsed.payload, configs.for_test(parsed.message.test)))
+        outputs = parsed_messages | "Summarize" >> beam.ParDo(SummarizeMessageFn(self.configs)).with_outputs(
+            DEAD_LETTER.name, main="summaries")
+        return outputs.summaries, outputs[DEAD_LETTER.name]
 
 
 class DeduplicateMessages(beam.PTransform):

@@ -11,9 +11,9 @@ from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.utils.timestamp import Duration, Timestamp
 
-from core.config import ConfigSet
+from core.config import Configs
 from core.parse import MessageSummary
-from core.records import dead_letter_row
+from core.records import dead_letter_row, failure_reason, record_payload
 from core.runs import RunAccumulator, RunLifecycle
 from core.schema import DEAD_LETTER
 
@@ -58,7 +58,7 @@ class AssembleRunFn(beam.DoFn):
     FINALIZE = TimerSpec("finalize", TimeDomain.WATERMARK)
     EXPIRE = TimerSpec("expire", TimeDomain.WATERMARK)
 
-    def __init__(self, configs: ConfigSet, lifecycle: RunLifecycle):
+    def __init__(self, configs: Configs, lifecycle: RunLifecycle):
         self.configs = configs
         self.lifecycle = lifecycle
         self.runs_finalized = beam.metrics.Metrics.counter("trainguard", "runs_finalized")
@@ -73,13 +73,19 @@ class AssembleRunFn(beam.DoFn):
                 "late: run already finalized", summary.payload, f"run:{test}/{run}", float(timestamp)))
             return
         accumulator = accumulator_state.read() or RunAccumulator(test, run)
-        overflow = accumulator.add(summary)
+        try:
+            overflow = accumulator.add(summary)  # all or nothing: a failure leaves the run as it was
+            finalize_at = accumulator.finalize_at(self.lifecycle)
+        except Exception as error:  # noqa: BLE001 - one message's failure is that message's, not the run's
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
+                failure_reason("assemble run", error), summary.payload, f"run:{test}/{run}", float(timestamp)))
+            return
         for event in overflow:
             yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
                 f"too many events in run (limit {RunAccumulator.MAX_EVENTS})",
                 json.dumps(event._asdict(), sort_keys=True), f"run:{test}/{run}", float(timestamp)))
         accumulator_state.write(accumulator)
-        finalize_timer.set(Timestamp.of(accumulator.finalize_at(self.lifecycle)))
+        finalize_timer.set(Timestamp.of(finalize_at))
 
     @on_timer(FINALIZE)
     def finalize(self, key=beam.DoFn.KeyParam, fired_at=beam.DoFn.TimestampParam,
@@ -87,11 +93,20 @@ class AssembleRunFn(beam.DoFn):
                  finalized=beam.DoFn.StateParam(FINALIZED),
                  expire_timer=beam.DoFn.TimerParam(EXPIRE)):
         accumulator = accumulator_state.read()
+        if accumulator is None:  # the runner fired a timer for a run whose state is gone
+            return
         accumulator_state.clear()
         finalized.write(True)
         expire_timer.set(fired_at + Duration(seconds=self.lifecycle.retention_seconds))
         self.runs_finalized.inc()
-        yield accumulator.result(self.configs.for_test(key[0]), self.lifecycle)
+        try:
+            yield accumulator.result(self.configs.for_test(key[0], float(fired_at)), self.lifecycle)
+        except Exception as error:  # noqa: BLE001 - a run that cannot be summed up is that run's dead letter
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
+                failure_reason("finalize run", error), record_payload({
+                    "test": accumulator.test, "run": accumulator.run, "tags": sorted(accumulator.tags),
+                    "events": [event._asdict() for event in accumulator.events]}),
+                f"run:{key[0]}/{key[1]}", float(fired_at)))
 
     @on_timer(EXPIRE)
     def expire(self, finalized=beam.DoFn.StateParam(FINALIZED)):
@@ -101,7 +116,7 @@ class AssembleRunFn(beam.DoFn):
 class AssembleRuns(beam.PTransform):
     """MessageSummary -> (RunResult per finalized run, dead-letter rows for late messages)."""
 
-    def __init__(self, configs: ConfigSet, lifecycle: RunLifecycle):
+    def __init__(self, configs: Configs, lifecycle: RunLifecycle):
         super().__init__()
         self.fn = AssembleRunFn(configs, lifecycle)
 

@@ -10,9 +10,10 @@ from typing import Any, Iterable, List
 
 import apache_beam as beam
 
-from core.config import ConfigSet
+from core.config import Configs
 from core.records import Alert
 from core.runs import RunResult
+from core.schema import DEAD_LETTER
 from core.window_checks import RunEnded, WindowHistory, check_window, end_run, runs_compared
 from core.windows import WindowResult
 from transforms.ordered import ConfiguredMachine, in_event_time_order
@@ -23,15 +24,15 @@ class _WindowCheckMachine(ConfiguredMachine):
         return seed.windows.get(key) or WindowHistory()
 
     def step(self, history: WindowHistory, item: Any) -> Iterable[Alert]:
-        tag_config = self.configs.for_test(item.test).windows.tags[item.tag]
+        tag_config = self.configs.for_test(item.test, item.order[0]).windows.tags.get(item.tag)  # None: removed since
         if isinstance(item, RunEnded):
-            end_run(history, item, keep_runs=runs_compared(tag_config))
+            end_run(history, item, keep_runs=runs_compared(tag_config) if tag_config else 0)
             return []
-        return check_window(history, item, tag_config)
+        return check_window(history, item, tag_config) if tag_config else []
 
 
 class CheckWindows(beam.PTransform):
-    """((WindowResult, revision), RunResult) -> window_out_of_bounds alerts.
+    """((WindowResult, revision), RunResult) -> (window_out_of_bounds alerts, dead letters).
 
     Each window is checked once, at its first revision; a run's end moves its
     windows into the step-aligned history if it succeeded. Keyed by (test,
@@ -40,7 +41,7 @@ class CheckWindows(beam.PTransform):
     ``HistorySeed``) carries the window history of earlier invocations.
     """
 
-    def __init__(self, configs: ConfigSet, seed, streaming: bool):
+    def __init__(self, configs: Configs, seed, streaming: bool):
         super().__init__()
         self.configs = configs
         self.seed = seed
@@ -51,17 +52,19 @@ class CheckWindows(beam.PTransform):
         configs = self.configs
 
         def first_checked_revision(result: WindowResult, revision: int) -> List[WindowResult]:
-            checked = configs.for_test(result.test).windows.tags[result.tag].checks
-            return [result] if revision == 0 and checked else []
+            tag_config = configs.for_test(result.test, result.end_time).windows.tags.get(result.tag)
+            return [result] if revision == 0 and tag_config is not None and tag_config.checks else []
 
         def run_ends(run: RunResult) -> List[RunEnded]:
             return [RunEnded(run.test, run.run, run.status, run.finalized_at, tag, config.spec.kind)
-                    for tag, config in configs.for_test(run.test).windows.tags.items() if config.checks]
+                    for tag, config in configs.for_test(run.test, run.finalized_at).windows.tags.items() if config.checks]
 
         first_results = results | "FirstRevisions" >> beam.FlatMapTuple(first_checked_revision)
         ends = runs | "RunEnds" >> beam.FlatMap(run_ends)
-        return ((first_results, ends) | "CheckInputs" >> beam.Flatten()
-                | "KeyByTagKind" >> beam.Map(lambda i: ((i.test, i.tag, i.kind), i)).with_output_types(
-                    beam.typehints.KV[beam.typehints.Tuple[str, str, str], beam.typehints.Any])
-                | "CheckInOrder" >> beam.ParDo(
-                    in_event_time_order(_WindowCheckMachine(configs), "window", self.streaming), self.seed))
+        outputs = ((first_results, ends) | "CheckInputs" >> beam.Flatten()
+                   | "KeyByTagKind" >> beam.Map(lambda i: ((i.test, i.tag, i.kind), i)).with_output_types(
+                       beam.typehints.KV[beam.typehints.Tuple[str, str, str], beam.typehints.Any])
+                   | "CheckInOrder" >> beam.ParDo(
+                       in_event_time_order(_WindowCheckMachine(configs), "window", self.streaming),
+                       self.seed).with_outputs(DEAD_LETTER.name, main="alerts"))
+        return outputs.alerts, outputs[DEAD_LETTER.name]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import apache_beam as beam
 from apache_beam.coders import PickleCoder
@@ -17,9 +17,9 @@ from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateS
 from apache_beam.utils.timestamp import Timestamp
 
 from core.aggregation import NO_STEP
-from core.config import ConfigSet
+from core.config import Configs, WindowConfig
 from core.parse import MessageSummary
-from core.records import Alert, dead_letter_row, iso_utc, window_row
+from core.records import Alert, dead_letter_row, failure_reason, iso_utc, window_row
 from core.runs import RunLifecycle
 from core.schema import ALERTS, DEAD_LETTER
 from core.stalls import StallWatch
@@ -52,6 +52,13 @@ class WindowRunFn(beam.DoFn):
     of the run's timers fired (the watermark had passed it): a lower bound,
     which errs towards accepting a point (its window is re-emitted with a new
     revision), never towards dropping one.
+
+    Configs may change while a run is open (``--update``): a tag that gains
+    windows starts windowing from its next point; a tag that loses them is
+    closed at the next timer, its open windows flushed as partial. A window
+    spec that changes applies from the next run. A point, a window or a tag
+    that raises goes to ``dead_letter`` with the exception as the reason, and
+    the run goes on without it.
     """
 
     STATE = ReadModifyWriteStateSpec("run_windows", PickleCoder())
@@ -61,24 +68,23 @@ class WindowRunFn(beam.DoFn):
     STALL = TimerSpec("stall", TimeDomain.WATERMARK)
     EXPIRE = TimerSpec("expire_windows", TimeDomain.WATERMARK)
 
-    def __init__(self, configs: ConfigSet, lifecycle: RunLifecycle, streaming: bool):
+    def __init__(self, configs: Configs, lifecycle: RunLifecycle, streaming: bool):
         self.configs = configs
         self.lifecycle = lifecycle
         # A bounded replay has all its input before any timer fires: settling as the
         # watermark advances would only re-read state, so the run's close does it all.
         self.incremental = streaming
 
-    def _windows(self, test: str):
-        return self.configs.for_test(test).windows
+    def _windows(self, test: str, at: float) -> WindowConfig:
+        return self.configs.for_test(test, at).windows
 
     def process(self, element, state=beam.DoFn.StateParam(STATE), pending=beam.DoFn.StateParam(POINTS),
                 settle=beam.DoFn.TimerParam(SETTLE), close=beam.DoFn.TimerParam(CLOSE),
                 stall=beam.DoFn.TimerParam(STALL)):
         (test, run), summary = element
-        config = self._windows(test)
+        config = self._windows(test, summary.last_time)
         run_windows = state.read() or _RunWindows(
-            {tag: TagWindows(c.spec) for tag, c in config.tags.items()},
-            None if config.stall_seconds is None else StallWatch(config.stall_seconds))
+            {}, None if config.stall_seconds is None else StallWatch(config.stall_seconds))
         if not run_windows.closed:  # else the run assembler dead-letters the whole late message
             yield from self._absorb(test, run, summary, config, run_windows, pending, settle, close, stall)
             state.write(run_windows)
@@ -95,11 +101,20 @@ class WindowRunFn(beam.DoFn):
                     f"run:{test}/{run}", time))
                 continue
             point = WindowPoint(time, NO_STEP if step is None else step, value)
-            updated = run_windows.tags[tag].update_emitted(point) if run_windows.tags[tag].emitted else None
+            windows = run_windows.tags.get(tag)
+            if windows is None:
+                if tag not in config.tags:
+                    continue  # its windows were removed from the config since the message was summarized
+                windows = run_windows.tags[tag] = TagWindows(config.tags[tag].spec)
+            try:
+                updated = windows.update_emitted(point) if windows.emitted else None
+            except Exception as error:  # noqa: BLE001 - one point's failure is that point's
+                yield self._dead_point(test, run, tag, point, failure_reason("window a point", error))
+                continue
             if updated is None:
                 waiting.append((tag, point))
             else:
-                yield self._result(test, run, tag, updated)
+                yield from self._results(test, run, tag, [updated], windows.spec.aggregations)
         if waiting:
             pending.add(waiting)
         if run_windows.stalls is not None:
@@ -129,9 +144,42 @@ class WindowRunFn(beam.DoFn):
         if later:
             pending.add(later)
         for tag, point in waiting:
-            if point.time <= upto:
+            if point.time <= upto and tag in run_windows.tags:
                 run_windows.tags[tag].pending.append(point)
         return [point.time for _, point in later]
+
+    @staticmethod
+    def _dead_point(test: str, run: str, tag: str, point: WindowPoint, reason: str):
+        return beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
+            reason, json.dumps({"test": test, "run": run, "point": {
+                "tag": tag, "value": point.value, "step": None if point.step == NO_STEP else point.step,
+                "time": point.time}}, sort_keys=True),
+            f"run:{test}/{run}", point.time))
+
+    def _advance(self, key, run_windows: _RunWindows, closing: bool, watermark: float, at: float):
+        """Settles (or, at the run's end, closes) every tag's windows and yields their results.
+
+        A tag whose windows were removed from the config is closed now. A tag
+        that raises is dropped from the run, its points dead-lettered."""
+        test, run = key
+        config = self._windows(test, at)
+        for tag in sorted(run_windows.tags):
+            windows = run_windows.tags[tag]
+            try:
+                if closing or tag not in config.tags:
+                    closed = windows.close()
+                    del run_windows.tags[tag]
+                else:
+                    closed = windows.settle(watermark)
+                    windows.expire(before=watermark - config.allowed_lateness_seconds)
+            except Exception as error:  # noqa: BLE001 - one tag's failure stops that tag, not the run
+                del run_windows.tags[tag]
+                reason = failure_reason(f"windows of {tag}", error)
+                stranded = windows.pending + windows.open + [p for ps in windows.open_by_index.values() for p in ps]
+                for point in stranded:
+                    yield self._dead_point(test, run, tag, point, reason)
+                continue
+            yield from self._results(test, run, tag, closed, windows.spec.aggregations)
 
     def _finalized_at(self, run_windows: _RunWindows) -> float:
         return self.lifecycle.finalization_time(run_windows.finished_time, run_windows.last_time)
@@ -158,12 +206,20 @@ class WindowRunFn(beam.DoFn):
         if run_windows.scheduled is not None:
             settle.set(Timestamp.of(run_windows.scheduled))
 
-    def _result(self, test: str, run: str, tag: str, window: Window):
-        aggregations = self._windows(test).tags[tag].spec.aggregations
-        result = WindowResult(test, run, tag, window.kind, window.index, window.start_time, window.end_time,
-                              window.start_step, window.end_step, len(window.points), window.partial,
-                              window_aggregates(window.points, aggregations))
-        return result, window.revision
+    @staticmethod
+    def _results(test: str, run: str, tag: str, windows: List[Window], aggregations: Tuple[str, ...]):
+        """(WindowResult, revision) of each window; a window whose aggregates raise is dead-lettered."""
+        for window in windows:
+            try:
+                yield WindowResult(test, run, tag, window.kind, window.index, window.start_time, window.end_time,
+                                   window.start_step, window.end_step, len(window.points), window.partial,
+                                   window_aggregates(window.points, aggregations)), window.revision
+            except Exception as error:  # noqa: BLE001 - one window's failure is that window's
+                yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
+                    failure_reason(f"aggregate a window of {tag}", error),
+                    json.dumps({"test": test, "run": run, "tag": tag, "window": window.index,
+                                "points": [list(p) for p in window.points]}, sort_keys=True),
+                    f"run:{test}/{run}", window.end_time))
 
     @on_timer(SETTLE)
     def on_settle(self, key=beam.DoFn.KeyParam, fired_at=beam.DoFn.TimestampParam,
@@ -175,11 +231,7 @@ class WindowRunFn(beam.DoFn):
         watermark = float(fired_at)
         run_windows.watermark_floor = max(run_windows.watermark_floor, watermark)
         buffered_times = self._take_pending(run_windows, pending, watermark)
-        lateness = self._windows(key[0]).allowed_lateness_seconds
-        for tag, windows in run_windows.tags.items():
-            for window in windows.settle(watermark):
-                yield self._result(*key, tag, window)
-            windows.expire(before=watermark - lateness)
+        yield from self._advance(key, run_windows, False, watermark, watermark)
         if run_windows.stalls is not None:
             yield from self._stall_alerts(key, run_windows, run_windows.stalls.settle(watermark))
         self._schedule(run_windows, settle, buffered_times)
@@ -193,9 +245,7 @@ class WindowRunFn(beam.DoFn):
         if run_windows is None or run_windows.closed:
             return
         self._take_pending(run_windows, pending, float("inf"))
-        for tag, windows in run_windows.tags.items():
-            for window in windows.close():
-                yield self._result(*key, tag, window)
+        yield from self._advance(key, run_windows, True, float("inf"), float(fired_at))
         if run_windows.stalls is not None:  # timer families may fire in any order: finish the stall check here
             stalls = run_windows.stalls
             gaps = stalls.settle(float("inf")) + stalls.ongoing(float("inf"), run_windows.last_time)
@@ -231,7 +281,7 @@ class LiveWindows(beam.PTransform):
     window points and are dropped before the shuffle.
     """
 
-    def __init__(self, configs: ConfigSet, lifecycle: RunLifecycle, seed, streaming: bool = False):
+    def __init__(self, configs: Configs, lifecycle: RunLifecycle, seed, streaming: bool = False):
         super().__init__()
         self.configs = configs
         self.fn = WindowRunFn(configs, lifecycle, streaming)
@@ -242,12 +292,13 @@ class LiveWindows(beam.PTransform):
         summaries, runs = inputs
         configs = self.configs
         windowed = (summaries
-                    | "OfWindowedTests" >> beam.Filter(lambda s: bool(configs.for_test(s.test).windows.tags))
+                    | "OfWindowedTests" >> beam.Filter(lambda s: bool(configs.for_test(s.test, s.last_time).windows.tags))
                     | "KeyByRun" >> beam.Map(lambda s: ((s.test, s.run), s)).with_output_types(
                         beam.typehints.KV[beam.typehints.Tuple[str, str], MessageSummary])
                     | "Windows" >> beam.ParDo(self.fn).with_outputs(ALERTS.name, DEAD_LETTER.name, main="results"))
         results = windowed.results
         rows = results | "Rows" >> beam.MapTuple(window_row)
-        check_alerts = (results, runs) | "Checks" >> CheckWindows(configs, self.seed, self.streaming)
+        check_alerts, failed_checks = (results, runs) | "Checks" >> CheckWindows(configs, self.seed, self.streaming)
         alerts = (windowed[ALERTS.name], check_alerts) | "WindowAlerts" >> beam.Flatten()
-        return rows, alerts, windowed[DEAD_LETTER.name]
+        dead_letters = (windowed[DEAD_LETTER.name], failed_checks) | "WindowDeadLetters" >> beam.Flatten()
+        return rows, alerts, dead_letters

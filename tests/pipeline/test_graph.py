@@ -54,7 +54,7 @@ def test_dedup_passes_each_message_id_once():
     with batch_pipeline() as p:
         messages, _ = (p | beam.Create([raw("t", "r", "a", points=[("x", 1.0, 1, T0)])] * 3
                                        + [raw("t", "r", "b", points=[("x", 2.0, 2, T0)])]) | ParseMessages())
-        summaries = messages | SummarizeMessages(configs())
+        summaries, _ = messages | SummarizeMessages(configs())
         assert_that(summaries | DeduplicateMessages(3600) | beam.Map(lambda m: m.id), equal_to(["a", "b"]))
 
 

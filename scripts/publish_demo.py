@@ -27,8 +27,9 @@ from typing import Dict, Iterable, List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pipeline.demo import RunPlan, demo_plans, run_messages  # noqa: E402
-from trainguard import wire  # noqa: E402
+from pipeline.demo import RunPlan, demo_plans, run_messages
+from trainguard import wire
+
 
 def message_attributes(payload: bytes) -> Dict[str, str]:
     """The Pub/Sub attributes of one wire message (wire contract v1)."""

@@ -9,9 +9,9 @@ import sys
 
 from google.cloud import pubsub_v1
 
+from core.schema import TABLES
 from scripts import publish_demo
-from tests.tools import shellcheck
-from sinks.schema import TABLES
+from tests.support import shellcheck
 from trainguard import wire
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

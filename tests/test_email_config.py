@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from sinks.email.config import ConfigError, load_config
 from sinks.email.api_key import SecretError, resolve_api_key, secret_version_name
+from sinks.email.config import ConfigError, load_config
 from tests.test_email_support import API_KEY, config
 
 EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),

@@ -18,10 +18,10 @@ from typing import List
 import pytest
 from google.cloud import pubsub_v1
 
+from sinks.email.api_key import Secret
 from sinks.email.cli import Loop
 from sinks.email.deadletter import FileDeadLetters, PubSubDeadLetters
 from sinks.email.notifier import Notifier
-from sinks.email.api_key import Secret
 from sinks.email.sending import SendGridSender
 from sinks.email.sources import PubSubSource
 from sinks.email.state import NotifierState, next_utc_midnight

@@ -7,7 +7,7 @@ import shlex
 import subprocess
 
 from sinks.email.cli import parse_options
-from tests.tools import shellcheck
+from tests.support import shellcheck
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO, "sinks", "email", "deploy_cloud_run.sh")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 
+from sinks.email.api_key import Secret
 from sinks.email.deadletter import FileDeadLetters
 from sinks.email.notifier import Notifier
-from sinks.email.api_key import Secret
 from sinks.email.sending import SendGridSender
 from sinks.email.state import NotifierState
 from tests.servers.sendgrid import sendgrid_server  # noqa: F401 - fixture

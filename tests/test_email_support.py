@@ -11,10 +11,10 @@ import dataclasses
 import time
 from typing import Callable, Iterable, List
 
+from core.records import Alert
 from sinks.alerts_file import alert_json
 from sinks.email.config import config_from_mapping
 from sinks.email.sources import Delivery
-from transforms.records import Alert
 
 WAIT_SECONDS = 10.0
 """Generous upper bound for anything that happens on other threads (never asserted on)."""

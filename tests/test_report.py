@@ -16,6 +16,7 @@ from matplotlib.collections import LineCollection, PolyCollection
 from matplotlib.patches import Rectangle
 from PIL import Image
 
+from core.schema import ALERTS, JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS, TABLES
 from pipeline.main import main as pipeline_main
 from pipeline.options import DEMO_INPUT
 from pipeline.report import write_report
@@ -26,7 +27,6 @@ from pipeline.report.page import history_file, run_file
 from pipeline.report.plots import Figures, history_figure, run_figure, status_figure, style
 from pipeline.report.source import bigquery_source, duckdb_source
 from sinks.duckdb_store import DuckDBStore
-from sinks.schema import ALERTS, JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS, TABLES
 
 DAY = 86400.0
 T0 = 1763596800.0  # 2025-11-20T00:00:00Z

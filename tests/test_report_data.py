@@ -9,12 +9,28 @@ import sys
 
 import pytest
 
-from pipeline.report.data import (NO_RUN, OUT_OF_BOUNDS, RUNNING, ReportSettings, RunWindows, alert_spans,
-                                  alert_tag, bound_lines, earlier_successful, metric_panels, prepare_report,
-                                  run_windows, runs_to_draw, safe_name, shared_limits, short_label,
-                                  status_grid, step_aligned_band)
+from core.window_checks import WindowResult
+from pipeline.report.data import (
+    NO_RUN,
+    OUT_OF_BOUNDS,
+    RUNNING,
+    ReportSettings,
+    RunWindows,
+    alert_spans,
+    alert_tag,
+    bound_lines,
+    earlier_successful,
+    metric_panels,
+    prepare_report,
+    run_windows,
+    runs_to_draw,
+    safe_name,
+    shared_limits,
+    short_label,
+    status_grid,
+    step_aligned_band,
+)
 from pipeline.report.source import AlertRow, JobRow, MetricRow, parse_details, since_literal
-from transforms.window_checks import WindowResult
 
 DAY = 86400.0
 T0 = 1763596800.0  # 2025-11-20T00:00:00Z

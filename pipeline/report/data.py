@@ -18,8 +18,8 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from pipeline.report.source import CURVE_AGGREGATIONS, AlertRow, JobRow, MetricRow
 from trainguard.wire import STATUS_SUCCESS
-from transforms.bounds import mean_and_stddev
-from transforms.window_checks import NUMERIC_AGGREGATIONS, WindowResult, step_aligned_history
+from core.stats import mean_and_pstdev
+from core.window_checks import NUMERIC_AGGREGATIONS, WindowResult, step_aligned_history
 
 RUNNING = "running"              # windows but no job_history row yet: a live run
 OUT_OF_BOUNDS = "out_of_bounds"  # a successful run with a metric or a window out of bounds
@@ -246,14 +246,14 @@ def step_aligned_band(window: WindowResult, earlier: Sequence[Tuple[str, Sequenc
                       aggregation: str, k: float) -> Optional[Band]:
     """mean +- k*std over the earlier runs of the window overlapping ``window``'s steps the most.
 
-    The same alignment as the live ``step_aligned`` check (``transforms.window_checks``). None with
+    The same alignment as the live ``step_aligned`` check (``core.window_checks``). None with
     fewer than ``MIN_BAND_RUNS`` earlier runs.
     """
     usable = [(run, [w for w in ws if aggregation in w.values]) for run, ws in earlier]
     values, _ = step_aligned_history(window, usable, aggregation)
     if len(values) < MIN_BAND_RUNS:
         return None
-    mean, std = mean_and_stddev(values)
+    mean, std = mean_and_pstdev(values)
     return Band(mean, mean - k * std, mean + k * std, len(values))
 
 

@@ -16,9 +16,9 @@ import json
 import os
 from typing import Callable, Dict, List, Optional, Protocol, Sequence
 
-from sinks.schema import ALERTS, JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS
+from core.schema import ALERTS, JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS
 from sinks.seed import SqlDialect
-from transforms.window_checks import WindowResult
+from core.window_checks import WindowResult
 
 # Window aggregations a per-run curve can be drawn from, in order of preference.
 CURVE_AGGREGATIONS = ("mean", "p50", "last")

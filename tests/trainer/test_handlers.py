@@ -11,8 +11,15 @@ import numpy as np
 import pytest
 
 import trainguard as tg
-from tests.trainer.helpers import (ScriptedTransport, events_of, jsonl_payloads, parse_all, points_of,
-                                   run_python, wait_until)
+from tests.trainer.helpers import (
+    ScriptedTransport,
+    events_of,
+    jsonl_payloads,
+    parse_all,
+    points_of,
+    run_python,
+    wait_until,
+)
 from trainguard.metrics.api import MetricData
 
 FAR = 60_000.0  # a max_latency_ms that never fires during a test

@@ -13,8 +13,16 @@ import pytest
 from google.cloud import pubsub_v1
 
 import trainguard as tg
-from tests.trainer.helpers import (ROOT, events_of, expected_ts, jsonl_payloads, parse_all, points_of,
-                                   run_python, wait_until)
+from tests.trainer.helpers import (
+    ROOT,
+    events_of,
+    expected_ts,
+    jsonl_payloads,
+    parse_all,
+    points_of,
+    run_python,
+    wait_until,
+)
 from tests.trainer.tb_files import TF2Writer
 from trainguard import wire
 from trainguard.pubsub_handler import PubSubTransport

@@ -31,10 +31,9 @@ def test_successful_block_publishes_started_points_and_finished(handlers, tmp_pa
 def test_raising_block_publishes_failure_and_re_raises(handlers, tmp_path):
     path = str(tmp_path / "m.jsonl")
     tg.configure(handlers.jsonl(path))
-    with pytest.raises(ZeroDivisionError):
-        with tg.Run("test", "run") as run:
-            run.num_failures = 2
-            1 / 0
+    with pytest.raises(ZeroDivisionError), tg.Run("test", "run") as run:
+        run.num_failures = 2
+        1 / 0
     [event] = finished(path)
     assert event.data["status"] == "failure" and event.data["num_failures"] == 2
     assert event.data["error"].startswith("ZeroDivisionError")
@@ -44,9 +43,8 @@ def test_raising_block_publishes_failure_and_re_raises(handlers, tmp_path):
 def test_system_exit_status(handlers, tmp_path, code, status):
     path = str(tmp_path / "m.jsonl")
     tg.configure(handlers.jsonl(path))
-    with pytest.raises(SystemExit):
-        with tg.Run("test", "run"):
-            raise SystemExit(code)
+    with pytest.raises(SystemExit), tg.Run("test", "run"):
+        raise SystemExit(code)
     assert [e.data["status"] for e in finished(path)] == [status]
 
 
@@ -73,6 +71,5 @@ def test_a_handler_bound_to_another_run_is_refused(handlers, tmp_path):
 
 
 def test_run_without_any_configured_handler_warns():
-    with pytest.warns(tg.UnconfiguredGroupWarning):
-        with tg.Run("test", "run"):
-            pass
+    with pytest.warns(tg.UnconfiguredGroupWarning), tg.Run("test", "run"):
+        pass

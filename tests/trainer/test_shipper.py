@@ -12,9 +12,9 @@ import pytest
 
 from tests.trainer.helpers import ROOT, events_of, jsonl_payloads, parse_all, points_of
 from tests.trainer.tb_files import T0, TF1Writer, TF2Writer, event_files, native_scalars
-from trainguard.transports import JsonlTransport
 from trainguard.shipper import Shipper, ShipperConfig, main
 from trainguard.tb_events import RecordTail, first_wall_time
+from trainguard.transports import JsonlTransport
 
 
 def make_shipper(logdir, output, **kwargs):

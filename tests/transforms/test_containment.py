@@ -12,6 +12,9 @@ from typing import Dict, List
 
 import apache_beam as beam
 import pytest
+from apache_beam.testing.test_stream import TestStream
+from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.utils.timestamp import Timestamp
 
 import core.runs
 import transforms.history
@@ -23,7 +26,7 @@ from core.runs import RunLifecycle
 from core.schema import ALERTS, DEAD_LETTER, JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS
 from pipeline.graph import GraphSettings
 from tests.support import T0
-from tests.transforms.support import batch_pipeline, configs, detect, finished, gather, raw, started
+from tests.transforms.support import batch_pipeline, configs, detect, finished, gather, raw, started, streaming_pipeline
 from trainguard import wire
 
 CONFIG = {
@@ -207,3 +210,42 @@ def test_event_data_nested_too_deep_is_dead_lettered_with_the_whole_payload():
     (dead,) = outputs[DEAD_LETTER.name]
     assert dead["reason"] == f"invalid event [0]: data is nested deeper than {wire.MAX_EVENT_DATA_DEPTH} levels"
     assert json.loads(dead["payload"])["id"] == "deep"
+
+
+def test_a_late_point_the_windows_fail_on_is_dead_lettered_alone_on_a_stream(monkeypatch):
+    import core.windows
+
+    monkeypatch.setattr(core.windows.TagWindows, "update_emitted", poisoned(
+        core.windows.TagWindows.update_emitted, lambda self, point: point.value == 1.5))
+    late_config = configs(cifar={"window_config": {"allowed_lateness_seconds": 60, "tags": {
+        "loss": {"count": 2, "aggregations": ["mean"]}}}})
+    stream = (TestStream().advance_watermark_to(Timestamp.of(T0))
+              .add_elements([raw("cifar", "r", "start", events=[started(T0)],
+                                 points=[("loss", 1.0, 0, T0 + 1), ("loss", 2.0, 10, T0 + 2)])])
+              .advance_watermark_to(Timestamp.of(T0 + 10))
+              .add_elements([raw("cifar", "r", "late", points=[("loss", 1.5, 5, T0 + 1.5)])])
+              .add_elements([raw("cifar", "r", "end", events=[finished(T0 + 20)])])
+              .advance_watermark_to(Timestamp.of(T0 + 1000))
+              .advance_watermark_to_infinity())
+    with streaming_pipeline() as p:
+        outputs = detect(p | stream, GraphSettings(late_config, RunLifecycle(grace_seconds=10, timeout_seconds=600),
+                                                   streaming=True))
+        assert_that(outputs[DEAD_LETTER.name] | beam.Map(lambda d: (d["reason"], json.loads(d["payload"])["point"])),
+                    equal_to([("error in window a point: RuntimeError: injected",
+                               {"tag": "loss", "value": 1.5, "step": 5, "time": T0 + 1.5})]), label="dead")
+        assert_that(outputs[METRIC_WINDOWS.name] | beam.Map(lambda w: (w["window_index"], w["revision"], w["mean"])),
+                    equal_to([(0, 0, 1.5)]), label="windows")
+
+
+def test_a_tag_whose_windows_fail_is_dropped_from_the_run_with_its_points_dead_lettered(monkeypatch):
+    import core.windows
+
+    monkeypatch.setattr(core.windows.TagWindows, "close", poisoned(
+        core.windows.TagWindows.close, lambda self: any(p.value == 3.5 for p in self.pending)))
+    outputs = replay(suite())
+    dead = outputs[DEAD_LETTER.name]
+    assert {d["reason"] for d in dead} == {"error in windows of loss: RuntimeError: injected"}
+    assert sorted(json.loads(d["payload"])["point"]["value"] for d in dead) == [2.0, 2.5, 3.0, 3.5]
+    full = replay(suite())
+    assert outputs[METRIC_WINDOWS.name] == without(full[METRIC_WINDOWS.name], run_id="run-4")
+    assert outputs[JOB_HISTORY.name] == full[JOB_HISTORY.name]

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from core.config import Configs
 from core.history import JobHistory, MetricHistory, check_job, check_metric
 from core.records import MetricObservation
 from core.runs import RunResult
 from core.schema import ALERTS, DEAD_LETTER
-from transforms.ordered import ConfiguredMachine, in_event_time_order
+from transforms.ordered import ConfiguredMachine, OrderedCheck, in_event_time_order
 
 
 class _MetricMachine(ConfiguredMachine):
@@ -31,18 +30,12 @@ class _JobMachine(ConfiguredMachine):
         yield from check_job(history, run, self.configs.for_test(run.test, run.finalized_at))
 
 
-class CheckMetricHistory(beam.PTransform):
+class CheckMetricHistory(OrderedCheck):
     """RunResult -> (metric_history rows with bounds, metric_out_of_bounds alerts, dead letters).
 
     Keyed by (test, metric); each key sees its runs in the order they ended and
     bounds every value by the history of the earlier successful runs.
     """
-
-    def __init__(self, configs: Configs, seed, streaming: bool = True):
-        super().__init__()
-        self.configs = configs
-        self.seed = seed
-        self.streaming = streaming
 
     def expand(self, runs):
         outputs = (runs
@@ -54,18 +47,12 @@ class CheckMetricHistory(beam.PTransform):
         return outputs.rows, outputs[ALERTS.name], outputs[DEAD_LETTER.name]
 
 
-class CheckJobHistory(beam.PTransform):
+class CheckJobHistory(OrderedCheck):
     """RunResult -> (run-level alerts: failed or missing job, required metric missing, ...; dead letters).
 
     Keyed by test, in the order runs ended, so that "alert only after the second
     failure in a row" sees the true previous run.
     """
-
-    def __init__(self, configs: Configs, seed, streaming: bool = True):
-        super().__init__()
-        self.configs = configs
-        self.seed = seed
-        self.streaming = streaming
 
     def expand(self, runs):
         outputs = (runs

@@ -39,6 +39,20 @@ class ConfiguredMachine:
         self.configs = configs
 
 
+class OrderedCheck(beam.PTransform):
+    """Base of the composites that run a ``ConfiguredMachine`` in event-time order: its settings, once.
+
+    ``seed`` is the singleton side input of the start-up ``HistorySeed``;
+    ``streaming`` says whether input is unbounded (see ``in_event_time_order``).
+    """
+
+    def __init__(self, configs, seed, streaming: bool = True):
+        super().__init__()
+        self.configs = configs
+        self.seed = seed
+        self.streaming = streaming
+
+
 def _order(item):
     return item.order
 

@@ -10,13 +10,12 @@ from typing import Any, Iterable, List
 
 import apache_beam as beam
 
-from core.config import Configs
 from core.records import Alert
 from core.runs import RunResult
 from core.schema import DEAD_LETTER
 from core.window_checks import RunEnded, WindowHistory, check_window, end_run, runs_compared
 from core.windows import WindowResult
-from transforms.ordered import ConfiguredMachine, in_event_time_order
+from transforms.ordered import ConfiguredMachine, OrderedCheck, in_event_time_order
 
 
 class _WindowCheckMachine(ConfiguredMachine):
@@ -31,7 +30,7 @@ class _WindowCheckMachine(ConfiguredMachine):
         return check_window(history, item, tag_config) if tag_config else []
 
 
-class CheckWindows(beam.PTransform):
+class CheckWindows(OrderedCheck):
     """((WindowResult, revision), RunResult) -> (window_out_of_bounds alerts, dead letters).
 
     Each window is checked once, at its first revision; a run's end moves its
@@ -40,12 +39,6 @@ class CheckWindows(beam.PTransform):
     the order windows and runs arrive in. ``seed`` (a singleton side input of
     ``HistorySeed``) carries the window history of earlier invocations.
     """
-
-    def __init__(self, configs: Configs, seed, streaming: bool):
-        super().__init__()
-        self.configs = configs
-        self.seed = seed
-        self.streaming = streaming
 
     def expand(self, inputs):
         results, runs = inputs

@@ -66,7 +66,7 @@ setup(
     entry_points={
         "console_scripts": [
             "trainguard-ship=trainguard.shipper:main",
-            "trainguard-email=sinks.email.cli:main",
+            "trainguard-email=notifier.cli:main",
         ],
     },
 )

@@ -71,7 +71,7 @@ class ServerProcess:
     """The in-process Pub/Sub server of the tests, run in its own process so that
     the trainer process's CPU time is the trainer's alone."""
 
-    def __enter__(self) -> "ServerProcess":
+    def __enter__(self) -> ServerProcess:
         self.process = subprocess.Popen([sys.executable, "-c", SERVER_SCRIPT, ROOT], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, text=True)
         self.host = self.process.stdout.readline().strip()
@@ -187,7 +187,7 @@ def steady_load(add_value, rate: int, seconds: float, per_step: int, overhead: f
     return result
 
 
-def steady_load_comparison(server: "ServerProcess", topic: str, rate: int, per_step: int, seconds: float,
+def steady_load_comparison(server: ServerProcess, topic: str, rate: int, per_step: int, seconds: float,
                            overhead: float) -> Dict[str, Any]:
     """The same load through an empty function, torchelastic's path into a
     NullMetricHandler, and PubSubMetricHandler (publishing)."""

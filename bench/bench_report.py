@@ -1,4 +1,4 @@
-"""Report benchmark: ``python -m pipeline.report`` over 50 tests x 100 runs.
+"""Report benchmark: ``python -m report`` over 50 tests x 100 runs.
 
 Builds (once, cached in the work directory) a DuckDB store by replaying synthetic daily runs
 through the pipeline: every test configured like ``configs/pt-cifar-tpu-v3-8.json`` (stddev
@@ -21,10 +21,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pipeline.demo import daily_runs, write_lines  # noqa: E402
-from pipeline.main import run as replay  # noqa: E402
-from pipeline.options import DEFAULT_CONFIG_DIR  # noqa: E402
-from pipeline.report.cli import run as report  # noqa: E402
+from pipeline.demo import daily_runs, write_lines
+from pipeline.main import run as replay
+from pipeline.options import DEFAULT_CONFIG_DIR
+from report.cli import run as report
 
 
 def story(test_index: int, runs: int) -> dict:

@@ -10,6 +10,7 @@ import os
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from core import locations
 from core.runs import RunLifecycle
 from core.vocabulary import WriteMethod
 
@@ -18,7 +19,7 @@ LIFECYCLE_DEFAULTS = RunLifecycle()
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEMO_INPUT = os.path.join(REPO_ROOT, "data", "demo", "*.jsonl")
 DEFAULT_CONFIG_DIR = os.path.join(REPO_ROOT, "configs")
-DEFAULT_REPORT_DIR = "trainguard-report"  # beside --local_store; not "report", the report tool's package
+DEFAULT_REPORT_DIR = locations.REPORT_DIR
 
 
 class TrainguardOptions(PipelineOptions):
@@ -61,9 +62,9 @@ class TrainguardOptions(PipelineOptions):
                               help="Pub/Sub topic every alert is published to (projects/<project>/topics/<name>): "
                                    "the alerts file's JSON, with attributes test, run and kind.")
         local = parser.add_argument_group("local outputs")
-        local.add_argument("--local_store", default="trainguard.duckdb",
+        local.add_argument("--local_store", default=locations.LOCAL_STORE,
                            help="DuckDB file holding job/metric history, alerts and dead letters.")
-        local.add_argument("--alerts_file", default="alerts.jsonl",
+        local.add_argument("--alerts_file", default=locations.ALERTS_FILE,
                            help="JSONL file the alerts are appended to (the alerts topic's payload).")
         local.add_argument("--report_dir", default=None,
                            help=f"Where the replay writes its HTML report with pictures (default: {DEFAULT_REPORT_DIR}/ beside "

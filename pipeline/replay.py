@@ -125,7 +125,7 @@ def run_and_report(argv: List[str]) -> None:
 
 def _write_report(store: str, report_dir: str) -> str:
     try:
-        from pipeline.report import write_report  # the report is a tool of its own, with its own extra
+        from report import write_report  # the report is a tool of its own, with its own extra
         return write_report(store, report_dir)
     except ImportError as e:  # an install without the report extra
         return f"skipped ({e})"

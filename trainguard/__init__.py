@@ -19,7 +19,7 @@ by programs that use them.
 import importlib
 from typing import Any
 
-from .metrics.api import (  # noqa: F401
+from .metrics.api import (
     ConsoleMetricHandler,
     MetricData,
     MetricHandler,

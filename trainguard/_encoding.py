@@ -9,7 +9,7 @@ prefixes are encoded once per tag, times are written to the millisecond and
 reused while they do not change, and the common case (known tag, float value,
 int step) is inlined. The output is the same JSON object
 ``wire.encode_message`` would build, and ``ts`` comes from
-``wire.event_time_millis`` (tests/trainer/test_encoding.py checks both).
+``wire.event_time_millis`` (tests/trainguard/test_encoding.py checks both).
 """
 
 from __future__ import annotations
@@ -27,6 +27,12 @@ NONFINITE_EVENT = "nonfinite_value"
 _MIN_MS = int(wire.MIN_TIME * 1000)
 _MAX_MS = int(wire.MAX_TIME * 1000)
 _EXACT_INT = 1 << 53
+
+
+def millis_text(ms: int) -> str:
+    """Whole milliseconds as the wire's seconds text: 1763596800123 -> "1763596800.123"."""
+    seconds, millis = divmod(ms, 1000)
+    return f"{seconds}.{millis:03d}"
 
 
 class EncodedMessage(NamedTuple):
@@ -123,8 +129,8 @@ class MessageEncoder:
             raise ValueError(f"max_bytes must be 4096..{wire.MAX_MESSAGE_BYTES}, got {max_bytes}")
         self.test, self.run = test, run
         self.max_points, self.max_bytes = max_points, max_bytes
-        self._head = '{"schema":%s,"id":' % json.dumps(wire.SCHEMA)
-        self._envelope = ',"test":%s,"run":%s' % (json.dumps(test), json.dumps(run))
+        self._head = f'{{"schema":{json.dumps(wire.SCHEMA)},"id":'
+        self._envelope = f',"test":{json.dumps(test)},"run":{json.dumps(run)}'
         self._tag_prefix: Dict[str, Optional[str]] = {}
         self._last_ms = -1
         self._last_time = ""
@@ -145,7 +151,7 @@ class MessageEncoder:
             name = f"{tag[0]}/{tag[1]}"  # (group, name) from a handler with group_prefix
         try:
             wire.check_name(name, "tag")
-            prefix = '{"tag":%s,"value":' % json.dumps(name)
+            prefix = f'{{"tag":{json.dumps(name)},"value":'
         except ValueError as e:
             self._warn(f"dropping points with invalid tag {tag!r:.100}: {e}")
             prefix = None
@@ -172,7 +178,7 @@ class MessageEncoder:
                 if not _MIN_MS <= ms < _MAX_MS:
                     raise _Invalid(f"time {time!r} is not plausible unix seconds")
                 self._last_ms = ms
-                self._last_time = "%d.%03d" % divmod(ms, 1000)
+                self._last_time = millis_text(ms)
             if step is None:
                 return f'{prefix}{value_json},"time":{self._last_time}}}', ms
             return f'{prefix}{value_json},"time":{self._last_time},"step":{_step_json(step)}}}', ms
@@ -256,7 +262,7 @@ class MessageEncoder:
                     and (step is None or (type(step) is int and 0 <= step <= max_step))):
                 ms = int(time * 1000)
                 if ms != last_ms and _MIN_MS <= ms < _MAX_MS:
-                    last_ms, last_time = ms, "%d.%03d" % divmod(ms, 1000)
+                    last_ms, last_time = ms, millis_text(ms)
                 if ms == last_ms:
                     if step is None:
                         add_part(f'{prefix}{float_repr(value)},"time":{last_time}}}')

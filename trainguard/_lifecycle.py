@@ -8,6 +8,7 @@ flush their windows before handlers flush to the network).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import threading
@@ -50,7 +51,7 @@ def _run_exit_hooks() -> None:
             continue
         try:
             method()
-        except Exception:  # noqa: BLE001 - exit must go on
+        except Exception:
             logger.exception("trainguard: exit hook %r failed", method)
 
 
@@ -63,10 +64,8 @@ def _after_fork_child() -> None:
     for ref in hooks:
         method = ref()
         if method is not None:
-            try:
+            with contextlib.suppress(Exception):  # exit must go on whatever one hook does
                 method()
-            except Exception:  # noqa: BLE001
-                pass
 
 
 atexit.register(_run_exit_hooks)

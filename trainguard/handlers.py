@@ -28,8 +28,8 @@ from typing import Any, Deque, Dict, List, Optional, Tuple
 
 from . import _lifecycle, wire
 from ._encoding import EncodedMessage, MessageEncoder
-from .transports import JsonlTransport, JsonlWriter, Transport
 from .metrics.api import MetricData, MetricHandler
+from .transports import JsonlTransport, JsonlWriter, Transport
 
 logger = logging.getLogger("trainguard")
 
@@ -391,16 +391,16 @@ class WireHandler(MetricHandler):
                 wait = self._wait_time()
                 if wait > 0:
                     self._wake.wait(wait)
-        except BaseException:  # noqa: BLE001 - log, never propagate into the process
+        except BaseException:
             logger.exception("trainguard: %s background thread failed; further values are dropped", self.kind)
         finally:
             try:
                 self._abandon()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 logger.exception("trainguard: %s could not spill undelivered messages", self.kind)
             try:
                 self._transport.close()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 logger.exception("trainguard: %s transport did not close cleanly", self.kind)
             if self._spill is not None:
                 self._spill.close()

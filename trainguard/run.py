@@ -54,7 +54,7 @@ class Run:
             self._handler = api.get_handler(None)
         return self._handler
 
-    def start(self) -> "Run":
+    def start(self) -> Run:
         """Publishes ``run_started`` (once)."""
         with self._lock:
             if self._started_at is not None:
@@ -86,10 +86,10 @@ class Run:
         try:
             handler.emit_event(wire.RUN_FINISHED, event, now)
             handler.flush(self.flush_timeout)
-        except Exception:  # noqa: BLE001 - a handler's failure must not replace the run's outcome
+        except Exception:
             logger.exception("trainguard: could not publish run_finished")
 
-    def __enter__(self) -> "Run":
+    def __enter__(self) -> Run:
         return self.start()
 
     def __exit__(self, exc_type, exc, tb) -> bool:

@@ -22,6 +22,7 @@ code) or after ``--finish-on-idle`` seconds without new data.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import fnmatch
 import hashlib
@@ -92,7 +93,7 @@ class ShipState:
                                      "started": False, "finished": False, "files": {}, "kinds": {},
                                      "last_data_time": None}
         if os.path.exists(path):
-            with open(path, "r", encoding="utf-8") as f:
+            with open(path, encoding="utf-8") as f:
                 loaded = json.load(f)
             if (loaded.get("test"), loaded.get("run")) != (test, run):
                 raise ValueError(f"state file {path} belongs to test={loaded.get('test')!r} "
@@ -268,7 +269,7 @@ class Shipper:
         times = [time.time()]
         for _, path in self._tb.find_event_files(self.config.logdir):
             first = self._tb.first_wall_time(path)
-            if first is not None and wire.MIN_TIME <= first:
+            if first is not None and first >= wire.MIN_TIME:
                 times.append(first)
         data = {"source": "tensorboard", "logdir": os.path.abspath(self.config.logdir),
                 "host": socket.gethostname()}
@@ -289,10 +290,8 @@ class Shipper:
     def _on_signal(self, signum, frame) -> None:
         self.interrupts += 1
         if self.child is not None and self.child.poll() is None:
-            try:
+            with contextlib.suppress(OSError):
                 self.child.send_signal(signum)
-            except OSError:
-                pass
         self._wakeup.set()
 
     def run(self) -> int:
@@ -333,7 +332,7 @@ class Shipper:
             logger.warning("trainguard-ship: stopped before everything was delivered; run it again with the "
                            "same --state to ship the rest")
             return self._child_code(1)
-        except Exception:  # noqa: BLE001 - shipping failed; the training command must not suffer for it
+        except Exception:
             logger.exception("trainguard-ship: shipping stopped; progress up to the last delivered chunk is saved")
             if self.child is not None:
                 logger.error("trainguard-ship: waiting for the command to finish without shipping")
@@ -343,7 +342,7 @@ class Shipper:
                 signal.signal(signum, handler)
             try:
                 self.transport.close()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 logger.exception("trainguard-ship: transport did not close cleanly")
 
     def _child_code(self, default: int) -> int:

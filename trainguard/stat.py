@@ -32,9 +32,9 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import _lifecycle
+from .metrics import api
 from .stats_math import moments as _moments
 from .stats_math import percentile
-from .metrics import api
 
 _PERCENTILE = re.compile(r"^p(\d{1,3}(?:\.\d+)?)$")
 _SIMPLE = ("mean", "min", "max", "sum", "count", "stddev")

@@ -19,6 +19,7 @@ Install ``trainguard[system]`` for psutil and nvidia-ml-py.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -72,10 +73,8 @@ class GpuSampler:
 
     def close(self) -> None:
         if self._nvml is not None:
-            try:
+            with contextlib.suppress(Exception):  # NVML's errors are its own classes; none matters at close
                 self._nvml.nvmlShutdown()
-            except Exception:  # noqa: BLE001
-                pass
             self._nvml = None
 
 
@@ -155,7 +154,7 @@ class SystemMetricsSampler:
         self._thread = threading.Thread(target=self._loop, name="trainguard-system-metrics", daemon=True)
         _lifecycle.on_exit(self.stop, _lifecycle.PRIORITY_SAMPLERS)
 
-    def start(self) -> "SystemMetricsSampler":
+    def start(self) -> SystemMetricsSampler:
         self._thread.start()
         return self
 

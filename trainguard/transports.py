@@ -7,6 +7,7 @@ handler does). ``PubSubTransport`` lives in ``trainguard.pubsub_handler``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from typing import Any, Dict, List, Optional, Protocol, Sequence
@@ -37,7 +38,7 @@ class JsonlWriter:
         if self._file is None:
             directory = os.path.dirname(os.path.abspath(self.path))
             os.makedirs(directory, exist_ok=True)
-            self._file = open(self.path, "ab")
+            self._file = open(self.path, "ab")  # noqa: SIM115 (kept open across writes; close() closes it)
         data = b"".join(payload + b"\n" for payload in payloads)
         if self.max_bytes is not None and self.bytes_written + len(data) > self.max_bytes:
             raise OSError(f"{self.path} reached its limit of {self.max_bytes} bytes")
@@ -47,10 +48,8 @@ class JsonlWriter:
 
     def close(self) -> None:
         if self._file is not None:
-            try:
+            with contextlib.suppress(OSError):
                 os.fsync(self._file.fileno())
-            except OSError:
-                pass
             self._file.close()
             self._file = None
 

@@ -32,9 +32,10 @@ import sys
 import threading
 from typing import IO, Optional
 
+from tests.support import REPO_ROOT as _REPO_ROOT
+
 DEFAULT_PROJECT = "test-project"
 _READY = "bqemulator listening on "
-_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 class BigQueryEmulator:

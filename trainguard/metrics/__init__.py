@@ -9,7 +9,7 @@ groups).
 
 from typing import Optional
 
-from .api import (  # noqa: F401
+from .api import (
     ConsoleMetricHandler,
     MetricData,
     MetricHandler,

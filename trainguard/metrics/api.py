@@ -49,7 +49,7 @@ class MetricData(_MetricDataFields):
     step: Optional[int] = None
 
     def __new__(cls, timestamp: float, group_name: str, name: str, value: Any,
-                step: Optional[int] = None) -> "MetricData":
+                step: Optional[int] = None) -> MetricData:
         self = super().__new__(cls, timestamp, group_name, name, value)
         if step is not None:
             self.step = step
@@ -75,14 +75,14 @@ class MetricHandler(abc.ABC):
     def emit(self, metric_data: MetricData):
         pass
 
-    def emit_event(self, event_type: str, data: Dict[str, Any], timestamp: float) -> None:
+    def emit_event(self, event_type: str, data: Dict[str, Any], timestamp: float) -> None:  # noqa: B027 (optional)
         """Receives a lifecycle event. Handlers that know no events ignore it."""
 
     def flush(self, timeout: Optional[float] = None) -> bool:
         """Delivers what is buffered; True if everything was delivered in time."""
         return True
 
-    def close(self, timeout: Optional[float] = None) -> None:
+    def close(self, timeout: Optional[float] = None) -> None:  # noqa: B027 (optional)
         """Flushes and releases resources; later values are dropped."""
 
 
@@ -109,10 +109,10 @@ class _Timer:
     """Context manager recording the duration of its block in milliseconds."""
     __slots__ = ("_stream", "_name", "_step", "_start")
 
-    def __init__(self, stream: "MetricStream", name: str, step: Optional[int]):
+    def __init__(self, stream: MetricStream, name: str, step: Optional[int]):
         self._stream, self._name, self._step = stream, name, step
 
-    def __enter__(self) -> "_Timer":
+    def __enter__(self) -> _Timer:
         self._start = time.perf_counter()
         return self
 
@@ -182,7 +182,7 @@ def get_handler(group: Optional[str] = None) -> MetricHandler:
     return handler
 
 
-def getStream(group: str) -> MetricStream:
+def getStream(group: str) -> MetricStream:  # noqa: N802 (torchelastic's name, kept for drop-in use)
     """A stream bound to the group's handler, or to the default handler."""
     stream = _streams.get(group)
     if stream is None:

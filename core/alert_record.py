@@ -1,0 +1,149 @@
+"""The alert as its readers see it: one read model for the notifier, the report and triage.
+
+The pipeline writes an alert (``core.records.Alert.to_row``) as one JSON object:
+a line of the alerts JSONL file, the data of one Pub/Sub alerts message, and a
+row of the ``alerts`` table. :func:`parse_alert` reads the first two,
+:func:`alert_from_row` a row read back from a store. Both give an
+:class:`AlertRecord` with the same field names as the writer's ``Alert``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import math
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+from core.vocabulary import alert_severity
+
+_REQUIRED = ("alert_id", "kind", "test_name", "run_id")
+
+
+class InvalidAlert(ValueError):
+    """A payload that is not an alert; readers dead-letter it with this message as the reason."""
+
+
+@dataclasses.dataclass(frozen=True)
+class AlertRecord:
+    """One alert read back. ``kind`` stays a string: a newer pipeline may write kinds this reader does not know."""
+    alert_id: str
+    kind: str
+    test: str
+    run: str
+    metric: Optional[str]
+    value: Optional[float]
+    lower_bound: Optional[float]
+    upper_bound: Optional[float]
+    message: str
+    created_at: Optional[float]  # seconds since the epoch (UTC); None when the writer gave none we can read
+    details: Dict[str, Any]
+
+    @property
+    def group_key(self) -> Tuple[str, str]:
+        """Alerts of one run belong together (one digest, one report row group)."""
+        return self.test, self.run
+
+    @property
+    def severity(self) -> int:
+        """0 for the most severe kind; unknown kinds after every known one."""
+        return alert_severity(self.kind)
+
+    @property
+    def history_size(self) -> Optional[int]:
+        size = self.details.get("history_size")
+        return size if isinstance(size, int) and not isinstance(size, bool) else None
+
+    @property
+    def run_data(self) -> Dict[str, Any]:
+        data = self.details.get("run_data")
+        return data if isinstance(data, dict) else {}
+
+    @property
+    def logs_link(self) -> Optional[str]:
+        link = self.run_data.get("logs_link")
+        return link if isinstance(link, str) and link else None
+
+    @property
+    def status(self) -> Optional[str]:
+        status = self.details.get("status", self.run_data.get("status"))
+        return status if isinstance(status, str) else None
+
+    @property
+    def window(self) -> Optional[Dict[str, Any]]:
+        window = self.details.get("window")
+        return window if isinstance(window, dict) else None
+
+
+def parse_alert(payload: bytes) -> AlertRecord:
+    """Decode one alert payload (a JSONL line or a Pub/Sub message's data); raises :class:`InvalidAlert`."""
+    try:
+        row = json.loads(payload)
+    except ValueError as e:  # UnicodeDecodeError is a ValueError
+        raise InvalidAlert(f"not JSON: {e}") from None
+    if not isinstance(row, dict):
+        raise InvalidAlert(f"not a JSON object: {type(row).__name__}")
+    return alert_from_row(row)
+
+
+def alert_from_row(row: Mapping[str, Any]) -> AlertRecord:
+    """An alert from its column values (``created_at`` an ISO-8601 string, a datetime or epoch seconds)."""
+    for key in _REQUIRED:
+        if not isinstance(row.get(key), str) or not row[key]:
+            raise InvalidAlert(f"{key} must be a non-empty string, got {row.get(key)!r}")
+    return AlertRecord(
+        alert_id=row["alert_id"], kind=row["kind"], test=row["test_name"], run=row["run_id"],
+        metric=_optional_string(row, "metric_name"), value=_optional_number(row, "value"),
+        lower_bound=_optional_number(row, "lower_bound"), upper_bound=_optional_number(row, "upper_bound"),
+        message=_optional_string(row, "message") or "", created_at=epoch_seconds(row.get("created_at")),
+        details=decode_details(row.get("details")),
+    )
+
+
+def _optional_number(row: Mapping[str, Any], key: str) -> Optional[float]:
+    value = row.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidAlert(f"{key} must be a number or null, got {value!r}")
+    return float(value) if math.isfinite(value) else None
+
+
+def _optional_string(row: Mapping[str, Any], key: str) -> Optional[str]:
+    value = row.get(key)
+    if value is not None and not isinstance(value, str):
+        raise InvalidAlert(f"{key} must be a string or null, got {value!r}")
+    return value
+
+
+def decode_details(raw: Any) -> Dict[str, Any]:
+    """``details`` is a JSON string (an object is accepted too); text that is not JSON is kept under ``raw``."""
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            return {"raw": raw}
+    return raw if isinstance(raw, dict) else {}
+
+
+def epoch_seconds(moment: Any) -> Optional[float]:
+    """Seconds since the epoch from an ISO-8601 string (``Z`` or an offset; naive means UTC), a datetime or a number.
+
+    Anything unreadable is None: a created_at we cannot read is no reason to drop the alert.
+    """
+    if isinstance(moment, bool):
+        return None
+    if isinstance(moment, (int, float)):
+        return float(moment) if math.isfinite(moment) else None
+    if isinstance(moment, str):
+        text = moment.strip()
+        if text.endswith(("Z", "z")):
+            text = text[:-1] + "+00:00"
+        try:
+            moment = datetime.datetime.fromisoformat(text)
+        except ValueError:
+            return None
+    if isinstance(moment, datetime.datetime):
+        aware = moment if moment.tzinfo is not None else moment.replace(tzinfo=datetime.timezone.utc)
+        return aware.timestamp()
+    return None

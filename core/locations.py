@@ -1,0 +1,10 @@
+"""Default local file names shared by the pipeline and its tools (relative to the working directory).
+
+The replay writes ``LOCAL_STORE`` and ``ALERTS_FILE``; the report reads the store
+and draws into ``REPORT_DIR`` (not ``report``: that is the report tool's package,
+and writing pictures into it from the repository root would be a mess).
+"""
+
+LOCAL_STORE = "trainguard.duckdb"
+ALERTS_FILE = "alerts.jsonl"
+REPORT_DIR = "trainguard-report"

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Deploys the e-mail notifier (notifier) to Cloud Run as one always-on instance; see docs/email.md.
+#
+#   TRAINGUARD_PROJECT=my-project EMAIL_CONFIG=email.json notifier/deploy_cloud_run.sh [--dry-run]
+#
+# Creates what is missing ("describe || create"): the subscription PREFIX-alerts-email on the alerts topic
+# that run_dataflow.sh creates (PREFIX-alerts), the dead-letter topic PREFIX-alerts-email-dead-letter with
+# PREFIX-alerts-email-dead-letter-hold (keeps refused alerts 7 days), the Artifact Registry repository,
+# the secret PREFIX-email-config holding EMAIL_CONFIG (a new version on every deploy) and the IAM
+# bindings; then builds notifier/Dockerfile, pushes it and deploys the service.
+#
+# Settings (environment variables; defaults in brackets):
+#   TRAINGUARD_PROJECT      project [GOOGLE_CLOUD_PROJECT]
+#   TRAINGUARD_REGION       Cloud Run and Artifact Registry region [us-central1]
+#   TRAINGUARD_PREFIX       prefix of the resource names, as for run_dataflow.sh [trainguard]
+#   EMAIL_CONFIG            the notifier's config JSON (required; see notifier/example-config.json)
+#   EMAIL_KEY_SECRET        existing Secret Manager secret with the SendGrid API key [sendgrid-api-key]
+#   EMAIL_SERVICE_ACCOUNT   existing service account to run as [PREFIX-email@PROJECT.iam.gserviceaccount.com]
+#   EMAIL_IMAGE             image [REGION-docker.pkg.dev/PROJECT/PREFIX/PREFIX-email:latest]
+# --dry-run prints every command instead of running it.
+set -euo pipefail
+
+die() { echo "deploy_cloud_run.sh: error: $*" >&2; exit 2; }
+
+DRY_RUN=false
+for arg in "$@"; do
+  case $arg in
+    --dry-run) DRY_RUN=true ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown argument: $arg" ;;
+  esac
+done
+
+PROJECT=${TRAINGUARD_PROJECT:-${GOOGLE_CLOUD_PROJECT:-}}
+REGION=${TRAINGUARD_REGION:-us-central1}
+PREFIX=${TRAINGUARD_PREFIX:-trainguard}
+CONFIG=${EMAIL_CONFIG:-}
+KEY_SECRET=${EMAIL_KEY_SECRET:-sendgrid-api-key}
+[[ -n $PROJECT ]] || die "no project: set TRAINGUARD_PROJECT"
+[[ -f $CONFIG ]] || die "EMAIL_CONFIG must name the notifier's config file"
+SERVICE_ACCOUNT=${EMAIL_SERVICE_ACCOUNT:-$PREFIX-email@$PROJECT.iam.gserviceaccount.com}
+IMAGE=${EMAIL_IMAGE:-$REGION-docker.pkg.dev/$PROJECT/$PREFIX/$PREFIX-email:latest}
+
+SERVICE=$PREFIX-email
+ALERTS_TOPIC=$PREFIX-alerts
+SUBSCRIPTION=$PREFIX-alerts-email
+DEAD_LETTER_TOPIC=$PREFIX-alerts-email-dead-letter
+DEAD_LETTER_HOLD=$PREFIX-alerts-email-dead-letter-hold
+CONFIG_SECRET=$PREFIX-email-config
+
+# run CMD...: runs it, or with --dry-run prints it (shell-quoted) instead.
+run() {
+  if [[ $DRY_RUN == true ]]; then
+    printf '+'
+    printf ' %q' "$@"
+    printf '\n'
+  else
+    "$@"
+  fi
+}
+
+# exists CMD...: whether a describe command succeeds; with --dry-run it is printed and "fails".
+exists() {
+  if [[ $DRY_RUN == true ]]; then
+    run "$@"
+    return 1
+  fi
+  "$@" >/dev/null 2>&1
+}
+
+ensure_pubsub() {
+  exists gcloud pubsub subscriptions describe "$SUBSCRIPTION" --project="$PROJECT" \
+    || run gcloud pubsub subscriptions create "$SUBSCRIPTION" --project="$PROJECT" --topic="$ALERTS_TOPIC" \
+         --ack-deadline=60 --message-retention-duration=7d --expiration-period=never
+  exists gcloud pubsub topics describe "$DEAD_LETTER_TOPIC" --project="$PROJECT" \
+    || run gcloud pubsub topics create "$DEAD_LETTER_TOPIC" --project="$PROJECT"
+  exists gcloud pubsub subscriptions describe "$DEAD_LETTER_HOLD" --project="$PROJECT" \
+    || run gcloud pubsub subscriptions create "$DEAD_LETTER_HOLD" --project="$PROJECT" \
+         --topic="$DEAD_LETTER_TOPIC" --message-retention-duration=7d --expiration-period=never
+}
+
+ensure_config_secret() {
+  if exists gcloud secrets describe "$CONFIG_SECRET" --project="$PROJECT"; then
+    run gcloud secrets versions add "$CONFIG_SECRET" --project="$PROJECT" --data-file="$CONFIG"
+  else
+    run gcloud secrets create "$CONFIG_SECRET" --project="$PROJECT" --replication-policy=automatic \
+      --data-file="$CONFIG"
+  fi
+}
+
+grant_access() {
+  local member=serviceAccount:$SERVICE_ACCOUNT secret
+  run gcloud pubsub subscriptions add-iam-policy-binding "$SUBSCRIPTION" --project="$PROJECT" \
+    --member="$member" --role=roles/pubsub.subscriber
+  run gcloud pubsub topics add-iam-policy-binding "$DEAD_LETTER_TOPIC" --project="$PROJECT" \
+    --member="$member" --role=roles/pubsub.publisher
+  for secret in "$KEY_SECRET" "$CONFIG_SECRET"; do
+    run gcloud secrets add-iam-policy-binding "$secret" --project="$PROJECT" \
+      --member="$member" --role=roles/secretmanager.secretAccessor
+  done
+}
+
+build_image() {
+  exists gcloud artifacts repositories describe "$PREFIX" --project="$PROJECT" --location="$REGION" \
+    || run gcloud artifacts repositories create "$PREFIX" --project="$PROJECT" --location="$REGION" \
+         --repository-format=docker
+  run gcloud auth configure-docker "$REGION-docker.pkg.dev" --quiet
+  run docker build -f notifier/Dockerfile -t "$IMAGE" .
+  run docker push "$IMAGE"
+}
+
+# No CPU throttling and exactly one instance: a streaming pull needs CPU between requests, and a single
+# instance keeps a single state (sent ids, budget). The notifier answers health checks on $PORT.
+deploy() {
+  local args=(
+    --config=/config/email.json
+    "--subscription=projects/$PROJECT/subscriptions/$SUBSCRIPTION"
+    "--dead-letter-topic=projects/$PROJECT/topics/$DEAD_LETTER_TOPIC"
+    "--sendgrid-key-secret=projects/$PROJECT/secrets/$KEY_SECRET"
+    --state=/state/email-state.sqlite
+  )
+  local joined
+  joined=$(IFS=,; echo "${args[*]}")
+  run gcloud run deploy "$SERVICE" --project="$PROJECT" --region="$REGION" --image="$IMAGE" \
+    --service-account="$SERVICE_ACCOUNT" --no-allow-unauthenticated --ingress=internal \
+    --no-cpu-throttling --min-instances=1 --max-instances=1 \
+    --set-secrets="/config/email.json=$CONFIG_SECRET:latest" --args="$joined"
+}
+
+cd "$(dirname "$0")/../.."
+ensure_pubsub
+ensure_config_secret
+grant_access
+build_image
+deploy

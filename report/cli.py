@@ -1,0 +1,252 @@
+"""``python -m report``: pictures of the history in a store, and one ``index.html`` linking them.
+
+::
+
+    python -m report --local_store=trainguard.duckdb --out=trainguard-report/
+    python -m report --bigquery_project=P --bigquery_dataset=D --out=trainguard-report/
+    python -m report ... --run=RUN_ID --copy_to='gs://models/{test}/{run}/trainguard'
+
+:func:`write_report` is the same for a DuckDB file, from Python (the end of ``python -m pipeline``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import contextlib
+import dataclasses
+import math
+import multiprocessing
+import os
+import sys
+import time
+from typing import Dict, List, Optional, Sequence
+
+from core import locations
+from report import page
+from report.data import ReportData, ReportSettings, prepare_report
+from report.publish import copy_run_pictures
+from report.source import ReportSource, bigquery_source, duckdb_source
+
+LONG_REPORT = 40  # figures from which a progress bar shows (on a terminal)
+CHUNK = 16        # figures per task of a worker (and between progress updates); layouts are reused within one
+MAX_AUTO_JOBS = 4  # --jobs=0 (auto): one process per core up to this, for long reports only
+
+
+@dataclasses.dataclass
+class ReportResult:
+    """What a report run wrote, and where its time went (seconds per phase)."""
+    index: str
+    figures: Dict[str, List[str]]  # relative path -> panel titles, in order
+    copies: List[str]
+    timings: Dict[str, float]
+
+    @property
+    def seconds(self) -> float:
+        return sum(self.timings.values())
+
+
+class NoBar:
+    """What :func:`progress_bar` returns when there is no bar."""
+
+    def update(self, count: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def progress_bar(total: int, enabled: Optional[bool]):
+    """A tqdm bar on stderr when enabled (None: for long reports on a terminal), else a :class:`NoBar`."""
+    if enabled is None:
+        enabled = total >= LONG_REPORT and sys.stderr.isatty()
+    if not enabled:
+        return NoBar()
+    try:
+        from tqdm import tqdm
+    except ImportError:  # the bar is a nicety: tqdm is in the report extra, not required
+        return NoBar()
+    return tqdm(total=total, desc="trainguard report", unit="figure", file=sys.stderr)
+
+
+def render_chunk(tasks: Sequence[tuple]) -> List[List[str]]:
+    """Draws (kind, data, path, k) figures; a top-level function so that worker processes can run it."""
+    try:
+        from report import plots  # matplotlib only where figures are drawn
+    except ImportError as e:
+        raise ImportError(f"the report needs matplotlib: pip install 'trainguard[report]' ({e})") from e
+    return plots.render_batch(tasks)
+
+
+def worker_context():
+    """Fresh worker processes (forkserver, else spawn): forking a process whose client libraries
+    (DuckDB, gRPC) may hold threads is not safe."""
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+
+
+def draw_figures(data: ReportData, out_dir: str, settings: ReportSettings, jobs: int,
+                 progress: Optional[bool]) -> Dict[str, List[str]]:
+    """Every figure of the report as a PNG under ``out_dir``; returns their panel titles by path."""
+    files = list(page.figure_files(data))
+    for _, _, relative in files:
+        os.makedirs(os.path.dirname(os.path.join(out_dir, relative)), exist_ok=True)
+    tasks = [(kind, item, os.path.join(out_dir, relative), settings.band_stddevs) for kind, item, relative in files]
+    chunks = [tasks[i:i + CHUNK] for i in range(0, len(tasks), CHUNK)]
+    jobs = jobs or (min(os.cpu_count() or 1, MAX_AUTO_JOBS) if len(tasks) >= LONG_REPORT else 1)
+    bar = progress_bar(len(tasks), progress)
+    titles: List[List[str]] = []
+    with contextlib.ExitStack() as stack:
+        if jobs > 1 and len(chunks) > 1:
+            pool = concurrent.futures.ProcessPoolExecutor(min(jobs, len(chunks)), mp_context=worker_context())
+            results = stack.enter_context(pool).map(render_chunk, chunks)
+        else:
+            results = map(render_chunk, chunks)
+        for chunk, chunk_titles in zip(chunks, results):
+            titles += chunk_titles
+            bar.update(len(chunk))
+    bar.close()
+    return {relative: t for (_, _, relative), t in zip(files, titles)}
+
+
+def write_index(data: ReportData, out_dir: str, settings: ReportSettings, source_label: str) -> str:
+    """Writes ``index.html`` (replacing any earlier one at once); returns its path."""
+    path = os.path.join(out_dir, "index.html")
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.write(page.index_html(data, settings, source_label))
+    os.replace(path + ".tmp", path)
+    return path
+
+
+def build_report(source: ReportSource, out_dir: str, settings: ReportSettings, source_label: str,
+                 jobs: int = 1, progress: Optional[bool] = False, copy_to: Optional[str] = None) -> ReportResult:
+    """Reads the rows, prepares, draws (``jobs`` processes, 0: auto), writes the page, copies the pictures."""
+    timings = {}
+    started = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal started
+        now = time.perf_counter()
+        timings[name] = now - started
+        started = now
+
+    try:
+        rows = source.jobs(), source.metrics(), source.windows(), source.alerts()
+    finally:
+        source.close()
+    lap("read")
+    data = prepare_report(*rows, settings)
+    lap("prepare")
+    os.makedirs(out_dir, exist_ok=True)
+    figures = draw_figures(data, out_dir, settings, jobs, progress)
+    lap("draw")
+    index = write_index(data, out_dir, settings, source_label)
+    copies = []
+    if copy_to:
+        copies = copy_run_pictures(((p.test, p.run, os.path.join(out_dir, page.run_file(p.test, p.run)))
+                                    for s in data.sections for p in s.pictures), copy_to)
+    lap("write")
+    return ReportResult(index, figures, copies, timings)
+
+
+def write_report(store_path: str, out_dir: str, settings: Optional[ReportSettings] = None) -> str:
+    """The report of a DuckDB store in ``out_dir``; returns the path of its ``index.html``."""
+    source = duckdb_source(store_path)
+    return build_report(source, out_dir, settings or ReportSettings(), store_path).index
+
+
+def non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def positive(text: str) -> float:
+    value = float(text)
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m report",
+        description="Pictures of the history in a trainguard store (a DuckDB file or a BigQuery dataset): metric "
+                    "history per test, each run's curves against the step-aligned band of earlier runs, a status "
+                    "grid, and one index.html linking them with the alerts. See docs/report.md.")
+    source = p.add_argument_group("source (a DuckDB store, or a BigQuery dataset when --bigquery_dataset is set)")
+    source.add_argument("--local_store", default=locations.LOCAL_STORE,
+                        help="DuckDB file written by the pipeline (default: %(default)s).")
+    source.add_argument("--bigquery_project", default=None, help="Project of the dataset (default: the client's).")
+    source.add_argument("--bigquery_dataset", default=None, help="BigQuery dataset holding the trainguard tables.")
+    source.add_argument("--bigquery_endpoint", default=None,
+                        help="Another BigQuery API endpoint (an emulator), used with anonymous credentials.")
+    source.add_argument("--since", default=None, metavar="YYYY-MM-DD",
+                        help="Only rows from this UTC day on (default: all).")
+    what = p.add_argument_group("what to draw")
+    what.add_argument("--out", default=locations.REPORT_DIR, help="Directory of the PNG files and index.html "
+                                                      "(default: %(default)s).")
+    what.add_argument("--test", action="append", default=[], help="Only this test (repeatable; default: all).")
+    what.add_argument("--run", action="append", default=[], help="Also draw this run, however old (repeatable).")
+    what.add_argument("--runs_per_test", type=non_negative, default=5,
+                      help="Latest runs of each test with a picture; 0: all (default: %(default)s).")
+    what.add_argument("--band_stddevs", "--k", type=positive, default=2.0,
+                      help="k of the step-aligned band, mean ± k·std (default: %(default)s).")
+    what.add_argument("--band_runs", type=non_negative, default=10,
+                      help="Earlier successful runs behind the band; 0: all (default: %(default)s).")
+    what.add_argument("--days", type=at_least_one, default=30,
+                      help="Days in the status grid (default: %(default)s).")
+    what.add_argument("--max_alerts", type=non_negative, default=200,
+                      help="Rows of the alert list (default: %(default)s).")
+    out = p.add_argument_group("output")
+    out.add_argument("--copy_to", "--copy-to", default=None, metavar="PATH",
+                     help="Also copy each run's picture to PATH, a local directory or gs://bucket/prefix. {test} "
+                          "and {run} in PATH become the (file-safe) names; without them the files go to "
+                          "PATH/<test>/<run>/.")
+    out.add_argument("--jobs", type=non_negative, default=0,
+                     help=f"Processes drawing figures; 0: one per core, at most {MAX_AUTO_JOBS}, for reports of "
+                          f"{LONG_REPORT} figures or more (default: 0).")
+    out.add_argument("--progress", dest="progress", action="store_true", default=None,
+                     help="Always show a progress bar (default: for long reports, on a terminal).")
+    out.add_argument("--no_progress", dest="progress", action="store_false", help="Never show a progress bar.")
+    return p
+
+
+def settings_from(args: argparse.Namespace) -> ReportSettings:
+    return ReportSettings(band_stddevs=args.band_stddevs, band_runs=args.band_runs,
+                          runs_per_test=args.runs_per_test, extra_runs=tuple(args.run), days=args.days,
+                          tests=tuple(args.test), max_alerts=args.max_alerts)
+
+
+def open_source(args: argparse.Namespace):
+    """(source, label) from the options."""
+    if args.bigquery_dataset:
+        source = bigquery_source(args.bigquery_project, args.bigquery_dataset, args.bigquery_endpoint, args.since)
+        return source, f"BigQuery {args.bigquery_project or '(default project)'}.{args.bigquery_dataset}"
+    return duckdb_source(args.local_store, args.since), args.local_store
+
+
+def run(argv: Optional[List[str]] = None) -> ReportResult:
+    args = parser().parse_args(argv)
+    source, label = open_source(args)
+    return build_report(source, args.out, settings_from(args), label, jobs=args.jobs, progress=args.progress,
+                        copy_to=args.copy_to)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    try:
+        result = run(sys.argv[1:] if argv is None else argv)
+    except (FileNotFoundError, ImportError, ValueError) as e:
+        print(f"trainguard report: error: {e}", file=sys.stderr)
+        return 2
+    copies = f", {len(result.copies)} copied" if result.copies else ""
+    print(f"trainguard: report of {len(result.figures)} figures{copies} in {result.seconds:.1f} s: {result.index}")
+    return 0

@@ -1,0 +1,158 @@
+"""The report's ``index.html``: one static page, no scripts and nothing fetched, readable offline.
+
+Every string from the data (test, run and metric names, alert messages, links) is escaped;
+file names come from ``data.safe_name`` and links to logs are kept only for http(s) URLs.
+"""
+
+from __future__ import annotations
+
+import datetime
+import html
+import posixpath
+import urllib.parse
+from typing import Iterable, List, Optional, Set, Tuple
+
+from report.data import AlertRecord, ReportData, ReportSection, ReportSettings, RunPicture, safe_name
+
+STATUS_FILE = "status.png"
+CSS = """
+body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; max-width: 1200px; }
+h2 { border-bottom: 1px solid #ddd; padding-bottom: .2em; margin-top: 1.6em; }
+img { max-width: 100%; border: 1px solid #eee; }
+table { border-collapse: collapse; font-size: 90%; }
+td, th { border-bottom: 1px solid #eee; padding: .25em .5em; text-align: left; vertical-align: top; }
+.meta, figcaption, .note { color: #555; font-size: 90%; }
+.bad { color: #c62828; font-weight: 600; }
+nav a { margin-right: .8em; white-space: nowrap; }
+figure { margin: 1em 0; }
+"""
+
+
+def history_file(test: str) -> str:
+    """Where a test's metric history figure goes, relative to the report directory."""
+    return posixpath.join(safe_name(test), "history.png")
+
+
+def run_file(test: str, run: str) -> str:
+    """Where a run's picture goes, relative to the report directory."""
+    return posixpath.join(safe_name(test), f"run-{safe_name(run)}.png")
+
+
+def esc(text) -> str:
+    return html.escape("" if text is None else str(text), quote=True)
+
+
+def href(path: str) -> str:
+    """A relative link to a file of the report (already safe names; quoted anyway)."""
+    return esc(urllib.parse.quote(path))
+
+
+def utc(seconds: float) -> str:
+    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+def number(value: Optional[float], missing: str = "") -> str:
+    return missing if value is None else f"{value:.6g}"
+
+
+def web_link(url) -> Optional[str]:
+    """``url`` if it is an http(s) URL (never javascript: and the like)."""
+    if isinstance(url, str) and urllib.parse.urlparse(url).scheme in ("http", "https"):
+        return url
+    return None
+
+
+def alert_row(alert: AlertRecord, drawn: Set[Tuple[str, str]]) -> str:
+    """One alert as a table row; the run links to its picture when there is one."""
+    section = f"#t-{safe_name(alert.test)}"
+    run_target = f"#r-{safe_name(alert.test)}-{safe_name(alert.run)}" if (alert.test, alert.run) in drawn \
+        else section
+    bounds = "" if alert.lower_bound is None and alert.upper_bound is None else \
+        f"({number(alert.lower_bound, '-inf')}, {number(alert.upper_bound, '+inf')})"
+    run_data = alert.details.get("run_data")
+    logs = web_link(run_data.get("logs_link")) if isinstance(run_data, dict) else None
+    logs_html = f' <a href="{esc(logs)}" rel="noopener noreferrer">logs</a>' if logs else ""
+    cells = [esc(utc(alert.created_at)) if alert.created_at is not None else '', esc(alert.kind), f'<a href="{esc(section)}">{esc(alert.test)}</a>',
+             f'<a href="{esc(run_target)}">{esc(alert.run)}</a>{logs_html}', esc(alert.metric or ""),
+             esc(number(alert.value)), esc(bounds), esc(alert.message)]
+    return "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
+
+
+def alerts_html(data: ReportData, drawn: Set[Tuple[str, str]]) -> List[str]:
+    if not data.alerts:
+        return ["<p>No alerts.</p>"]
+    lines = ["<table>", "<tr><th>time (UTC)</th><th>kind</th><th>test</th><th>run</th><th>metric</th>"
+                        "<th>value</th><th>bounds</th><th>message</th></tr>"]
+    lines += [alert_row(alert, drawn) for alert in data.alerts]
+    lines.append("</table>")
+    if data.alerts_left_out:
+        lines.append(f'<p class="note">{data.alerts_left_out} older alerts not shown (--max_alerts).</p>')
+    return lines
+
+
+def curves_note(section: ReportSection, settings: ReportSettings) -> List[str]:
+    """What the per-run pictures show, and which tags and metrics have no curve."""
+    if not section.windowed_tags:
+        return ['<p class="note">This test has no live windows (<code>window_config</code>), '
+                'so there are no per-run curves: its metrics have run-level values only (above).</p>']
+    runs = "all" if settings.band_runs == 0 else f"the last {settings.band_runs}"
+    lines = [f'<p class="note">Per-run curves for the tags with live windows: '
+             f'{esc(", ".join(section.windowed_tags))}. Band: mean ± {settings.band_stddevs:g}·std of the '
+             f'same-step windows of {runs} earlier successful runs (at least 2).</p>']
+    if section.curveless_metrics:
+        lines.append(f'<p class="note">No per-run curve (their tags have no live windows): '
+                     f'{esc(", ".join(section.curveless_metrics))}.</p>')
+    lines += [f'<p class="note">{esc(note)}</p>' for note in section.notes]
+    return lines
+
+
+def picture_html(picture: RunPicture) -> str:
+    anchor = f"r-{safe_name(picture.test)}-{safe_name(picture.run)}"
+    status = picture.status if picture.status == "success" else f'<span class="bad">{esc(picture.status)}</span>'
+    return (f'<figure id="{esc(anchor)}"><img loading="lazy" src="{href(run_file(picture.test, picture.run))}" '
+            f'alt="{esc(f"curves of run {picture.run}")}"><figcaption>run {esc(picture.run)}: {status}, '
+            f'{"ended" if picture.status != "running" else "last window"} {esc(utc(picture.end))} UTC</figcaption>'
+            f'</figure>')
+
+
+def section_html(section: ReportSection, settings: ReportSettings) -> List[str]:
+    """A test: its metric history, then its runs' pictures (latest first)."""
+    lines = [f'<section id="t-{esc(section.slug)}">', f"<h2>{esc(section.test)}</h2>"]
+    if section.panels:
+        lines.append(f'<img loading="lazy" src="{href(history_file(section.test))}" '
+                     f'alt="{esc(f"metric history of {section.test}")}">')
+    else:
+        lines.append('<p class="note">No metric history.</p>')
+    lines += curves_note(section, settings)
+    lines += [picture_html(p) for p in section.pictures]
+    lines.append("</section>")
+    return lines
+
+
+def index_html(data: ReportData, settings: ReportSettings, source: str) -> str:
+    """The whole page."""
+    drawn = {(p.test, p.run) for s in data.sections for p in s.pictures}
+    nav = " ".join(f'<a href="#t-{esc(s.slug)}">{esc(s.test)}</a>' for s in data.sections)
+    lines = ["<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
+             '<meta name="viewport" content="width=device-width, initial-scale=1">',
+             "<title>trainguard report</title>", f"<style>{CSS}</style></head><body>",
+             "<h1>trainguard report</h1>",
+             f'<p class="meta">Source: {esc(source)}. {len(data.sections)} tests, {data.run_count} runs.</p>',
+             f"<nav>{nav}</nav>", "<h2>Status</h2>",
+             f'<img src="{href(STATUS_FILE)}" alt="status grid: the latest run of each test and day">',
+             "<h2>Alerts (latest first)</h2>", *alerts_html(data, drawn)]
+    for section in data.sections:
+        lines += section_html(section, settings)
+    lines.append("</body></html>")
+    return "\n".join(lines) + "\n"
+
+
+def figure_files(data: ReportData) -> Iterable[Tuple[str, object, str]]:
+    """(kind, data, relative path) of every figure of the report, status grid first."""
+    yield "status", data.grid, STATUS_FILE
+    for section in data.sections:
+        if section.panels:
+            yield "history", section, history_file(section.test)
+    for section in data.sections:
+        for picture in section.pictures:
+            yield "run", picture, run_file(picture.test, picture.run)

@@ -1,0 +1,172 @@
+"""Where the report's rows come from: a DuckDB store or a BigQuery dataset, through the same SQL.
+
+The report needs four reads, one per table (:class:`ReportSource`). They are
+written once (:class:`SqlReportSource`) in the SQL that DuckDB and BigQuery
+both accept; a source only says how to run a query and how its dialect spells
+table names, identifiers and seconds since the epoch (``sinks.seed.SqlDialect``,
+the start-up seed's abstraction). Times come back as float seconds since the
+epoch, so rows from both engines compare equal.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+from typing import Callable, List, Optional, Protocol, Sequence
+
+from core.alert_record import AlertRecord, alert_from_row
+from core.schema import ALERTS, JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS
+from core.window_checks import WindowResult
+from sinks.seed import SqlDialect
+
+# Window aggregations a per-run curve can be drawn from, in order of preference.
+CURVE_AGGREGATIONS = ("mean", "p50", "last")
+
+Query = Callable[[str], Sequence[Sequence]]  # SQL -> rows (tuples in SELECT order)
+
+
+@dataclasses.dataclass(frozen=True)
+class JobRow:
+    """One run of ``job_history``; times in seconds since the epoch."""
+    test: str
+    run: str
+    status: str
+    end: float        # end of the run (last activity for a missing run)
+    finalized: float  # processed_at: orders the history (ties by run id)
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricRow:
+    """One value of ``metric_history`` with the bounds it was checked against."""
+    test: str
+    run: str
+    metric: str
+    value: float
+    lower: Optional[float]
+    upper: Optional[float]
+    within: Optional[bool]  # None: not checked
+    time: float             # run end
+
+
+class ReportSource(Protocol):
+    """The reads a report needs, one per table (a source may leave out old rows: ``since``)."""
+
+    def jobs(self) -> List[JobRow]: ...
+
+    def metrics(self) -> List[MetricRow]: ...
+
+    def windows(self) -> List[WindowResult]: ...
+
+    def alerts(self) -> List[AlertRecord]: ...
+
+    def close(self) -> None: ...
+
+
+def since_literal(since: Optional[str]) -> Optional[str]:
+    """A validated ``TIMESTAMP 'YYYY-MM-DD'`` literal (both engines read it as UTC midnight)."""
+    if since is None:
+        return None
+    try:
+        day = datetime.date.fromisoformat(since)
+    except ValueError:
+        raise ValueError(f"since: expected a date YYYY-MM-DD, got {since!r}") from None
+    return f"TIMESTAMP '{day.isoformat()}'"
+
+
+class SqlReportSource:
+    """The four reads, in SQL that DuckDB and BigQuery both run."""
+
+    def __init__(self, query: Query, dialect: SqlDialect, since: Optional[str] = None,
+                 close: Callable[[], None] = lambda: None):
+        self._query = query
+        self._sql = dialect
+        self._since = since_literal(since)
+        self._close = close
+
+    def _where(self, time_column: str) -> str:
+        """Always a WHERE clause: BigQuery accepts QUALIFY only after one."""
+        if self._since is None:
+            return "WHERE TRUE"
+        return f"WHERE {self._sql.quote(time_column)} >= {self._since}"
+
+    def jobs(self) -> List[JobRow]:
+        q, epoch = self._sql.quote, self._sql.epoch_seconds
+        rows = self._query(
+            f"SELECT {q('test_name')}, {q('run_id')}, {q('job_status')}, {epoch(q('timestamp'))}, "
+            f"{epoch(q('processed_at'))} FROM {self._sql.table(JOB_HISTORY)} {self._where('timestamp')}")
+        return [JobRow(*row) for row in rows]
+
+    def metrics(self) -> List[MetricRow]:
+        q, epoch = self._sql.quote, self._sql.epoch_seconds
+        columns = ", ".join(q(c) for c in ("test_name", "run_id", "metric_name", "metric_value",
+                                            "metric_lower_bound", "metric_upper_bound", "within_bounds"))
+        rows = self._query(f"SELECT {columns}, {epoch(q('timestamp'))} FROM {self._sql.table(METRIC_HISTORY)} "
+                           f"{self._where('timestamp')}")
+        return [MetricRow(*row) for row in rows]
+
+    def windows(self) -> List[WindowResult]:
+        """The highest revision of every window, with the aggregations a curve can use."""
+        q, epoch = self._sql.quote, self._sql.epoch_seconds
+        key = ", ".join(q(c) for c in ("test_name", "run_id", "tag", "window_kind", "window_index"))
+        values = ", ".join(q(a) for a in CURVE_AGGREGATIONS)
+        rows = self._query(
+            f"SELECT {key}, {epoch(q('start_time'))}, {epoch(q('end_time'))}, {q('start_step')}, {q('end_step')}, "
+            f"{q('n')}, {q('partial')}, {values} FROM {self._sql.table(METRIC_WINDOWS)} {self._where('end_time')} "
+            f"QUALIFY {q('revision')} = max({q('revision')}) OVER (PARTITION BY {key})")
+        return [WindowResult(*row[:11], {a: v for a, v in zip(CURVE_AGGREGATIONS, row[11:]) if v is not None})
+                for row in rows]
+
+    def alerts(self) -> List[AlertRecord]:
+        q, epoch = self._sql.quote, self._sql.epoch_seconds
+        columns = ", ".join(q(c) for c in ("alert_id", "kind", "test_name", "run_id", "metric_name", "value",
+                                            "lower_bound", "upper_bound", "message"))
+        rows = self._query(f"SELECT {columns}, {epoch(q('created_at'))}, {q('details')} "
+                           f"FROM {self._sql.table(ALERTS)} {self._where('created_at')}")
+        names = ("alert_id", "kind", "test_name", "run_id", "metric_name", "value", "lower_bound", "upper_bound",
+                 "message", "created_at", "details")
+        return [alert_from_row(dict(zip(names, row))) for row in rows]
+
+    def close(self) -> None:
+        self._close()
+
+
+def duckdb_source(path: str, since: Optional[str] = None) -> SqlReportSource:
+    """The local store (``sinks.duckdb_store.DuckDBStore``); the file must exist."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no DuckDB store at {path!r}")
+    from sinks.duckdb_store import DUCKDB_SQL, DuckDBStore
+
+    store = DuckDBStore(path)
+    return SqlReportSource(store.query, DUCKDB_SQL, since, close=store.close)
+
+
+def bigquery_dialect(project: str, dataset: str) -> SqlDialect:
+    """Standard SQL on ``project.dataset``."""
+    return SqlDialect(quote=lambda name: f"`{name}`",
+                      table=lambda table: f"`{project}.{dataset}.{table.name}`",
+                      epoch_seconds=lambda expression: f"UNIX_MICROS({expression}) / 1000000")
+
+
+def bigquery_client(project: Optional[str], endpoint: Optional[str] = None):
+    """A ``google.cloud.bigquery.Client``; with ``endpoint`` (an emulator) anonymous credentials."""
+    from google.cloud import bigquery
+
+    if endpoint is None:
+        return bigquery.Client(project=project)
+    from google.api_core.client_options import ClientOptions
+    from google.auth.credentials import AnonymousCredentials
+
+    return bigquery.Client(project=project, credentials=AnonymousCredentials(),
+                           client_options=ClientOptions(api_endpoint=endpoint))
+
+
+def bigquery_source(project: Optional[str], dataset: str, endpoint: Optional[str] = None,
+                    since: Optional[str] = None) -> SqlReportSource:
+    """The trainguard tables of a BigQuery dataset (``project`` None: the client's default project)."""
+    client = bigquery_client(project, endpoint)
+
+    def query(sql: str) -> List[tuple]:
+        return [tuple(row.values()) for row in client.query(sql).result()]
+
+    return SqlReportSource(query, bigquery_dialect(client.project, dataset), since, close=client.close)

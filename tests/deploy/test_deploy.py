@@ -1,0 +1,152 @@
+"""run_dataflow.sh (shellcheck, --dry-run, --help) and the demo publisher."""
+
+import json
+import os
+import pathlib
+import re
+import shlex
+import subprocess
+import sys
+
+from google.cloud import pubsub_v1
+
+from core.schema import TABLES
+from scripts import publish_demo
+from tests.support import REPO_ROOT, shellcheck
+from trainguard import wire
+
+REPO = REPO_ROOT
+SCRIPT = os.path.join(REPO, "run_dataflow.sh")
+
+
+def run_script(tmp_path, *args, env=None):
+    """Runs the script with gcloud/bq/gsutil replaced by stubs that log their calls and fail."""
+    stubs = tmp_path / "stubs"
+    stubs.mkdir(exist_ok=True)
+    for tool in ("gcloud", "bq", "gsutil"):
+        stub = stubs / tool
+        stub.write_text(f'#!/bin/sh\necho "{tool} $*" >> "{tmp_path}/called.log"\nexit 1\n')
+        stub.chmod(0o755)
+    environment = {"PATH": f"{stubs}{os.pathsep}{os.environ['PATH']}", "PYTHON": sys.executable,
+                   "HOME": str(tmp_path), **(env or {})}
+    result = subprocess.run(["bash", SCRIPT, *args], capture_output=True, text=True, env=environment,
+                            cwd=tmp_path, timeout=120)
+    called = (tmp_path / "called.log").read_text() if (tmp_path / "called.log").exists() else ""
+    return result, called
+
+
+def commands(output):
+    """The printed commands, each as a list of words."""
+    return [shlex.split(line[2:]) for line in output.splitlines() if line.startswith("+ ")]
+
+
+def test_run_dataflow_sh_is_shellcheck_clean():
+    result = shellcheck(SCRIPT)
+    assert result.returncode == 0, result.stdout
+
+
+def test_dry_run_prints_every_command_and_runs_none(tmp_path):
+    result, called = run_script(tmp_path, "--dry-run", "--project=proj", "--region", "europe-west1",
+                                "--service-account=runner@proj.iam.gserviceaccount.com")
+    assert result.returncode == 0, result.stderr
+    assert called == ""  # nothing touched the cloud
+    printed = commands(result.stdout)
+    lines = [" ".join(c) for c in printed]
+    # Every resource: describe, then create (a dry run cannot know what exists).
+    for describe, create in [
+        ("gcloud pubsub topics describe trainguard-metrics", "gcloud pubsub topics create trainguard-metrics"),
+        ("gcloud pubsub topics describe trainguard-alerts", "gcloud pubsub topics create trainguard-alerts"),
+        ("gcloud pubsub topics describe trainguard-metrics-dead-letter",
+         "gcloud pubsub topics create trainguard-metrics-dead-letter"),
+        ("gcloud pubsub subscriptions describe trainguard-metrics-pipeline",
+         "gcloud pubsub subscriptions create trainguard-metrics-pipeline"),
+        ("bq --project_id=proj show --dataset proj:trainguard", "bq --project_id=proj mk --dataset"),
+        ("gcloud storage buckets describe gs://proj-trainguard", "gcloud storage buckets create gs://proj-trainguard"),
+    ]:
+        at = next(i for i, line in enumerate(lines) if line.startswith(describe))
+        assert lines[at + 1].startswith(create), (describe, lines[at + 1])
+    subscription = next(c for c in printed if c[:4] == ["gcloud", "pubsub", "subscriptions", "create"]
+                        and c[4] == "trainguard-metrics-pipeline")
+    assert "--dead-letter-topic=trainguard-metrics-dead-letter" in subscription
+    assert "--topic=trainguard-metrics" in subscription
+    for name, table in TABLES.items():
+        make = next(c for c in printed
+                    if c[:3] == ["bq", "--project_id=proj", "mk"] and c[-1] == f"proj:trainguard.{name}")
+        assert f"--time_partitioning_field={table.time_column}" in make and "--time_partitioning_type=DAY" in make
+        assert f"--clustering_fields={','.join(table.cluster_by)}" in make
+        schema = next(arg.split("=", 1)[1] for arg in make if arg.startswith("--schema="))
+        assert os.path.basename(schema) == f"{name}.json"
+    launch = printed[-1]
+    assert launch[:3] == [sys.executable, "-m", "pipeline"]
+    for option in ["--runner=DataflowRunner", "--streaming", "--project=proj", "--region=europe-west1",
+                   "--setup_file=./setup.py", "--enable_streaming_engine", "--max_num_workers=4",
+                   "--service_account_email=runner@proj.iam.gserviceaccount.com",
+                   "--temp_location=gs://proj-trainguard/temp",
+                   "--input_subscription=projects/proj/subscriptions/trainguard-metrics-pipeline",
+                   "--alerts_topic=projects/proj/topics/trainguard-alerts", "--bigquery_dataset=trainguard",
+                   "--write_method=storage_write_api", f"--config_dir={REPO}/configs"]:
+        assert option in launch, option
+    assert "--update" not in launch
+
+
+def test_update_takes_settings_from_the_environment(tmp_path):
+    result, called = run_script(tmp_path, "--update", "--dry-run", env={
+        "TRAINGUARD_PROJECT": "envproj", "TRAINGUARD_DATASET": "tg", "TRAINGUARD_MAX_WORKERS": "12",
+        "TRAINGUARD_JOB_NAME": "tg-prod", "TRAINGUARD_WRITE_METHOD": "streaming_inserts"})
+    assert result.returncode == 0, result.stderr
+    assert called == ""
+    printed = commands(result.stdout)
+    assert any(c[:4] == ["gcloud", "dataflow", "jobs", "list"] and "--filter=name=tg-prod" in c for c in printed)
+    launch = printed[-1]
+    for option in ["--update", "--project=envproj", "--bigquery_dataset=tg", "--max_num_workers=12",
+                   "--job_name=tg-prod", "--write_method=streaming_inserts"]:
+        assert option in launch, option
+
+
+def test_bad_invocations_stop_before_any_command(tmp_path):
+    for args, problem in [((), "no project"), (("--project=p", "--max-workers=many"), "--max-workers"),
+                          (("--project=p", "--write-method=batch"), "--write-method"),
+                          (("--project", "--dry-run"), "--project needs a value"),
+                          (("--project=p", "--frobnicate"), "unknown option --frobnicate"),
+                          (("deploi", "--project=p"), "unknown command deploi")]:
+        result, called = run_script(tmp_path, *args, env={"GOOGLE_CLOUD_PROJECT": ""})
+        assert result.returncode == 2 and problem in result.stderr, (args, result.stderr)
+        assert result.stdout == "" and called == ""
+
+
+def test_help_explains_every_option(tmp_path):
+    result, _ = run_script(tmp_path, "--help")
+    assert result.returncode == 0
+    script = pathlib.Path(SCRIPT).read_text()
+    parsed = set(re.findall(r"^\s+(--[a-z-]+)\)", script, re.M))
+    assert parsed >= {"--project", "--update", "--dry-run", "--max-workers", "--service-account"}
+    for option in parsed:
+        assert option in result.stdout, option
+    assert "drain" in result.stdout and "demo" in result.stdout
+
+
+def test_demo_subcommand_publishes_with_the_demo_script(tmp_path):
+    result, called = run_script(tmp_path, "demo", "--dry-run", "--project=proj", "--rate=20")
+    assert result.returncode == 0 and called == ""
+    assert commands(result.stdout) == [[sys.executable, "scripts/publish_demo.py",
+                                        "--topic=projects/proj/topics/trainguard-metrics", "--rate=20"]]
+
+
+def test_publish_demo_sends_the_demo_workload_with_wire_attributes(pubsub_server, capsys):
+    publisher, subscriber = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
+    topic = publisher.create_topic(name=pubsub_server.topic_path("metrics")).name
+    subscription = subscriber.create_subscription(name=pubsub_server.subscription_path("s"), topic=topic).name
+    assert publish_demo.main([f"--topic={topic}", "--start=1795000000", "--run_spacing_seconds=30"]) == 0
+    expected = publish_demo.demo_payloads(1795000000, 30, 0.05)
+    assert f"published {len(expected)} messages" in capsys.readouterr().out
+    published = pubsub_server.published_messages(topic)
+    assert sorted(m.data for m in published) == sorted(expected)  # the client batches concurrently
+    for message in published:
+        body = json.loads(message.data)
+        times = [p["time"] for p in body.get("points", [])] + [e["time"] for e in body.get("events", [])]
+        assert dict(message.attributes) == {"schema": wire.SCHEMA, "test": body["test"], "run": body["run"],
+                                            "ts": str(int(max(times) * 1000)), "id": body["id"]}
+    first_start = min(json.loads(p)["events"][0]["time"] for p in expected
+                      if '"run_started"' in p.decode())
+    assert first_start == 1795000000
+    subscriber.delete_subscription(subscription=subscription)

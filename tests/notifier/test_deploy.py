@@ -1,0 +1,59 @@
+"""notifier/deploy_cloud_run.sh: shellcheck-clean, and a dry run deploys arguments the notifier accepts."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+
+from notifier.cli import parse_options
+from tests.support import REPO_ROOT, shellcheck
+
+REPO = REPO_ROOT
+SCRIPT = os.path.join(REPO, "notifier", "deploy_cloud_run.sh")
+EXAMPLE_CONFIG = os.path.join(REPO, "notifier", "example-config.json")
+
+
+def test_deploy_script_is_shellcheck_clean():
+    result = shellcheck(SCRIPT)
+    assert result.returncode == 0, result.stdout
+
+
+def dry_run(tmp_path, **env):
+    """The script's printed commands, with gcloud/docker replaced by stubs that log their calls and fail."""
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    for tool in ("gcloud", "docker"):
+        stub = stubs / tool
+        stub.write_text(f'#!/bin/sh\necho "{tool} $*" >> "{tmp_path}/called.log"\nexit 1\n')
+        stub.chmod(0o755)
+    environment = {"PATH": f"{stubs}{os.pathsep}{os.environ['PATH']}", "HOME": str(tmp_path), **env}
+    result = subprocess.run(["bash", SCRIPT, "--dry-run"], capture_output=True, text=True, env=environment,
+                            cwd=tmp_path, timeout=60)
+    assert not (tmp_path / "called.log").exists()  # nothing touched the cloud
+    return result, [shlex.split(line[2:]) for line in result.stdout.splitlines() if line.startswith("+ ")]
+
+
+def test_dry_run_deploys_one_always_on_instance_with_valid_notifier_arguments(tmp_path):
+    result, printed = dry_run(tmp_path, TRAINGUARD_PROJECT="proj", TRAINGUARD_PREFIX="tg", EMAIL_CONFIG=EXAMPLE_CONFIG)
+    assert result.returncode == 0, result.stderr
+    lines = [" ".join(c) for c in printed]
+    assert any(line.startswith("gcloud pubsub subscriptions create tg-alerts-email --project=proj "
+                               "--topic=tg-alerts") for line in lines)
+    assert "docker build -f notifier/Dockerfile -t us-central1-docker.pkg.dev/proj/tg/tg-email:latest ." in lines
+    (deploy,) = [c for c in printed if c[:3] == ["gcloud", "run", "deploy"]]
+    flags = dict(arg.split("=", 1) for arg in deploy if arg.startswith("--") and "=" in arg)
+    assert {"--no-cpu-throttling", "--no-allow-unauthenticated"} <= set(deploy)
+    assert (flags["--min-instances"], flags["--max-instances"]) == ("1", "1")
+    options = parse_options(flags["--args"].split(","), environ={"PORT": "8080"})
+    assert options.subscription == "projects/proj/subscriptions/tg-alerts-email"
+    assert options.dead_letter_topic == "projects/proj/topics/tg-alerts-email-dead-letter"
+    assert options.sendgrid_key_secret == "projects/proj/secrets/sendgrid-api-key"
+    assert flags["--set-secrets"] == f"{options.config}=tg-email-config:latest"
+    assert options.health_port == 8080 and options.state_path.startswith("/state/")
+
+
+def test_missing_config_is_an_error(tmp_path):
+    result, printed = dry_run(tmp_path, TRAINGUARD_PROJECT="proj")
+    assert result.returncode == 2 and printed == []
+    assert "EMAIL_CONFIG" in result.stderr

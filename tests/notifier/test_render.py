@@ -1,0 +1,135 @@
+"""Rendering of digest and summary e-mails: subject, both bodies, and escaping of hostile input."""
+
+from __future__ import annotations
+
+import html.parser
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from core.alert_record import parse_alert
+from notifier.render import one_line, render_digest, render_summary
+from tests.notifier.support import alert, config, payload
+
+HOSTILE_TEST = '"><img src=x onerror=alert(1)>\r\nBcc: victim@example.com'
+HOSTILE_METRIC = "<script>alert('metric')</script>&amp;"
+HOSTILE_RUN = "run-1</title><style>*{display:none}</style>"
+
+
+class _Elements(html.parser.HTMLParser):
+    """Collects tags, attributes and text of an HTML document."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.tags, self.attributes, self.text = [], [], []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        self.attributes.extend(attrs)
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def elements(document: str) -> _Elements:
+    parser = _Elements()
+    parser.feed(document)
+    parser.close()
+    return parser
+
+
+ALLOWED_TAGS = {"html", "head", "meta", "title", "body", "p", "h2", "h3", "table", "tr", "th", "td", "br", "a"}
+ALLOWED_ATTRIBUTES = {"charset", "style", "href"}
+
+
+def assert_inert(document: str, *texts: str) -> None:
+    """Only our own tags and attributes, only http(s) hrefs, and each of ``texts`` present as plain text."""
+    parsed = elements(document)
+    assert set(parsed.tags) <= ALLOWED_TAGS
+    assert {name for name, _ in parsed.attributes} <= ALLOWED_ATTRIBUTES
+    assert all(value.startswith(("https://", "http://")) for name, value in parsed.attributes if name == "href")
+    all_text = "".join(parsed.text)
+    for text in texts:
+        assert text in all_text
+
+
+def digest(*alerts, **config_overrides):
+    return render_digest([parse_alert(payload(a)) for a in alerts], config(**config_overrides))
+
+
+def test_subject_names_test_run_and_what_went_wrong():
+    email = digest(alert(metric="Accuracy/test_final"), alert(metric="loss_final"),
+                   alert(kind="job_failed", status="failure"))
+    assert email.subject == ("[trainguard] pt-cifar run run-1: job failed (failure); "
+                             "Accuracy/test_final and loss_final out of bounds")
+    many = digest(*(alert(metric=f"m{i}") for i in range(5)))
+    assert many.subject.endswith("m0, m1 and 3 more out of bounds")
+
+
+def test_each_alert_shows_metric_value_bounds_history_and_links():
+    email = digest(alert(metric="Accuracy/test_final", value=70.5, lower=74.0, history_size=10),
+                   links={"history": "https://bq.example/q?test={test}&run={run}&m={metric}"})
+    for body in (email.html, email.text):
+        assert "Accuracy/test_final" in body and "70.5" in body and "(74, +inf) [greater]" in body
+        assert "10 earlier values" in body and "https://logs.example/cifar/1" in body
+    assert "https://bq.example/q?test=pt-cifar&run=run-1&m=Accuracy%2Ftest_final" in email.text
+    assert 'href="https://bq.example/q?test=pt-cifar&amp;run=run-1&amp;m=Accuracy%2Ftest_final"' in email.html
+    assert email.text.count("logs: https://logs.example/cifar/1") == 1
+
+
+def test_alert_without_logs_link_or_bounds():
+    email = digest(alert(kind="run_missing", logs_link=None, status="missing"))
+    assert "logs" not in email.text and "bounds" not in email.text
+    assert "run never finished" in email.subject and "status missing" in email.text
+
+
+def test_window_alert_shows_window_and_compared_runs():
+    window = {"kind": "count", "index": 3, "start_step": 400, "end_step": 780, "partial": True}
+    email = digest(alert(kind="window_out_of_bounds", metric="Accuracy/test_mean", window=window,
+                         compared_runs=[f"r{i}" for i in range(7)], run_data=None))
+    assert "count window 3 (steps 400-780, partial)" in email.text
+    assert "compared with runs r0, r1, r2, r3, r4 and 2 more" in email.html
+    assert "Accuracy/test_mean window out of bounds" in email.subject
+
+
+def test_hostile_names_are_escaped_everywhere():
+    hostile = alert(test=HOSTILE_TEST, run=HOSTILE_RUN, metric=HOSTILE_METRIC,
+                    logs_link="javascript:alert(document.cookie)")
+    email = digest(hostile, links={"dash": "https://dash.example/?t={test}"})
+    assert_inert(email.html, HOSTILE_METRIC, HOSTILE_TEST, HOSTILE_RUN,
+                 "javascript:alert(document.cookie)")
+    assert "\r" not in email.subject and "\n" not in email.subject
+    assert "Bcc: victim@example.com" in email.subject  # kept, but on the one subject line
+    assert 'href="https://dash.example/?t=%22%3E%3Cimg%20src%3Dx' in email.html
+    assert "<script>" not in email.html and "<img" not in email.html
+
+
+@settings(max_examples=60, deadline=None)
+@given(test=st.text(min_size=1, max_size=40), metric=st.text(min_size=1, max_size=40),
+       link=st.text(max_size=40))
+def test_any_text_stays_text(test, metric, link):
+    email = digest(alert(test=test, metric=metric, logs_link="https://l.example/" + link))
+    assert_inert(email.html)
+    parsed = "".join(elements(email.html).text)
+    assert metric in parsed
+    assert one_line(email.subject, 1000) == email.subject
+
+
+def test_summary_groups_alerts_by_run():
+    folded = [parse_alert(payload(alert(test=t, run=r, metric=m)))
+              for t, r, m in [("b", "2", "x"), ("a", "1", "y"), ("b", "2", "z"), ("a", "9", "x")]]
+    email = render_summary(folded, config(daily_budget=10), ["oncall@example.com"])
+    assert email.kind == "summary" and email.recipients == ("oncall@example.com",)
+    assert email.subject == "[trainguard] daily e-mail budget reached: 4 alerts from 3 runs of 2 tests"
+    sections = [line for line in email.text.splitlines() if line.startswith("Test ")]
+    assert sections == ["Test a, run 1", "Test a, run 9", "Test b, run 2"]
+    assert sorted(email.alert_ids) == sorted(a.alert_id for a in folded)
+    assert "budget (10)" in email.html
+
+
+def test_recipients_and_sender_follow_per_test_overrides():
+    overrides = {"per_test": {"pt-*": {"recipients": ["pt@example.com"]},
+                              "pt-cifar": {"sender": "Cifar <cifar@example.com>"}}}
+    cifar, other = digest(alert(test="pt-cifar"), **overrides), digest(alert(test="pt-llama"), **overrides)
+    assert (cifar.sender, cifar.recipients) == ("Cifar <cifar@example.com>", ("oncall@example.com",))
+    assert (other.sender, other.recipients) == ("trainguard <alerts@example.com>", ("pt@example.com",))

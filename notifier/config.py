@@ -11,20 +11,12 @@ from __future__ import annotations
 import dataclasses
 import email.utils
 import fnmatch
-import json
-import math
-from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
+from typing import Any, Mapping, Optional, Tuple
 
-COMMENT_KEY = "//"
+from core.strict_json import ConfigError, StrictReader, read_json_file
 
-
-class ConfigError(ValueError):
-    """A problem in the configuration file, with the file and the key it is about."""
-
-    def __init__(self, source: str, key: str, problem: str):
-        super().__init__(f"{source}: {key}: {problem}")
-        self.source, self.key, self.problem = source, key, problem
-
+__all__ = ["ConfigError", "EmailConfig", "RetryConfig", "TestOverride", "config_from_mapping", "load_config",
+           "parse_config"]
 
 @dataclasses.dataclass(frozen=True)
 class RetryConfig:
@@ -88,40 +80,8 @@ _TOP_KEYS = {"sender", "recipients", "per_test", "group_wait_seconds", "daily_bu
              "subject_prefix", "links", "remember_sent_ids", "retry"}
 
 
-class _Reader:
-    """Typed access to the raw JSON, raising ConfigError with the offending key."""
-
-    def __init__(self, source: str):
-        self.source = source
-
-    def fail(self, key: str, problem: str) -> ConfigError:
-        return ConfigError(self.source, key, problem)
-
-    def object(self, raw: Any, key: str, allowed: Iterable[str] = ()) -> Dict[str, Any]:
-        if not isinstance(raw, dict):
-            raise self.fail(key, f"must be an object, got {raw!r}")
-        obj = {k: v for k, v in raw.items() if k != COMMENT_KEY}
-        allowed = set(allowed)
-        unknown = sorted(set(obj) - allowed) if allowed else []
-        if unknown:
-            raise self.fail(f"{key}.{unknown[0]}" if key else unknown[0],
-                            f"unknown key (expected one of {', '.join(sorted(allowed))})")
-        return obj
-
-    def number(self, raw: Any, key: str, minimum: float = 0.0) -> float:
-        if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw) or raw < minimum:
-            raise self.fail(key, f"must be a number >= {minimum:g}, got {raw!r}")
-        return float(raw)
-
-    def integer(self, raw: Any, key: str, minimum: int = 0) -> int:
-        if isinstance(raw, bool) or not isinstance(raw, int) or raw < minimum:
-            raise self.fail(key, f"must be an integer >= {minimum}, got {raw!r}")
-        return raw
-
-    def string(self, raw: Any, key: str) -> str:
-        if not isinstance(raw, str) or not raw.strip():
-            raise self.fail(key, f"must be a non-empty string, got {raw!r}")
-        return raw
+class _Reader(StrictReader):
+    """The shared strict reader, plus e-mail addresses."""
 
     def address(self, raw: Any, key: str) -> str:
         """An e-mail address, optionally with a display name (``Name <a@b.example>``)."""
@@ -129,39 +89,36 @@ class _Reader:
         _, addr = email.utils.parseaddr(text)
         local, _, domain = addr.rpartition("@")
         if not local or "." not in domain or any(c.isspace() for c in addr):
-            raise self.fail(key, f"must be an e-mail address, got {raw!r}")
+            self.fail(key, f"must be an e-mail address, got {raw!r}")
         return text
 
     def addresses(self, raw: Any, key: str) -> Tuple[str, ...]:
         if not isinstance(raw, list) or not raw:
-            raise self.fail(key, f"must be a non-empty list of e-mail addresses, got {raw!r}")
+            self.fail(key, f"must be a non-empty list of e-mail addresses, got {raw!r}")
         return tuple(dict.fromkeys(self.address(item, f"{key}[{i}]") for i, item in enumerate(raw)))
 
 
 def parse_config(raw: Any, source: str = "<config>") -> EmailConfig:
     """Validate the decoded JSON of a configuration file."""
     reader = _Reader(source)
-    top = reader.object(raw, "", _TOP_KEYS)
-    for required in ("sender", "recipients"):
-        if required not in top:
-            raise reader.fail(required, "is required")
+    top = reader.object(raw, "", _TOP_KEYS, required=("sender", "recipients"))
     recipients = reader.addresses(top["recipients"], "recipients")
     budget = reader.integer(top.get("daily_budget", 100), "daily_budget", minimum=1)
     if budget < len(recipients):
-        raise reader.fail("daily_budget", f"must be at least the number of default recipients ({len(recipients)}): "
+        reader.fail("daily_budget", f"must be at least the number of default recipients ({len(recipients)}): "
                                           "SendGrid counts every recipient, and the budget summary goes to them")
     remember = reader.object(top.get("remember_sent_ids", {}), "remember_sent_ids", {"max_ids", "max_age_days"})
     return EmailConfig(
         sender=reader.address(top["sender"], "sender"),
         recipients=recipients,
         per_test=_parse_overrides(reader, top.get("per_test", {})),
-        group_wait_seconds=reader.number(top.get("group_wait_seconds", 60.0), "group_wait_seconds"),
+        group_wait_seconds=reader.number(top.get("group_wait_seconds", 60.0), "group_wait_seconds", minimum=0),
         daily_budget=budget,
-        summary_wait_seconds=reader.number(top.get("summary_wait_seconds", 1800.0), "summary_wait_seconds"),
+        summary_wait_seconds=reader.number(top.get("summary_wait_seconds", 1800.0), "summary_wait_seconds", minimum=0),
         subject_prefix=_subject_prefix(reader, top.get("subject_prefix", "[trainguard]")),
         links=_parse_links(reader, top.get("links", {})),
         max_sent_ids=reader.integer(remember.get("max_ids", 100_000), "remember_sent_ids.max_ids", minimum=1),
-        sent_ids_max_age_days=reader.number(remember.get("max_age_days", 30.0), "remember_sent_ids.max_age_days"),
+        sent_ids_max_age_days=reader.number(remember.get("max_age_days", 30.0), "remember_sent_ids.max_age_days", minimum=0),
         retry=_parse_retry(reader, top.get("retry", {})),
         source=source,
     )
@@ -169,7 +126,7 @@ def parse_config(raw: Any, source: str = "<config>") -> EmailConfig:
 
 def _subject_prefix(reader: _Reader, raw: Any) -> str:
     if not isinstance(raw, str) or any(c in raw for c in "\r\n"):
-        raise reader.fail("subject_prefix", f"must be a one-line string, got {raw!r}")
+        reader.fail("subject_prefix", f"must be a one-line string, got {raw!r}")
     return raw
 
 
@@ -179,7 +136,7 @@ def _parse_overrides(reader: _Reader, raw: Any) -> Tuple[TestOverride, ...]:
         key = f"per_test.{pattern}"
         obj = reader.object(value, key, {"recipients", "sender"})
         if not obj:
-            raise reader.fail(key, "must set recipients and/or sender")
+            reader.fail(key, "must set recipients and/or sender")
         recipients = reader.addresses(obj["recipients"], f"{key}.recipients") if "recipients" in obj else None
         sender = reader.address(obj["sender"], f"{key}.sender") if "sender" in obj else None
         overrides.append(TestOverride(pattern, recipients, sender))
@@ -192,11 +149,11 @@ def _parse_links(reader: _Reader, raw: Any) -> Tuple[Tuple[str, str], ...]:
         key = f"links.{label}"
         template = reader.string(template, key)
         if not template.startswith(("https://", "http://")):
-            raise reader.fail(key, f"must be an http(s) URL template, got {template!r}")
+            reader.fail(key, f"must be an http(s) URL template, got {template!r}")
         try:
             template.format(test="", run="", metric="", alert_id="")
         except (KeyError, IndexError, ValueError) as e:
-            raise reader.fail(key, f"may only use {{test}}, {{run}}, {{metric}} and {{alert_id}}: {e!r}") from None
+            raise reader.error(key, f"may only use {{test}}, {{run}}, {{metric}} and {{alert_id}}: {e!r}") from None
         links.append((label, template))
     return tuple(links)
 
@@ -204,22 +161,17 @@ def _parse_links(reader: _Reader, raw: Any) -> Tuple[Tuple[str, str], ...]:
 def _parse_retry(reader: _Reader, raw: Any) -> RetryConfig:
     fields = {f.name: f.default for f in dataclasses.fields(RetryConfig)}
     obj = reader.object(raw, "retry", fields)
-    values = {name: reader.number(obj.get(name, default), f"retry.{name}") for name, default in fields.items()}
+    values = {name: reader.number(obj.get(name, default), f"retry.{name}", minimum=0) for name, default in fields.items()}
     if values["multiplier"] < 1:
-        raise reader.fail("retry.multiplier", f"must be >= 1, got {values['multiplier']!r}")
+        reader.fail("retry.multiplier", f"must be >= 1, got {values['multiplier']!r}")
     if values["initial_seconds"] > values["max_seconds"]:
-        raise reader.fail("retry.initial_seconds", "must not exceed retry.max_seconds")
+        reader.fail("retry.initial_seconds", "must not exceed retry.max_seconds")
     return RetryConfig(**values)
 
 
 def load_config(path: str) -> EmailConfig:
     """Read and validate the configuration file at ``path``."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            raw = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ConfigError(path, "-", f"cannot read JSON: {e}") from None
-    return parse_config(raw, path)
+    return parse_config(read_json_file(path), path)
 
 
 def config_from_mapping(values: Mapping[str, Any]) -> EmailConfig:

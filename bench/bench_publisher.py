@@ -293,7 +293,7 @@ def main() -> None:
     os.environ.pop("TRAINGUARD_RUN", None)
     idle = tg.JsonlMetricHandler(os.devnull, config=tg.PublisherConfig(max_buffered_points=calls + 1))
     reference["trainguard_fast_path_no_draining_ns"] = tight_loop_ns(MetricStream("g", idle).add_value, calls)
-    idle._points.clear()
+    idle.intake.points.clear()
     idle.close(timeout=0)
     results["reference_no_network"] = {k: round(v, 1) for k, v in reference.items()}
     gc.collect()

@@ -17,38 +17,30 @@ and spilled.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import logging
 import os
-import random
 import threading
 import time
-from typing import Any, Deque, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional
 
 from . import _lifecycle, wire
-from ._encoding import EncodedMessage, MessageEncoder
+from ._encoding import MessageEncoder
+from .intake import Intake
 from .metrics.api import MetricData, MetricHandler
+from .outbox import Outbox, RetryPolicy
 from .transports import JsonlTransport, JsonlWriter, Transport
 
 logger = logging.getLogger("trainguard")
 
 ENV_TEST = "TRAINGUARD_TEST"
 ENV_RUN = "TRAINGUARD_RUN"
-MAX_MESSAGES_PER_SEND = 1000  # Pub/Sub's limit of messages per Publish request
-
-
-def _snapshot(value: Any) -> Any:
-    """The value as it is now: a float for numpy scalars, 0-d arrays and tensors
-    (which may change in place after being logged; like ``.item()``, reading a
-    GPU tensor waits for it). Ints and anything unreadable pass unchanged, for
-    the background thread to encode or count as invalid. Never raises."""
-    if type(value) is int or isinstance(value, (str, bytes)):
-        return value
-    try:
-        return float(value)
-    except Exception:  # noqa: BLE001 - counted as invalid later
-        return value
+GIL_YIELD_S = 0.00002  # see _yield_gil
+MIN_WAIT_S = 0.001  # the background thread never spins: it sleeps at least this long between cycles
+POLL_S = 0.05  # while stopping or flushing, how often the background thread looks again
+FLUSH_WAIT_SLICE_S = 0.1  # flush() wakes this often to see whether the thread died
+JOIN_GRACE_S = 1.0  # close() waits this long past its timeout for the thread to end
+MAX_DISTINCT_WARNINGS = 1000  # warnings are logged once each; this bounds the memory of which were
 
 
 def _yield_gil() -> None:
@@ -59,7 +51,7 @@ def _yield_gil() -> None:
     blocks or after the 5 ms switch interval, which would stall training.
     (``sleep(0)`` releases the GIL but often takes it straight back.)
     """
-    time.sleep(0.00002)
+    time.sleep(GIL_YIELD_S)
 
 
 @dataclasses.dataclass
@@ -135,14 +127,14 @@ class HandlerStats:
                 + self.events_undeliverable + self.events_unsent_at_exit)
 
 
-@dataclasses.dataclass
-class _Pending:
-    message: EncodedMessage
-    first_attempt: Optional[float] = None
-
-
 class WireHandler(MetricHandler):
     """Base of handlers that publish wire-contract messages (see module doc).
+
+    Three parts, each with one job: the :class:`~trainguard.intake.Intake`
+    (the training thread's buffers), the encoder, and the
+    :class:`~trainguard.outbox.Outbox` (delivery). This class owns the
+    background thread that moves values from the first to the last, and the
+    handler's lifecycle: bind, flush, close, fork.
 
     ``test`` and ``run`` name the messages' run; when not given they come from
     ``$TRAINGUARD_TEST``/``$TRAINGUARD_RUN`` or from the first ``Run`` that
@@ -156,7 +148,6 @@ class WireHandler(MetricHandler):
                  config: Optional[PublisherConfig] = None):
         self.config = config or PublisherConfig()
         self.config.validate()
-        self._transport = transport
         self._test: Optional[str] = None
         self._run: Optional[str] = None
         test = test or os.environ.get(ENV_TEST) or None
@@ -166,26 +157,22 @@ class WireHandler(MetricHandler):
         self._wake = threading.Event()
         if test is not None:
             self.bind(test, run)
-        self._points: Deque[Tuple[Any, Any, Any, Any]] = collections.deque()
-        self._events: Deque[Dict[str, Any]] = collections.deque()
-        self._pending: Deque[_Pending] = collections.deque()
-        self._pending_bytes = 0
-        self._holding = False
+        config = self.config
+        self.intake = Intake(config.max_buffered_points, config.max_buffered_events, config.max_points_per_message,
+                             self._wake.set, self.kind)
+        spill = JsonlWriter(config.spill_path, config.max_spill_bytes) if config.spill_path else None
+        self.outbox = Outbox(transport, RetryPolicy(
+            max_pending_bytes=config.max_pending_bytes, max_send_bytes=config.max_send_bytes,
+            send_timeout_s=config.send_timeout_s, initial_backoff_s=config.retry_initial_backoff_s,
+            max_backoff_s=config.retry_max_backoff_s, deadline_s=config.retry_deadline_s), spill, self.kind,
+            self._warn_once)
         self._encoder: Optional[MessageEncoder] = None
-        self._spill = JsonlWriter(self.config.spill_path, self.config.max_spill_bytes) \
-            if self.config.spill_path else None
-        self.stats_lock = threading.Lock()
-        self._stats = HandlerStats()
+        self._encoding = False  # values taken from the intake and not in the outbox yet
         self._cycle_done = threading.Condition()
         self._flush_requests = 0
         self._stop_deadline: Optional[float] = None
-        self._retry_at = 0.0
-        self._send_limit = self.config.max_send_bytes
-        self._consecutive_failures = 0
-        self._last_failure_log = 0.0
         self._closed = False
         self._disabled = False
-        self._warned_full = False
         self._warned: set = set()
         self._thread = threading.Thread(target=self._worker, name=f"trainguard-{self.kind}", daemon=True)
         self._thread.start()
@@ -216,44 +203,8 @@ class WireHandler(MetricHandler):
     # -- the training thread's side --------------------------------------------
 
     def stream_adder(self, group_name: str):
-        """The fast ``add_value(metric_name, metric_value, step=None)`` for a stream.
-
-        Appends ``(tag, value, step, time.time())`` to the buffer; never blocks,
-        never raises, and wakes the background thread once a message is full.
-        """
-        buf = self._points
-        snapshot = _snapshot
-        append = buf.append
-        cap = self.config.max_buffered_points
-        trigger = self.config.max_points_per_message - 1
-        wake = self._wake.set
-        overflow = self._overflow
-        now = time.time
-
-        if self.config.group_prefix:
-            def add_value(metric_name, metric_value, step=None):
-                n = len(buf)
-                if n < cap:
-                    if type(metric_value) is not float:
-                        metric_value = snapshot(metric_value)
-                    append(((group_name, metric_name), metric_value, step, now()))
-                    if n == trigger:
-                        wake()
-                else:
-                    overflow()
-            return add_value
-
-        def add_value(metric_name, metric_value, step=None):
-            n = len(buf)
-            if n < cap:
-                if type(metric_value) is not float:
-                    metric_value = snapshot(metric_value)
-                append((metric_name, metric_value, step, now()))
-                if n == trigger:
-                    wake()
-            else:
-                overflow()
-        return add_value
+        """The fast ``add_value(metric_name, metric_value, step=None)`` for a stream (see ``Intake.adder``)."""
+        return self.intake.adder(group_name, self.config.group_prefix)
 
     def emit(self, metric_data: MetricData) -> None:
         """torchelastic's handler interface (the slower path: a MetricData per value)."""
@@ -261,55 +212,35 @@ class WireHandler(MetricHandler):
             tag = metric_data.name
             if self.config.group_prefix:
                 tag = (metric_data.group_name, tag)
-            self.add_point(tag, metric_data.value, getattr(metric_data, "step", None), metric_data.timestamp)
+            self.intake.add_point(tag, metric_data.value, getattr(metric_data, "step", None), metric_data.timestamp)
         except Exception:  # noqa: BLE001 - never raise into training code
-            with self.stats_lock:
-                self._stats.points_invalid += 1
+            self.intake.count_invalid()
 
     def add_point(self, tag: Any, value: Any, step: Optional[int], timestamp: float) -> None:
         """Buffers one point with an explicit time (seconds since the epoch)."""
-        if len(self._points) < self.config.max_buffered_points:
-            self._points.append((tag, value if type(value) is float else _snapshot(value), step, timestamp))
-            if len(self._points) >= self.config.max_points_per_message:
-                self._wake.set()
-        else:
-            self._overflow()
+        self.intake.add_point(tag, value, step, timestamp)
 
     def emit_event(self, event_type: str, data: Dict[str, Any], timestamp: float) -> None:
         """Buffers an event; events are sent at once, with the points buffered so far."""
-        if self._disabled:
-            return
-        if len(self._events) < self.config.max_buffered_events:
-            self._events.append(wire.event_dict(event_type, timestamp, data))
-            self._wake.set()
-        else:
-            with self.stats_lock:
-                self._stats.events_dropped_buffer_full += 1
-
-    def _overflow(self) -> None:
-        with self.stats_lock:
-            self._stats.points_dropped_buffer_full += 1
-            first = not self._warned_full
-            self._warned_full = True
-        if first and not self._disabled:
-            logger.warning("trainguard: %s buffer is full (%d points); dropping new points until the "
-                           "background thread catches up", self.kind, self.config.max_buffered_points)
+        self.intake.add_event(event_type, data, timestamp)
 
     # -- control -------------------------------------------------------------
 
     def stats(self) -> HandlerStats:
         """A snapshot of the counters."""
-        with self.stats_lock:
-            snapshot = dataclasses.replace(self._stats)
+        stats = HandlerStats()
+        for part in (self.intake.counts(), self.outbox.counts()):
+            for field in dataclasses.fields(part):
+                setattr(stats, field.name, getattr(stats, field.name) + getattr(part, field.name))
         if self._encoder is not None:
             counters = self._encoder.counters
-            snapshot.points_invalid += counters.invalid_points
-            snapshot.points_nonfinite += counters.nonfinite_points
-            snapshot.events_invalid += counters.invalid_events
-        return snapshot
+            stats.points_invalid += counters.invalid_points
+            stats.points_nonfinite += counters.nonfinite_points
+            stats.events_invalid += counters.invalid_events
+        return stats
 
     def _drained(self) -> bool:
-        return not (self._points or self._events or self._pending or self._holding)
+        return not (self.intake or self.outbox or self._encoding)
 
     def flush(self, timeout: Optional[float] = None) -> bool:
         """Sends everything buffered now; True if it was all delivered within ``timeout``."""
@@ -326,7 +257,8 @@ class WireHandler(MetricHandler):
                     remaining = None if deadline is None else deadline - time.monotonic()
                     if remaining is not None and remaining <= 0:
                         return False
-                    self._cycle_done.wait(0.1 if remaining is None else min(remaining, 0.1))
+                    self._cycle_done.wait(FLUSH_WAIT_SLICE_S if remaining is None
+                                          else min(remaining, FLUSH_WAIT_SLICE_S))
                 return True
             finally:
                 self._flush_requests -= 1
@@ -340,12 +272,10 @@ class WireHandler(MetricHandler):
         timeout = self.config.exit_flush_timeout_s if timeout is None else timeout
         self._stop_deadline = time.monotonic() + timeout
         self._wake.set()
-        self._thread.join(timeout + 1.0)
+        self._thread.join(timeout + JOIN_GRACE_S)
         if self._thread.is_alive():
             logger.warning("trainguard: %s background thread did not stop within %.1fs", self.kind, timeout)
-            with self.stats_lock:
-                self._stats.points_unsent_at_exit += len(self._points)
-                self._stats.events_unsent_at_exit += len(self._events)
+            self.intake.count_unsent()
         self._log_summary()
 
     def _close_at_exit(self) -> None:
@@ -356,9 +286,9 @@ class WireHandler(MetricHandler):
         # parent's connection or file is unsafe: the child's handler drops.
         self._disabled = True
         self._closed = True
-        self._points.clear()
-        self._events.clear()
-        self._pending.clear()
+        self.intake.muted = True
+        self.intake.drop_all(count=False)
+        self.outbox.clear()
 
     def _log_summary(self) -> None:
         s = self.stats()
@@ -369,9 +299,9 @@ class WireHandler(MetricHandler):
                 f"invalid {s.points_invalid}, non-finite {s.points_nonfinite}, "
                 f"undeliverable {s.points_undeliverable}, unsent at exit {s.points_unsent_at_exit}) "
                 f"and {s.events_dropped} events")
-        if self._spill is not None:
+        if self.outbox.spill_path is not None:
             line += (f"; spilled {s.messages_spilled} messages ({s.points_spilled} points, "
-                     f"{s.events_spilled} events) to {self._spill.path}")
+                     f"{s.events_spilled} events) to {self.outbox.spill_path}")
         lossy = s.points_dropped or s.events_dropped or s.messages_spilled
         logger.log(logging.WARNING if lossy else logging.INFO, line)
 
@@ -398,195 +328,75 @@ class WireHandler(MetricHandler):
                 self._abandon()
             except Exception:
                 logger.exception("trainguard: %s could not spill undelivered messages", self.kind)
-            try:
-                self._transport.close()
-            except Exception:
-                logger.exception("trainguard: %s transport did not close cleanly", self.kind)
-            if self._spill is not None:
-                self._spill.close()
+            self.outbox.close()
             with self._cycle_done:
                 self._cycle_done.notify_all()
 
+    def _points_due_in(self) -> float:
+        """Seconds until the oldest buffered point has waited ``max_latency_ms`` (0: now)."""
+        oldest = self.intake.oldest_time()
+        if oldest is None:
+            return 0.0
+        return oldest + self.config.max_latency_ms / 1000.0 - time.time()
+
     def _wait_time(self) -> float:
-        now_mono = time.monotonic()
-        latency = self.config.max_latency_ms / 1000.0
+        now = time.monotonic()
         if self._stop_deadline is not None:
-            return min(max(self._retry_at - now_mono, 0.0), 0.05, max(self._stop_deadline - now_mono, 0.0))
-        if self._flush_requests and not self._pending and self._test is not None:
-            return 0.0 if (self._points or self._events) else 0.05
-        wait = latency / 2
-        if self._pending:
-            wait = min(wait, max(self._retry_at - now_mono, 0.0))
-        if self._points and self._test is not None:
-            try:
-                due = self._points[0][3] + latency - time.time()
-            except (IndexError, TypeError):
-                due = 0.0
-            wait = min(wait, max(due, 0.0))
-        return max(wait, 0.001)
+            return min(max(self.outbox.retry_at - now, 0.0), POLL_S, max(self._stop_deadline - now, 0.0))
+        if self._flush_requests and not self.outbox and self._test is not None:
+            return 0.0 if self.intake else POLL_S
+        wait = self.config.max_latency_ms / 1000.0 / 2
+        if self.outbox:
+            wait = min(wait, max(self.outbox.retry_at - now, 0.0))
+        if self.intake.points and self._test is not None:
+            wait = min(wait, max(self._points_due_in(), 0.0))
+        return max(wait, MIN_WAIT_S)
 
     def _cycle(self, force: bool) -> None:
         if self._test is not None:
             self._encode_ready(force)
-        while self._pending and time.monotonic() >= self._retry_at:
-            if not self._send_some():
-                break
+        self.outbox.send_due(self._stop_deadline)
 
     def _encode_ready(self, force: bool) -> None:
+        """Moves what is due from the intake into the outbox: a full message, any event, or points past latency."""
+        intake = self.intake
+        n = len(intake.points)
+        if not (n or intake.events):
+            return
+        if not (force or intake.events or n >= self.config.max_points_per_message or self._points_due_in() <= 0):
+            return
         if self._encoder is None:
             self._encoder = MessageEncoder(self._test, self._run, self.config.max_points_per_message,
                                            self.config.max_message_bytes, self._warn_once)
-        points = self._points
-        n = len(points)
-        due = force or bool(self._events) or n >= self.config.max_points_per_message
-        if n and not due:
-            try:
-                due = points[0][3] + self.config.max_latency_ms / 1000.0 <= time.time()
-            except (IndexError, TypeError):
-                due = True
-        if not due or not (n or self._events):
-            return
-        self._holding = True
+        self._encoding = True
         try:
-            popleft = points.popleft
-            events = []
-            while self._events:
-                events.append(self._events.popleft())
+            events = intake.take_events()
             chunk = self.config.max_points_per_message
             for start in range(0, max(n, 1), chunk):  # a backlog is handled a message at a time
                 if start:
                     _yield_gil()
-                batch = [popleft() for _ in range(min(chunk, n - start))]
+                batch = intake.take_points(min(chunk, n - start))
                 last = start + chunk >= n
                 for message in self._encoder.encode(batch, events if last else (), pause=_yield_gil):
-                    self._enqueue(message)
+                    self.outbox.add(message)
         finally:
-            self._holding = False
-
-    def _enqueue(self, message: EncodedMessage) -> None:
-        limit = self.config.max_pending_bytes
-        while self._pending and self._pending_bytes + len(message.payload) > limit:
-            self._give_up(self._pending.popleft(), "pending")
-        self._pending.append(_Pending(message))
-        self._pending_bytes += len(message.payload)
-
-    def _send_some(self) -> bool:
-        """Sends the oldest pending messages once; False if any failed."""
-        batch: List[_Pending] = []
-        size = 0
-        for item in self._pending:
-            if batch and (size + len(item.message.payload) > self._send_limit
-                          or len(batch) >= MAX_MESSAGES_PER_SEND):
-                break
-            batch.append(item)
-            size += len(item.message.payload)
-        now = time.monotonic()
-        for item in batch:
-            if item.first_attempt is None:
-                item.first_attempt = now
-        timeout = self.config.send_timeout_s
-        if self._stop_deadline is not None:
-            timeout = max(min(timeout, self._stop_deadline - now), 0.05)
-        try:
-            results = self._transport.send([item.message for item in batch], timeout)
-        except Exception as e:  # noqa: BLE001 - a transport bug must not kill the thread
-            results = [e] * len(batch)
-        failure: Optional[BaseException] = None
-        delivered = set()
-        for item, result in zip(batch, results):
-            if result is None:
-                delivered.add(id(item))
-                with self.stats_lock:
-                    self._stats.messages_delivered += 1
-                    self._stats.points_delivered += item.message.points
-                    self._stats.events_delivered += item.message.events
-                    self._stats.bytes_delivered += len(item.message.payload)
-            else:
-                failure = result
-        kept: Deque[_Pending] = collections.deque()
-        for item in self._pending:
-            if id(item) in delivered:
-                self._pending_bytes -= len(item.message.payload)
-            else:
-                kept.append(item)
-        self._pending = kept
-        if failure is None:
-            self._send_limit = min(self._send_limit * 2, self.config.max_send_bytes)
-            if self._consecutive_failures:
-                logger.info("trainguard: %s delivering again after %d failed attempts",
-                            self.kind, self._consecutive_failures)
-            self._consecutive_failures = 0
-            return True
-        if len(batch) > 1:
-            self._send_limit = max(self._send_limit // 2, 1)
-        self._on_failure(failure)
-        return False
-
-    def _on_failure(self, error: BaseException) -> None:
-        self._consecutive_failures += 1
-        with self.stats_lock:
-            self._stats.send_failures += 1
-        backoff = min(self.config.retry_initial_backoff_s * 2 ** (self._consecutive_failures - 1),
-                      self.config.retry_max_backoff_s)
-        now = time.monotonic()
-        self._retry_at = now + backoff * random.uniform(0.5, 1.0)
-        if self._consecutive_failures == 1 or now - self._last_failure_log > 60:
-            self._last_failure_log = now
-            logger.warning("trainguard: %s send failed (%d in a row), retrying in %.1fs: %s: %s",
-                           self.kind, self._consecutive_failures, backoff,
-                           type(error).__name__, str(error)[:300])
-        deadline = self.config.retry_deadline_s
-        while self._pending and self._pending[0].first_attempt is not None \
-                and now - self._pending[0].first_attempt >= deadline:
-            item = self._pending.popleft()
-            self._pending_bytes -= len(item.message.payload)
-            self._give_up(item, "undeliverable")
-
-    def _give_up(self, item: _Pending, why: str) -> None:
-        """Spills a message that will not be delivered, or counts it dropped."""
-        if why == "pending":
-            self._pending_bytes -= len(item.message.payload)
-        message = item.message
-        if self._spill is not None:
-            try:
-                self._spill.write([message.payload])
-                with self.stats_lock:
-                    self._stats.messages_spilled += 1
-                    self._stats.points_spilled += message.points
-                    self._stats.events_spilled += message.events
-                return
-            except OSError as e:
-                self._warn_once(f"cannot spill to {self._spill.path}: {e}")
-        with self.stats_lock:
-            if why == "exit":
-                self._stats.points_unsent_at_exit += message.points
-                self._stats.events_unsent_at_exit += message.events
-            else:
-                self._stats.points_undeliverable += message.points
-                self._stats.events_undeliverable += message.events
+            self._encoding = False
 
     def _abandon(self) -> None:
         """At stop: encode what is still buffered, spill or count all undelivered."""
         if self._disabled:
             return
-        if self._test is not None and (self._points or self._events):
+        if self._test is not None and self.intake:
             self._encode_ready(force=True)
-        while self._pending:
-            item = self._pending.popleft()
-            self._pending_bytes -= len(item.message.payload)
-            self._give_up(item, "exit")
-        if self._points or self._events:
+        self.outbox.give_up_all()
+        if self.intake:
             if self._test is None:
                 self._warn_once("no test/run was ever set (give them to the handler or use trainguard.Run); "
                                 "buffered values are dropped")
-            with self.stats_lock:
-                self._stats.points_unsent_at_exit += len(self._points)
-                self._stats.events_unsent_at_exit += len(self._events)
-            self._points.clear()
-            self._events.clear()
+            self.intake.drop_all(count=True)
 
     def _warn_once(self, message: str) -> None:
-        if message not in self._warned and len(self._warned) < 1000:
+        if message not in self._warned and len(self._warned) < MAX_DISTINCT_WARNINGS:
             self._warned.add(message)
             logger.warning("trainguard: %s", message)
 

@@ -72,7 +72,7 @@ def test_buffer_is_bounded_and_drops_are_counted(handlers):
     high_water = 0
     for i in range(20_000):
         stream.add_value("x", float(i), step=i)
-        high_water = max(high_water, len(handler._points))
+        high_water = max(high_water, len(handler.intake.points))
     assert high_water <= 1000
     transport.unblocked.set()
     assert handler.flush(timeout=20)
@@ -128,10 +128,10 @@ def test_undeliverable_messages_spill_to_jsonl_within_the_memory_bound(handlers,
     for i in range(5000):
         stream.add_value("loss", float(i), step=i)
         if i % 500 == 0:
-            assert handler._pending_bytes <= 20_000
+            assert handler.outbox.pending_bytes <= 20_000
     wait_until(lambda: handler.stats().points_spilled > 0)
     handler.close(timeout=0.5)
-    assert handler._pending_bytes == 0
+    assert handler.outbox.pending_bytes == 0
     stats = handler.stats()
     spilled = parse_all(jsonl_payloads(spill))
     assert [p.step for p in points_of(spilled)] == list(range(5000))

@@ -114,7 +114,7 @@ def test_unreachable_pubsub_keeps_memory_bounded_and_spills(monkeypatch, handler
     stream = tg.MetricStream("g", handler)
     for step in range(3000):
         stream.add_value("loss", float(step), step=step)
-        assert handler._pending_bytes <= 30_000
+        assert handler.outbox.pending_bytes <= 30_000
     wait_until(lambda: handler.stats().send_failures >= 1 and handler.stats().points_spilled > 0)
     handler.close(timeout=1.0)
     stats = handler.stats()

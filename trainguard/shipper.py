@@ -46,6 +46,11 @@ from .transports import JsonlTransport, Transport
 logger = logging.getLogger("trainguard.shipper")
 
 STATE_VERSION = 1
+RETRY_INITIAL_BACKOFF_S = 0.5  # delivery retries back off from this...
+RETRY_MAX_BACKOFF_S = 30.0  # ...up to this, and never give up (the state file keeps the place)
+LOG_EVERY_NTH_FAILURE = 10  # a failing delivery logs its first attempt and every tenth
+MAX_REMEMBERED_TAGS = 100_000  # --ignore_tags verdicts cached per tag, up to this many tags
+EXIT_CANNOT_RUN = 127  # as a shell reports a command it cannot run
 
 
 @dataclasses.dataclass
@@ -74,6 +79,21 @@ class ShipperConfig:
             self.state_path = os.path.join(self.logdir, f".trainguard-ship.{safe}.json")
         if self.idle_status not in wire.FINISHED_STATUSES:
             raise ValueError(f"idle status must be one of {wire.FINISHED_STATUSES}")
+
+
+def _shell_code(returncode: int) -> int:
+    """A child's return code as a shell reports it: killed by signal N is 128 + N."""
+    return returncode if returncode >= 0 else 128 - returncode
+
+
+@dataclasses.dataclass
+class _Chunk:
+    """Records read from one event file in one go, and the points in them."""
+    start: int
+    end: int
+    records: int = 0
+    points: List[Tuple[str, float, int, float]] = dataclasses.field(default_factory=list)
+    corrupt: bool = False  # the file breaks after ``end``: it is not read any further
 
 
 class _Stopped(Exception):
@@ -142,8 +162,8 @@ class Shipper:
             if not failed:
                 return
             attempt += 1
-            backoff = min(0.5 * 2 ** (attempt - 1), 30.0)
-            if attempt == 1 or attempt % 10 == 0:
+            backoff = min(RETRY_INITIAL_BACKOFF_S * 2 ** (attempt - 1), RETRY_MAX_BACKOFF_S)
+            if attempt == 1 or attempt % LOG_EVERY_NTH_FAILURE == 0:
                 error = failed[0][1]
                 logger.warning("trainguard-ship: delivery failed (attempt %d), retrying in %.1fs: %s: %s",
                                attempt, backoff, type(error).__name__, str(error)[:300])
@@ -180,7 +200,7 @@ class Shipper:
         ignored = self._ignored.get(tag)
         if ignored is None:
             ignored = any(fnmatch.fnmatchcase(tag, pattern) for pattern in self.config.ignore_tags)
-            if len(self._ignored) < 100_000:
+            if len(self._ignored) < MAX_REMEMBERED_TAGS:
                 self._ignored[tag] = ignored
         return ignored
 
@@ -191,62 +211,77 @@ class Shipper:
             reader = self._readers[run] = self._tb.ScalarReader(kinds)
         return reader
 
-    def _ship_file(self, run: str, path: str) -> Tuple[int, bool]:
-        """Ships new records of one file: (records read, whether more are waiting)."""
-        rel = os.path.relpath(path, self.config.logdir).replace(os.sep, "/")
+    def _unread_start(self, rel: str, path: str) -> Optional[int]:
+        """The offset where unread bytes of a file start; None when there are none (or it is given up)."""
         entry = self.state.data["files"].setdefault(rel, {"offset": 0})
         if entry.get("corrupt"):
-            return 0, False
+            return None
         try:
             size = os.path.getsize(path)
         except OSError:
-            return 0, False
+            return None
         start = entry["offset"]
         if size < start:
             logger.warning("trainguard-ship: %s shrank from %d to %d bytes; reading it from the start",
                            rel, start, size)
             start = entry["offset"] = 0
-        if size == start:
-            return 0, False
+        return start if size > start else None
+
+    def _read_points(self, run: str, rel: str, path: str, start: int) -> Optional[_Chunk]:
+        """The points in the records after ``start``, up to ``max_records_per_read`` records; None if unreadable."""
         reader = self._reader(run)
-        points: List[Tuple[str, float, int, float]] = []
-        end = start
-        records = 0
+        chunk = _Chunk(start=start, end=start)
         try:
-            for record, end in self._tb.RecordTail(path).read(start, self.config.max_records_per_read):
-                records += 1
+            for record, chunk.end in self._tb.RecordTail(path).read(start, self.config.max_records_per_read):
+                chunk.records += 1
                 try:
                     found = reader.points(record)
                 except Exception as e:  # noqa: BLE001 - e.g. a record that is not an Event
-                    logger.warning("trainguard-ship: %s: unreadable event before offset %d: %s", rel, end, e)
+                    logger.warning("trainguard-ship: %s: unreadable event before offset %d: %s", rel, chunk.end, e)
                     continue
                 for tag, value, step, wall_time in found:
                     full = f"{run}/{tag}" if run else tag
                     if not self._is_ignored(full):
-                        points.append((full, value, step, wall_time))
+                        chunk.points.append((full, value, step, wall_time))
         except self._tb.CorruptRecord as e:
             logger.error("trainguard-ship: %s; not reading this file any further", e)
-            entry["corrupt"] = True
+            chunk.corrupt = True
         except OSError as e:
             logger.warning("trainguard-ship: cannot read %s: %s", rel, e)
-            return 0, False
-        if end == start and not entry.get("corrupt"):
-            return 0, False
+            return None
+        return chunk
+
+    def _ship_chunk(self, rel: str, chunk: _Chunk) -> None:
+        """Delivers a chunk's points, then moves the file's offset past it (in the state file)."""
         ids = iter(range(1 << 62))
         messages = self.encoder.encode(
-            points, next_id=lambda: _message_id(self.config.test, self.config.run, rel, start, next(ids)))
+            chunk.points, next_id=lambda: _message_id(self.config.test, self.config.run, rel, chunk.start, next(ids)))
         self._deliver(messages)
-        entry["offset"] = end
-        if points:
-            latest = max(p[3] for p in points)
+        entry = self.state.data["files"][rel]
+        entry["offset"] = chunk.end
+        if chunk.corrupt:
+            entry["corrupt"] = True
+        if chunk.points:
+            latest = max(p[3] for p in chunk.points)
             previous = self.state.data.get("last_data_time") or 0.0
             self.state.data["last_data_time"] = max(previous, latest)
         self.state.save()
         shipped = sum(m.points for m in messages)
         self.points_shipped += shipped
         if shipped:
-            logger.info("trainguard-ship: %s: %d points (offset %d -> %d)", rel, shipped, start, end)
-        return records, records >= self.config.max_records_per_read
+            logger.info("trainguard-ship: %s: %d points (offset %d -> %d)", rel, shipped, chunk.start, chunk.end)
+
+    def _ship_file(self, run: str, path: str) -> Tuple[int, bool]:
+        """Ships new records of one file: (records read, whether more are waiting)."""
+        rel = os.path.relpath(path, self.config.logdir).replace(os.sep, "/")
+        start = self._unread_start(rel, path)
+        if start is None:
+            return 0, False
+        chunk = self._read_points(run, rel, path, start)
+        if chunk is None or (chunk.end == start and not chunk.corrupt):
+            return 0, False
+        self._ship_chunk(rel, chunk)
+        return chunk.records, chunk.records >= self.config.max_records_per_read
 
     def poll(self) -> int:
         """Ships everything new; returns the number of records read."""
@@ -302,32 +337,10 @@ class Shipper:
             return 0
         previous = {signum: signal.signal(signum, self._on_signal) for signum in (signal.SIGINT, signal.SIGTERM)}
         try:
-            if self.config.command:
-                env = dict(os.environ, **{ENV_TEST: self.config.test, ENV_RUN: self.config.run})
-                try:
-                    self.child = subprocess.Popen(self.config.command, env=env)
-                except OSError as e:
-                    logger.error("trainguard-ship: cannot run %s: %s", self.config.command[0], e)
-                    return 127
+            if self.config.command and not self._start_command():
+                return EXIT_CANNOT_RUN
             self.ensure_started()
-            idle_since = time.monotonic()
-            while True:
-                exit_code = self.child.poll() if self.child is not None else None
-                if self.poll():
-                    idle_since = time.monotonic()
-                if exit_code is not None:
-                    status = wire.STATUS_SUCCESS if exit_code == 0 else "failure"
-                    self.finish(status, time.time(), exit_code=exit_code)
-                    return exit_code if exit_code >= 0 else 128 - exit_code
-                idle = time.monotonic() - idle_since
-                if self.config.finish_on_idle_s is not None and idle >= self.config.finish_on_idle_s:
-                    last = self.state.data.get("last_data_time") or time.time()
-                    self.finish(self.config.idle_status, last, reason="idle", idle_s=round(idle, 1))
-                    return 0
-                if self._should_stop():
-                    logger.info("trainguard-ship: interrupted; progress saved, run it again to resume")
-                    return 0
-                self._sleep(self.config.poll_interval_s)
+            return self._ship_until_done()
         except _Stopped:
             logger.warning("trainguard-ship: stopped before everything was delivered; run it again with the "
                            "same --state to ship the rest")
@@ -345,11 +358,40 @@ class Shipper:
             except Exception:
                 logger.exception("trainguard-ship: transport did not close cleanly")
 
+    def _start_command(self) -> bool:
+        env = dict(os.environ, **{ENV_TEST: self.config.test, ENV_RUN: self.config.run})
+        try:
+            self.child = subprocess.Popen(self.config.command, env=env)
+        except OSError as e:
+            logger.error("trainguard-ship: cannot run %s: %s", self.config.command[0], e)
+            return False
+        return True
+
+    def _ship_until_done(self) -> int:
+        """The polling loop: ends with the command's exit, an idle run, or an interrupt."""
+        idle_since = time.monotonic()
+        while True:
+            exit_code = self.child.poll() if self.child is not None else None
+            if self.poll():
+                idle_since = time.monotonic()
+            if exit_code is not None:
+                status = wire.STATUS_SUCCESS if exit_code == 0 else wire.STATUS_FAILURE
+                self.finish(status, time.time(), exit_code=exit_code)
+                return _shell_code(exit_code)
+            idle = time.monotonic() - idle_since
+            if self.config.finish_on_idle_s is not None and idle >= self.config.finish_on_idle_s:
+                last = self.state.data.get("last_data_time") or time.time()
+                self.finish(self.config.idle_status, last, reason="idle", idle_s=round(idle, 1))
+                return 0
+            if self._should_stop():
+                logger.info("trainguard-ship: interrupted; progress saved, run it again to resume")
+                return 0
+            self._sleep(self.config.poll_interval_s)
+
     def _child_code(self, default: int) -> int:
         if self.child is None:
             return default
-        code = self.child.wait()
-        return code if code >= 0 else 128 - code
+        return _shell_code(self.child.wait())
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -33,7 +33,8 @@ Options (each also settable as an environment variable, in brackets):
   --config-dir DIR          per-test configs, read at launch [TRAINGUARD_CONFIG_DIR] (configs/ here)
   --id-attribute NAME       Pub/Sub attribute for Dataflow's de-duplication (id_label), only when every
                             publisher sets it [TRAINGUARD_ID_ATTRIBUTE] (id; empty: off)
-  --python PATH             interpreter with trainguard[pipeline] installed [PYTHON] (python3)
+  --python PATH             interpreter with the pipeline installed [PYTHON] (.venv/bin/python here if it
+                            exists, else python3)
   --update                  replace the running job of the same name in place (Dataflow --update):
                             in-flight runs, de-duplication ids and history state carry over. Needed to
                             roll out new code or new configs without losing state.
@@ -51,7 +52,11 @@ and downloads Beam's expansion service jar on the first launch.
 EOF
 }
 
-die() { echo "run_dataflow.sh: error: $*" >&2; exit 2; }
+SCRIPT_NAME=run_dataflow.sh
+DRY_RUN=false
+REPO=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=scripts/gcloud_helpers.sh
+source "$REPO/scripts/gcloud_helpers.sh"
 
 COMMAND=deploy
 if [[ $# -gt 0 && $1 != -* ]]; then
@@ -69,12 +74,12 @@ SERVICE_ACCOUNT=${TRAINGUARD_SERVICE_ACCOUNT:-}
 MAX_WORKERS=${TRAINGUARD_MAX_WORKERS:-4}
 MACHINE_TYPE=${TRAINGUARD_MACHINE_TYPE:-n2-standard-2}
 WRITE_METHOD=${TRAINGUARD_WRITE_METHOD:-storage_write_api}
-REPO=$(cd "$(dirname "$0")" && pwd)
 CONFIG_DIR=${TRAINGUARD_CONFIG_DIR:-$REPO/configs}
 ID_ATTRIBUTE=${TRAINGUARD_ID_ATTRIBUTE-id}
-PYTHON=${PYTHON:-python3}
+DEFAULT_PYTHON=python3
+[[ ! -x $REPO/.venv/bin/python ]] || DEFAULT_PYTHON=$REPO/.venv/bin/python
+PYTHON=${PYTHON:-$DEFAULT_PYTHON}
 UPDATE=false
-DRY_RUN=false
 RATE=
 
 while [[ $# -gt 0 ]]; do
@@ -132,27 +137,6 @@ DEAD_LETTER_TOPIC=$PREFIX-metrics-dead-letter
 SUBSCRIPTION=$PREFIX-metrics-pipeline
 DEAD_LETTER_HOLD=$PREFIX-metrics-dead-letter-hold
 
-# run CMD...: runs it, or with --dry-run prints it (shell-quoted) instead.
-run() {
-  if [[ $DRY_RUN == true ]]; then
-    printf '+'
-    printf ' %q' "$@"
-    printf '\n'
-  else
-    "$@"
-  fi
-}
-
-# exists CMD...: whether a describe command succeeds. With --dry-run it is printed and "fails",
-# so that the create command after '||' is printed too.
-exists() {
-  if [[ $DRY_RUN == true ]]; then
-    run "$@"
-    return 1
-  fi
-  "$@" >/dev/null 2>&1
-}
-
 enable_apis() {
   run gcloud services enable dataflow.googleapis.com pubsub.googleapis.com bigquery.googleapis.com \
     storage.googleapis.com --project="$PROJECT"
@@ -173,12 +157,8 @@ ensure_pubsub() {
          --topic="$DEAD_LETTER_TOPIC" --message-retention-duration=7d
   # Pub/Sub's service agent forwards undeliverable messages: it must publish to the dead-letter topic
   # and subscribe to the source subscription. (Bindings are idempotent.)
-  local number=PROJECT_NUMBER
-  if [[ $DRY_RUN == true ]]; then
-    run gcloud projects describe "$PROJECT" --format='value(projectNumber)'
-  else
-    number=$(gcloud projects describe "$PROJECT" --format='value(projectNumber)')
-  fi
+  local number
+  capture number PROJECT_NUMBER gcloud projects describe "$PROJECT" --format='value(projectNumber)'
   local agent=serviceAccount:service-$number@gcp-sa-pubsub.iam.gserviceaccount.com
   run gcloud pubsub topics add-iam-policy-binding "$DEAD_LETTER_TOPIC" --project="$PROJECT" \
     --member="$agent" --role=roles/pubsub.publisher --quiet

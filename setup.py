@@ -43,6 +43,7 @@ TEST = [
     "bqemulator>=1.4,<2",  # BigQuery API emulator for the streaming end-to-end tests (tests/servers/bigquery.py)
     "ruff>=0.6",  # lint (ruff.toml), run by tests/test_lint.py
     "mypy>=1.10",  # types, strict on core/ (mypy.ini), run by tests/test_lint.py
+    "setuptools>=70.1",  # builds the trainer wheel offline (tests/trainguard/test_install.py); a venv's own is older
 ]
 
 setup(

@@ -1,50 +1,189 @@
 """Regression bounds from a success condition and a metric's history: pure maths.
 
-``fixed_value`` v:      greater* -> (v, +inf); less* -> (-inf, v); equal -> (v, v)
-``stddevs_from_mean`` k: greater* -> (mean - k*std, +inf); less* -> (-inf, mean + k*std)
-with the population standard deviation of the history. Within bounds is strict
-(lo < x < hi) unless the comparison contains ``equal``, which makes it inclusive.
+One condition language for run-level conditions and window checks:
+
+``fixed_value`` v:        greater* -> (v, +inf); less* -> (-inf, v); equal -> (v, v)
+``stddevs_from_mean`` k:  centre = mean, scale = population stddev; greater* -> (centre - k*scale, +inf) ...
+``mads_from_median`` k:   centre = median, scale = 1.4826*MAD (``core.stats.robust_scale``)
+``false_alert_rate`` p:   centre and scale as for ``mads_from_median``; the multiplier is chosen so that
+                          a healthy value passes the cutoff with probability p (``false_alert_multiplier``)
+
+Within bounds is strict (lo < x < hi) unless the comparison contains ``equal``,
+which makes it inclusive. A value equal to the centre of a statistical
+threshold is always within, also when the history never varied (a constant
+metric does not alert on itself). An out-of-bounds value only counts as a
+regression when it is at least ``min_effect_abs`` away from the reference (the
+centre, or the fixed value) and ``min_effect_rel`` times the reference's
+magnitude (:func:`judge`).
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
-from typing import Optional, Sequence
+from typing import Any, Dict, Optional, Sequence, Tuple
 
+from core import false_alert_calibration as calibration
 from core.config import SuccessCondition
-from core.stats import mean_and_pstdev
+from core.stats import mean_and_pstdev, median, robust_scale
+
+MIN_FALSE_ALERT_HISTORY = calibration.N_GRID[0]  # a calibrated cutoff needs at least this many values
 
 
 @dataclasses.dataclass(frozen=True)
 class Bounds:
     lower: Optional[float]  # None: unbounded below
     upper: Optional[float]  # None: unbounded above
+    centre: Optional[float] = None  # the centre of a statistical threshold; None for fixed values
 
 
-def compute_bounds(condition: SuccessCondition, history: Sequence[float]) -> Optional[Bounds]:
-    """Bounds for the next value, or None while the history is too short to judge."""
-    if len(history) < condition.wait_for_n_points_of_history:
-        return None
+def compute_bounds(condition: SuccessCondition, history: Sequence[float],
+                   previous: Sequence[float] = ()) -> Optional[Bounds]:
+    """Bounds for the next value, or None while the history is too short to judge.
+
+    ``previous`` is the history before the metric's baseline last moved
+    (``core.history``): while ``history`` is still shorter than the condition
+    needs, the centre comes from ``history`` and the scale from ``previous``,
+    widened for the centre's own uncertainty, so that a re-baselined metric is
+    checked from the first run after the change instead of after a new warm-up.
+    """
     comparison = condition.comparison
+    greater = comparison.startswith("greater")
     if condition.fixed_value is not None:
+        if len(history) < condition.wait_for_n_points_of_history:
+            return None
         v = condition.fixed_value
         if comparison == "equal":
             return Bounds(v, v)
-        return Bounds(v, None) if comparison.startswith("greater") else Bounds(None, v)
-    if not history or condition.stddevs_from_mean is None:
+        return Bounds(v, None) if greater else Bounds(None, v)
+    needed = max(condition.wait_for_n_points_of_history, minimum_history(condition))
+    if len(history) >= needed:
+        centre, margin = _centre_and_margin(condition, history)
+    elif history and len(previous) >= needed:
+        _, previous_margin = _centre_and_margin(condition, previous)
+        centre = centre_of(condition, history)
+        margin = previous_margin * math.sqrt(1 + _centre_variance(condition) / len(history))
+    else:
         return None
-    mean, std = mean_and_pstdev(history)
-    margin = condition.stddevs_from_mean * std
-    bound = mean - margin if comparison.startswith("greater") else mean + margin
+    bound = centre - margin if greater else centre + margin
     if not math.isfinite(bound):
-        return None  # k stddevs of a history near the top of the float range: not a bound, so unchecked
-    return Bounds(bound, None) if comparison.startswith("greater") else Bounds(None, bound)
+        return None  # k scales of a history near the top of the float range: not a bound, so unchecked
+    return Bounds(bound, None, centre) if greater else Bounds(None, bound, centre)
+
+
+def minimum_history(condition: SuccessCondition) -> int:
+    """The fewest values a statistical threshold can be computed from."""
+    return MIN_FALSE_ALERT_HISTORY if condition.false_alert_rate is not None else 1
+
+
+def centre_of(condition: SuccessCondition, values: Sequence[float]) -> float:
+    """The centre a statistical threshold measures from: the mean for stddevs_from_mean, else the median."""
+    return mean_and_pstdev(values)[0] if condition.stddevs_from_mean is not None else median(values)
+
+
+def _centre_variance(condition: SuccessCondition) -> float:
+    """The variance of the centre of m values is about this / m times the noise's (mean: 1, median: pi/2)."""
+    return 1.0 if condition.stddevs_from_mean is not None else math.pi / 2
+
+
+def _centre_and_margin(condition: SuccessCondition, history: Sequence[float]) -> Tuple[float, float]:
+    if condition.stddevs_from_mean is not None:
+        mean, std = mean_and_pstdev(history)
+        return mean, condition.stddevs_from_mean * std
+    centre = median(history)
+    scale = robust_scale(history, centre)
+    if condition.mads_from_median is not None:
+        return centre, condition.mads_from_median * scale
+    assert condition.false_alert_rate is not None
+    if scale == 0:
+        return centre, 0.0
+    _, std = mean_and_pstdev(history)
+    return centre, false_alert_multiplier(len(history), condition.false_alert_rate, std / scale) * scale
+
+
+def false_alert_multiplier(n: int, rate: float, tail_weight: float) -> float:
+    """How many robust scales from the median the cutoff lies, for a one-sided false alert ``rate``.
+
+    ``tail_weight`` is the history's population stddev over its robust scale (about 1
+    for normal noise, more for heavy tails). The multiplier is exp(a + b·ln tail_weight)
+    with (a, b) fitted by ``scripts/calibrate_false_alert_rate.py`` so that the rate,
+    averaged over histories of n values, is ``rate`` for normal and for Student-t (3
+    degrees of freedom) noise; between the fitted n and p it is interpolated in log n
+    and log p, beyond them the nearest fitted value is used (for n, the largest fitted
+    n is slightly conservative).
+    """
+    a, b = _interpolated(math.log(n), math.log(rate))
+    return math.exp(a + b * math.log(max(tail_weight, 1e-6)))
+
+
+_LOG_N = [math.log(n) for n in calibration.N_GRID]
+_LOG_P = [math.log(p) for p in calibration.P_GRID]
+
+
+def _bracket(grid: Sequence[float], x: float) -> Tuple[int, int, float]:
+    """Indices around x in an ascending grid and x's weight towards the upper one (clamped at the ends)."""
+    if x <= grid[0]:
+        return 0, 0, 0.0
+    if x >= grid[-1]:
+        last = len(grid) - 1
+        return last, last, 0.0
+    upper = bisect.bisect_right(grid, x)
+    lower = upper - 1
+    return lower, upper, (x - grid[lower]) / (grid[upper] - grid[lower])
+
+
+def _interpolated(log_n: float, log_p: float) -> Tuple[float, float]:
+    i0, i1, wn = _bracket(_LOG_N, log_n)
+    j0, j1, wp = _bracket(_LOG_P, log_p)
+    table = calibration.COEFFICIENTS
+
+    def at(i: int, j: int, k: int) -> float:
+        return table[i][j][k]
+
+    def blend(k: int) -> float:
+        low = at(i0, j0, k) * (1 - wp) + at(i0, j1, k) * wp
+        high = at(i1, j0, k) * (1 - wp) + at(i1, j1, k) * wp
+        return low * (1 - wn) + high * wn
+
+    return blend(0), blend(1)
 
 
 def is_within(value: float, bounds: Bounds, comparison: str) -> bool:
+    if bounds.centre is not None and value == bounds.centre:
+        return True  # zero deviation is never a regression, whatever the spread
     inclusive = "equal" in comparison
     lower, upper = bounds.lower, bounds.upper
     if lower is not None and not (lower <= value if inclusive else lower < value):
         return False
     return upper is None or (value <= upper if inclusive else value < upper)
+
+
+def reference(bounds: Bounds, condition: SuccessCondition) -> Optional[float]:
+    """What a value's effect is measured from: the centre, or the fixed value."""
+    return bounds.centre if bounds.centre is not None else condition.fixed_value
+
+
+def is_significant(value: float, bounds: Bounds, condition: SuccessCondition) -> bool:
+    """Whether an out-of-bounds value is far enough from the reference to count (min_effect_abs/rel)."""
+    if not (condition.min_effect_abs or condition.min_effect_rel):
+        return True
+    ref = reference(bounds, condition)
+    if ref is None:
+        return True
+    effect = abs(value - ref)
+    return effect >= condition.min_effect_abs and effect >= condition.min_effect_rel * abs(ref)
+
+
+def threshold_details(condition: SuccessCondition, bounds: Bounds) -> Dict[str, Any]:
+    """What an alert says about the threshold it broke: {"threshold": kind, kind: value, "centre": ...}."""
+    kind, value = condition.threshold
+    details: Dict[str, Any] = {"threshold": kind, kind: value}
+    if bounds.centre is not None:
+        details["centre"] = bounds.centre
+    return details
+
+
+def judge(value: float, bounds: Bounds, condition: SuccessCondition) -> bool:
+    """True when the value is within bounds or out by less than the minimum effect; False: a regression."""
+    return is_within(value, bounds, condition.comparison) or not is_significant(value, bounds, condition)

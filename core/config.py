@@ -26,6 +26,7 @@ DEFAULT_CONFIG_NAME = "default"
 TIME_TO_ACCURACY_METRIC = "time_to_accuracy"
 TOTAL_WALL_TIME_METRIC = "total_wall_time"
 DEFAULT_HISTORY_MAX_POINTS = 100  # values of history a condition compares with, unless it says otherwise
+DEFAULT_REBASELINE_AFTER = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,13 +35,31 @@ class TimeToAccuracy:
     accuracy_threshold: float
 
 
+THRESHOLD_KINDS = ("fixed_value", "stddevs_from_mean", "mads_from_median", "false_alert_rate")
+STATISTICAL_THRESHOLDS = THRESHOLD_KINDS[1:]
+
+
 @dataclasses.dataclass(frozen=True)
 class SuccessCondition:
+    """When a value is a regression (see ``core.bounds``); exactly one threshold kind is set."""
     comparison: str
     fixed_value: Optional[float] = None
     stddevs_from_mean: Optional[float] = None
+    mads_from_median: Optional[float] = None
+    false_alert_rate: Optional[float] = None
     wait_for_n_points_of_history: int = 0
     history_max_points: int = DEFAULT_HISTORY_MAX_POINTS
+    min_effect_abs: float = 0.0    # out of bounds only counts when this far from the reference...
+    min_effect_rel: float = 0.0    # ...and this far relative to it
+
+    @property
+    def threshold(self) -> Tuple[str, float]:
+        """(kind, value) of the threshold, e.g. ("false_alert_rate", 0.0005)."""
+        for kind in THRESHOLD_KINDS:
+            value = getattr(self, kind)
+            if value is not None:
+                return kind, value
+        raise ValueError("a SuccessCondition needs a threshold")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +82,8 @@ class RegressionTestConfig:
     alert_for_oob_metrics: bool = True
     alert_for_failed_jobs: bool = True
     alert_after_second_test_failure: bool = True
+    # After this many successful runs in a row out of bounds, a metric's baseline moves to them (0: never).
+    rebaseline_after: int = DEFAULT_REBASELINE_AFTER
 
     def condition_for(self, metric: str) -> Optional[SuccessCondition]:
         conditions = self.metric_success_conditions
@@ -80,8 +101,6 @@ class WindowCheck:
     history: str = "step_aligned"  # or "trailing": earlier windows of the same run
     history_runs: int = 5          # step_aligned: the last K successful runs
     trailing_windows: int = 10     # trailing: the last J windows of the run
-    min_effect_abs: float = 0.0    # out of bounds only counts when this far from the reference...
-    min_effect_rel: float = 0.0    # ...and this far relative to it
     debounce_windows: int = 1      # alert once `debounce_out_of_bounds` of the last
     debounce_out_of_bounds: int = 1  # `debounce_windows` windows are out of bounds
 
@@ -219,7 +238,7 @@ def _parse_regression(reader: StrictReader, raw: Any) -> RegressionTestConfig:
     where = "regression_test_config"
     obj = reader.object(raw, where, {"metric_success_conditions", "metric_subset_to_alert", "required_metrics",
                                   "alert_for_oob_metrics", "alert_for_failed_jobs",
-                                  "alert_after_second_test_failure"})
+                                  "alert_after_second_test_failure", "rebaseline_after"})
     conditions_where = f"{where}.metric_success_conditions"
     conditions_raw = reader.object(obj.get("metric_success_conditions", {}), conditions_where)
     conditions = {metric: _parse_condition(reader, value, f"{conditions_where}.{metric}")
@@ -236,40 +255,48 @@ def _parse_regression(reader: StrictReader, raw: Any) -> RegressionTestConfig:
                                              f"{where}.alert_for_failed_jobs"),
         alert_after_second_test_failure=reader.boolean(obj.get("alert_after_second_test_failure", True),
                                                        f"{where}.alert_after_second_test_failure"),
+        rebaseline_after=reader.integer(obj.get("rebaseline_after", DEFAULT_REBASELINE_AFTER),
+                                        f"{where}.rebaseline_after", minimum=0),
     )
 
 
-def _parse_condition(reader: StrictReader, raw: Any, where: str) -> SuccessCondition:
+def _parse_condition(reader: StrictReader, raw: Any, where: str,
+                     min_effect: Optional[Dict[str, Any]] = None) -> SuccessCondition:
+    """A success condition; ``min_effect`` holds a window check's own min_effect_* keys, if any."""
     obj = reader.object(raw, where, {"comparison", "success_threshold", "wait_for_n_points_of_history",
-                                  "history_max_points"})
-    for key in ("comparison", "success_threshold"):
-        if key not in obj:
-            reader.fail(f"{where}.{key}", "is required")
+                                     "history_max_points", "min_effect_abs", "min_effect_rel"},
+                        required=("comparison", "success_threshold"))
     comparison = reader.string(obj["comparison"], f"{where}.comparison")
     if comparison not in COMPARISONS:
         reader.fail(f"{where}.comparison", f"{comparison!r} is not one of {list(COMPARISONS)}")
     threshold_where = f"{where}.success_threshold"
     threshold = reader.object(obj["success_threshold"], threshold_where)
     kinds = list(threshold)
-    if len(kinds) != 1 or kinds[0] not in ("fixed_value", "stddevs_from_mean"):
-        reader.fail(threshold_where,
-                          "must hold exactly one of 'fixed_value' or 'stddevs_from_mean'")
+    if len(kinds) != 1 or kinds[0] not in THRESHOLD_KINDS:
+        reader.fail(threshold_where, f"must hold exactly one of {', '.join(repr(k) for k in THRESHOLD_KINDS)}")
     kind = kinds[0]
     value = reader.number(threshold[kind], f"{threshold_where}.{kind}")
-    if kind == "stddevs_from_mean":
-        if comparison == "equal":
-            reader.fail(threshold_where,
-                              "'equal' cannot be combined with 'stddevs_from_mean'")
-        if value < 0:
-            reader.fail(f"{threshold_where}.{kind}", "must not be negative")
+    if kind in STATISTICAL_THRESHOLDS and comparison == "equal":
+        reader.fail(threshold_where, f"'equal' cannot be combined with {kind!r}")
+    if kind in ("stddevs_from_mean", "mads_from_median") and value < 0:
+        reader.fail(f"{threshold_where}.{kind}", "must not be negative")
+    if kind == "false_alert_rate" and not 0 < value < 0.5:
+        reader.fail(f"{threshold_where}.{kind}", f"must be a probability between 0 and 0.5, got {value!r}")
+    effects = dict(min_effect or {})
+    for key in ("min_effect_abs", "min_effect_rel"):
+        if key in obj:
+            if key in effects:
+                reader.fail(f"{where}.{key}", "is also set on the window check: set it in one place")
+            effects[key] = obj[key]
     return SuccessCondition(
         comparison=comparison,
-        fixed_value=value if kind == "fixed_value" else None,
-        stddevs_from_mean=value if kind == "stddevs_from_mean" else None,
+        **{kind: value},
         wait_for_n_points_of_history=reader.integer(obj.get("wait_for_n_points_of_history", 0),
                                                     f"{where}.wait_for_n_points_of_history", minimum=0),
         history_max_points=reader.integer(obj.get("history_max_points", DEFAULT_HISTORY_MAX_POINTS),
                                           f"{where}.history_max_points", minimum=1),
+        min_effect_abs=reader.number(effects.get("min_effect_abs", 0), f"{where}.min_effect_abs", minimum=0),
+        min_effect_rel=reader.number(effects.get("min_effect_rel", 0), f"{where}.min_effect_rel", minimum=0),
     )
 
 
@@ -334,15 +361,12 @@ def _parse_window_check(reader: StrictReader, raw: Any, where: str, aggregations
     out_of_bounds = reader.integer(debounce["out_of_bounds"], f"{where}.debounce.out_of_bounds", minimum=1)
     if out_of_bounds > windows:
         reader.fail(f"{where}.debounce.out_of_bounds", "must not exceed debounce.windows")
+    effects: Dict[str, Any] = {key: obj[key] for key in ("min_effect_abs", "min_effect_rel") if key in obj}
     return WindowCheck(
-        aggregation=aggregation, condition=_parse_condition(reader, obj["condition"], f"{where}.condition"),
+        aggregation=aggregation, condition=_parse_condition(reader, obj["condition"], f"{where}.condition", effects),
         history=history,
         history_runs=reader.integer(obj.get("history_runs", 5), f"{where}.history_runs", minimum=1),
         trailing_windows=reader.integer(obj.get("trailing_windows", 10), f"{where}.trailing_windows", minimum=1),
-        min_effect_abs=reader.positive(reader.number(obj.get("min_effect_abs", 0), f"{where}.min_effect_abs"),
-                                       f"{where}.min_effect_abs", allow_zero=True),
-        min_effect_rel=reader.positive(reader.number(obj.get("min_effect_rel", 0), f"{where}.min_effect_rel"),
-                                       f"{where}.min_effect_rel", allow_zero=True),
         debounce_windows=windows, debounce_out_of_bounds=out_of_bounds)
 
 

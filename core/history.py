@@ -12,28 +12,68 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Tuple
 
-from core.bounds import compute_bounds, is_within
+from core.bounds import centre_of, compute_bounds, judge, threshold_details
 from core.config import DEFAULT_HISTORY_MAX_POINTS, TIME_TO_ACCURACY_METRIC, RegressionTestConfig, TestConfig
 from core.records import Alert, MetricObservation, metric_history_row
 from core.runs import RunResult
 from core.vocabulary import AlertKind, RunStatus
 
 
+@dataclasses.dataclass(frozen=True)
+class HistoryPolicy:
+    """How one (test, metric)'s history is kept: its size, and when its baseline moves (0: never)."""
+    max_points: int = DEFAULT_HISTORY_MAX_POINTS
+    rebaseline_after: int = 0
+
+
+def history_policy(config: RegressionTestConfig, metric: str) -> HistoryPolicy:
+    condition = config.condition_for(metric)
+    if condition is None:
+        return HistoryPolicy()
+    # A fixed value is not a baseline: it never moves.
+    moves = condition.fixed_value is None
+    return HistoryPolicy(condition.history_max_points, config.rebaseline_after if moves else 0)
+
+
 @dataclasses.dataclass
 class MetricHistory:
-    """History of one (test, metric): in-bounds values of successful runs, oldest first."""
+    """History of one (test, metric) since its baseline last moved.
+
+    ``values`` are the values of successful runs that were within bounds (or not
+    checked), oldest first: an out-of-bounds value never widens the bounds that
+    judge the next run. ``streak`` holds the successful runs in a row that were
+    out of bounds; when it reaches the policy's ``rebaseline_after`` the metric
+    has moved for good, the history restarts from those runs, and the old
+    history stays in ``previous``, whose scale bridges the new one's warm-up
+    (``core.bounds.compute_bounds``). One bad run among healthy ones only
+    starts a streak, which the next healthy run ends.
+    """
     values: List[float] = dataclasses.field(default_factory=list)
     # Whether the previous successful run's value was out of bounds; None before any.
     # Kept apart from ``values`` so that consecutive regressions are always seen.
     last_out_of_bounds: Optional[bool] = None
+    streak: List[Tuple[str, float]] = dataclasses.field(default_factory=list)  # (run, value), oldest first
+    previous: List[float] = dataclasses.field(default_factory=list)
 
-    def record(self, value: float, status: str, within: Optional[bool], max_points: int) -> None:
+    def record(self, run: str, value: float, status: str, within: Optional[bool],
+               policy: HistoryPolicy) -> List[Tuple[str, float]]:
+        """Adds one run's value; returns the streak's runs when this run moves the baseline, else []."""
         if status != RunStatus.SUCCESS:
-            return
+            return []
         if within is not False:
+            self.streak.clear()
             self.values.append(value)
-            del self.values[:-max_points]
-        self.last_out_of_bounds = within is False
+            del self.values[:-policy.max_points]
+            self.last_out_of_bounds = False
+            return []
+        self.streak.append((run, value))
+        self.last_out_of_bounds = True
+        if not policy.rebaseline_after or len(self.streak) < policy.rebaseline_after:
+            return []
+        shifted, self.streak = self.streak, []
+        self.previous, self.values = self.values, [v for _, v in shifted][-policy.max_points:]
+        self.last_out_of_bounds = False  # the run is at the new level: in bounds of the new baseline
+        return shifted
 
 
 @dataclasses.dataclass
@@ -41,40 +81,52 @@ class JobHistory:
     last_status: Optional[str] = None
 
 
-def history_max_points(config: RegressionTestConfig, metric: str) -> int:
-    condition = config.condition_for(metric)
-    return condition.history_max_points if condition else DEFAULT_HISTORY_MAX_POINTS
-
-
 def check_metric(history: MetricHistory, observation: MetricObservation,
                  config: RegressionTestConfig) -> Tuple[Dict[str, Any], Optional[Alert]]:
-    """Bounds one metric value against its history; returns its row and any alert."""
+    """Bounds one metric value against its history; returns its row and any alert.
+
+    The alert is ``metric_out_of_bounds``, or ``baseline_shifted`` for the run
+    that completes a streak of ``rebaseline_after`` out-of-bounds runs.
+    """
     metric = observation.metric
     condition = config.condition_for(metric)
-    bounds = compute_bounds(condition, history.values) if condition else None
-    within = None if bounds is None or condition is None else is_within(
-        observation.value, bounds, condition.comparison)
-    alert = None
-    if (within is False and bounds is not None and condition is not None and observation.status == RunStatus.SUCCESS and config.alert_for_oob_metrics
-            and config.may_alert_on(metric)
-            and (not config.alert_after_second_test_failure or history.last_out_of_bounds is not False)):
-        alert = Alert(
-            kind=AlertKind.METRIC_OUT_OF_BOUNDS, test=observation.test, run=observation.run, metric=metric,
-            value=observation.value, lower_bound=bounds.lower, upper_bound=bounds.upper,
-            created_at=observation.finalized_at,
-            message=(f"{metric} = {observation.value:.6g} is outside bounds "
-                     f"({_fmt(bounds.lower)}, {_fmt(bounds.upper)}) from {len(history.values)} earlier runs"),
-            details={"comparison": condition.comparison, "history_size": len(history.values),
-                     "fixed_value": condition.fixed_value, "stddevs_from_mean": condition.stddevs_from_mean,
-                     "step": observation.step, "run_data": observation.run_data})
+    bounds = compute_bounds(condition, history.values, history.previous) if condition else None
+    within = None if bounds is None or condition is None else judge(observation.value, bounds, condition)
+    earlier_runs = len(history.values)
+    previous_out_of_bounds = history.last_out_of_bounds
+    shifted = history.record(observation.run, observation.value, observation.status, within,
+                             history_policy(config, metric))
     row = metric_history_row(observation, bounds.lower if bounds else None,
                              bounds.upper if bounds else None, within)
-    history.record(observation.value, observation.status, within, history_max_points(config, metric))
-    return row, alert
+    if (within is not False or bounds is None or condition is None or observation.status != RunStatus.SUCCESS
+            or not config.alert_for_oob_metrics or not config.may_alert_on(metric)):
+        return row, None
+    details = {"comparison": condition.comparison, "history_size": earlier_runs,
+               **threshold_details(condition, bounds), "step": observation.step, "run_data": observation.run_data}
+    if shifted:
+        new_centre = centre_of(condition, history.values)
+        return row, Alert(
+            kind=AlertKind.BASELINE_SHIFTED, test=observation.test, run=observation.run, metric=metric,
+            value=observation.value, lower_bound=bounds.lower, upper_bound=bounds.upper,
+            created_at=observation.finalized_at,
+            message=(f"{metric} moved from {_fmt(bounds.centre)} to {_fmt(new_centre)} in {len(shifted)} runs in a "
+                     f"row from run {shifted[0][0]}; its baseline now follows the new level"),
+            details={**details, "first_run": shifted[0][0], "runs": [run for run, _ in shifted],
+                     "values": [value for _, value in shifted], "old_centre": bounds.centre,
+                     "new_centre": new_centre, "rebaseline_after": config.rebaseline_after})
+    if config.alert_after_second_test_failure and previous_out_of_bounds is False:
+        return row, None
+    return row, Alert(
+        kind=AlertKind.METRIC_OUT_OF_BOUNDS, test=observation.test, run=observation.run, metric=metric,
+        value=observation.value, lower_bound=bounds.lower, upper_bound=bounds.upper,
+        created_at=observation.finalized_at,
+        message=(f"{metric} = {observation.value:.6g} is outside bounds "
+                 f"({_fmt(bounds.lower)}, {_fmt(bounds.upper)}) from {earlier_runs} earlier runs"),
+        details=details)
 
 
-def _fmt(bound: Optional[float]) -> str:
-    return "-inf/+inf" if bound is None else f"{bound:.6g}"
+def _fmt(value: Optional[float]) -> str:
+    return "-inf/+inf" if value is None else f"{value:.6g}"
 
 
 def check_job(history: JobHistory, run: RunResult, config: TestConfig) -> List[Alert]:
@@ -108,11 +160,11 @@ def check_job(history: JobHistory, run: RunResult, config: TestConfig) -> List[A
 
 
 def seed_metric_history(rows: Iterable[Tuple[float, str, float, Optional[bool], str]],
-                        max_points: int) -> MetricHistory:
+                        policy: HistoryPolicy) -> MetricHistory:
     """Rebuilds one metric's history from stored (finalized_at, run, value, within, status) rows."""
     history = MetricHistory()
-    for _, _, value, within, status in sorted(rows, key=lambda r: (r[0], r[1])):
-        history.record(value, status, within, max_points)
+    for _, run, value, within, status in sorted(rows, key=lambda r: (r[0], r[1])):
+        history.record(run, value, status, within, policy)
     return history
 
 

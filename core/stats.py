@@ -10,11 +10,11 @@ so results do not depend on the order values arrive in.
 from __future__ import annotations
 
 import math
-from typing import List
+from typing import List, Sequence
 
 from trainguard.stats_math import mean_and_pstdev, percentile
 
-__all__ = ["exact_batch_units", "exact_mean", "exact_units", "mean_and_pstdev", "percentile"]
+__all__ = ["exact_batch_units", "exact_mean", "exact_units", "mean_and_pstdev", "median", "percentile", "robust_scale"]
 
 # Every finite double is an integer multiple of 2**-1074.
 _SUM_SHIFT = 1074
@@ -49,3 +49,28 @@ def exact_batch_units(values: List[float]) -> int:
 def exact_mean(units: int, count: int) -> float:
     """The correctly rounded mean of values whose exact sum is ``units``."""
     return units / (count << _SUM_SHIFT)
+
+
+MAD_TO_SIGMA = 1.4826  # 1.4826·MAD estimates the standard deviation of normal noise
+MEAN_AD_TO_SIGMA = 1.2533  # so does 1.2533·(mean absolute deviation): sqrt(pi/2)
+
+
+def median(values: Sequence[float]) -> float:
+    """The median (the mean of the two middle values for an even count); ``values`` must not be empty."""
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    if len(ordered) % 2:
+        return ordered[middle]
+    low, high = ordered[middle - 1], ordered[middle]
+    return low + (high - low) / 2 if math.isfinite(high - low) else low / 2 + high / 2
+
+
+def robust_scale(values: Sequence[float], centre: float) -> float:
+    """1.4826·MAD around ``centre``; when more than half the values equal the centre (MAD = 0),
+    1.2533·(mean absolute deviation) instead, so that a mostly constant metric with a few
+    different values still has a scale. 0 only when every value equals the centre."""
+    deviations = [abs(v - centre) for v in values]
+    mad = median(deviations)
+    if mad > 0:
+        return MAD_TO_SIGMA * mad
+    return MEAN_AD_TO_SIGMA * (math.fsum(deviations) / len(deviations))

@@ -10,22 +10,29 @@ A window of a running run is compared with either
 
 with the spine's condition language (``core.bounds``). An out-of-bounds
 value only counts when it is at least ``min_effect_abs`` away from the
-reference (the history mean, or the fixed value) and ``min_effect_rel`` times
+reference (the history's centre, or the fixed value) and ``min_effect_rel`` times
 its magnitude, so that tiny deviations of very stable metrics stay quiet.
 A (run, check) alerts once M of its last N windows counted, and not again
 until it recovers (fewer than M of the last N).
+
+Step-aligned history leaves out the windows that counted as out of bounds, so
+that an earlier regression does not widen the band that should catch its
+repeat. It follows accepted changes as the run-level history does
+(``core.history``): when a check trips in ``rebaseline_after`` successful runs
+in a row, the level has moved for good; from then on the check compares with
+those runs and later ones only (their windows count again), with the scale of
+the runs before bridging the new level's warm-up.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Deque, Dict, List, Tuple
+from typing import Deque, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
-from core.bounds import Bounds, compute_bounds, is_within
+from core.bounds import Bounds, compute_bounds, judge, threshold_details
 from core.config import TagWindowConfig, WindowCheck
 from core.records import Alert
-from core.stats import mean_and_pstdev
 from core.vocabulary import AlertKind, RunStatus
 from core.windows import WindowResult
 
@@ -53,12 +60,32 @@ class _Debounce:
 
 
 @dataclasses.dataclass
+class FinishedRun:
+    """A successful run's windows, as step-aligned history."""
+    run: str
+    windows: List[WindowResult]
+    # Per aggregation, the indices of the windows that counted as out of bounds: not history.
+    excluded: Dict[str, FrozenSet[int]] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class _OpenRun:
+    windows: List[WindowResult] = dataclasses.field(default_factory=list)
+    out_of_bounds: Dict[str, Set[int]] = dataclasses.field(default_factory=dict)  # aggregation -> window indices
+    tripped: Set[str] = dataclasses.field(default_factory=set)  # aggregations whose check tripped in this run
+
+
+@dataclasses.dataclass
 class WindowHistory:
     """State of one (test, tag, window kind)."""
-    # Oldest first; trimmed to what the checks compare (``keep_runs``) as runs end, never to a fixed size.
-    finished_runs: Deque[Tuple[str, List[WindowResult]]] = dataclasses.field(default_factory=collections.deque)
-    open_runs: Dict[str, List[WindowResult]] = dataclasses.field(default_factory=dict)
+    # Oldest first; trimmed to twice what the checks compare as runs end (``_forget_old_levels``).
+    finished_runs: Deque[FinishedRun] = dataclasses.field(default_factory=collections.deque)
+    open_runs: Dict[str, _OpenRun] = dataclasses.field(default_factory=dict)
     debounce: Dict[Tuple[str, str], _Debounce] = dataclasses.field(default_factory=dict)
+    # Per step-aligned aggregation: the successful runs in a row in which its check tripped...
+    streaks: Dict[str, List[str]] = dataclasses.field(default_factory=dict)
+    # ...and the run its history starts from since its level last moved.
+    rebased_from: Dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def _overlap(a: WindowResult, b: WindowResult) -> int:
@@ -67,59 +94,63 @@ def _overlap(a: WindowResult, b: WindowResult) -> int:
     return min(a.end_step, b.end_step) - max(a.start_step, b.start_step)
 
 
-def step_aligned_history(window: WindowResult, runs: List[Tuple[str, List[WindowResult]]],
-                         aggregation: str) -> Tuple[List[float], List[str]]:
-    """From each run, the value of its window overlapping ``window``'s steps the most."""
-    values, compared = [], []
-    for run, windows in runs:
-        overlapping = [w for w in windows if _overlap(w, window) >= 0]
+def step_aligned_history(window: WindowResult, runs: Sequence[FinishedRun], aggregation: str,
+                         limit: Optional[int] = None) -> Tuple[List[float], List[str]]:
+    """From each run, the value of its window overlapping ``window``'s steps the most, oldest first;
+    runs whose window counted as out of bounds give none; at most the latest ``limit`` values."""
+    values: List[float] = []
+    compared: List[str] = []
+    for finished in reversed(runs):
+        if limit is not None and len(values) >= limit:
+            break
+        overlapping = [w for w in finished.windows if _overlap(w, window) >= 0]
         if overlapping:
             best = max(overlapping, key=lambda w: (_overlap(w, window), -w.index))
             value = best.values.get(aggregation)
-            if value is not None:
+            if value is not None and best.index not in finished.excluded.get(aggregation, ()):
                 values.append(value)
-                compared.append(run)
-    return values, compared
+                compared.append(finished.run)
+    return values[::-1], compared[::-1]
 
 
-def _reference(check: WindowCheck, history: List[float]) -> float:
-    if check.condition.fixed_value is not None:
-        return check.condition.fixed_value
-    return mean_and_pstdev(history)[0]
-
-
-def counts_as_out_of_bounds(value: float, bounds: Bounds, check: WindowCheck, history: List[float]) -> bool:
-    if is_within(value, bounds, check.condition.comparison):
-        return False
-    reference = _reference(check, history)
-    effect = abs(value - reference)
-    return effect >= check.min_effect_abs and effect >= check.min_effect_rel * abs(reference)
+def _segments(state: WindowHistory, check: WindowCheck) -> Tuple[List[FinishedRun], List[FinishedRun]]:
+    """(the runs since the check's level last moved, the runs before)."""
+    runs = list(state.finished_runs)
+    start = state.rebased_from.get(check.aggregation)
+    split = next((i for i, finished in enumerate(runs) if finished.run == start), 0)
+    return runs[split:], runs[:split]
 
 
 def check_window(state: WindowHistory, window: WindowResult, config: TagWindowConfig) -> List[Alert]:
     """Checks one window with every configured check; returns the alerts that fire."""
-    run_windows = state.open_runs.setdefault(window.run, [])
+    open_run = state.open_runs.setdefault(window.run, _OpenRun())
     alerts = []
     for check in config.checks:
+        previous: List[float] = []
         if check.history == "trailing":
-            previous = [v for v in (w.values.get(check.aggregation) for w in run_windows[-check.trailing_windows:])
-                        if v is not None]
-            history, compared = previous, [window.run] if previous else []
+            history = [v for v in (w.values.get(check.aggregation) for w in open_run.windows[-check.trailing_windows:])
+                       if v is not None]
+            compared = [window.run] if history else []
         else:
-            recent_runs = list(state.finished_runs)[-check.history_runs:]
-            history, compared = step_aligned_history(window, recent_runs, check.aggregation)
-        bounds = compute_bounds(check.condition, history)
+            current, before = _segments(state, check)
+            history, compared = step_aligned_history(window, current, check.aggregation, check.history_runs)
+            previous, _ = step_aligned_history(window, before, check.aggregation, check.history_runs)
+        bounds = compute_bounds(check.condition, history, previous)
         value = window.values.get(check.aggregation)
-        out = value is not None and bounds is not None and counts_as_out_of_bounds(value, bounds, check, history)
+        out = value is not None and bounds is not None and not judge(value, bounds, check.condition)
+        if out:
+            open_run.out_of_bounds.setdefault(check.aggregation, set()).add(window.index)
         debounce = state.debounce.setdefault(
             (window.run, check.aggregation),
             _Debounce(collections.deque(maxlen=check.debounce_windows)))
         debounce.recent.append(out)
         tripped = sum(debounce.recent) >= check.debounce_out_of_bounds
+        if tripped:
+            open_run.tripped.add(check.aggregation)
         if tripped and not debounce.firing and bounds is not None and value is not None:
             alerts.append(_alert(window, check, value, bounds, history, compared))
         debounce.firing = tripped
-    run_windows.append(window)
+    open_run.windows.append(window)
     return alerts
 
 
@@ -136,7 +167,7 @@ def _alert(window: WindowResult, check: WindowCheck, value: float, bounds: Bound
                             "end_time": window.end_time, "start_step": window.start_step,
                             "end_step": window.end_step, "n": window.n, "partial": window.partial},
                  "history": check.history, "history_size": len(history), "compared_runs": compared,
-                 "comparison": check.condition.comparison,
+                 "comparison": check.condition.comparison, **threshold_details(check.condition, bounds),
                  "debounce": f"{check.debounce_out_of_bounds} of {check.debounce_windows}"})
 
 
@@ -148,20 +179,61 @@ def runs_compared(config: TagWindowConfig) -> int:
     return max((c.history_runs for c in config.checks), default=0)
 
 
-def seed_window_history(runs: List[Tuple[float, str, List[WindowResult]]], keep_runs: int) -> WindowHistory:
-    """Rebuilds one (test, tag, kind)'s step-aligned history from stored (finalized_at, run, windows)."""
+def seed_window_history(runs: List[Tuple[float, str, List[WindowResult]]], config: TagWindowConfig,
+                        rebaseline_after: int) -> WindowHistory:
+    """Rebuilds one (test, tag, kind)'s step-aligned history from stored (finalized_at, run, windows)
+    of successful runs, by checking them again in order: which windows counted as out of
+    bounds and where the level last moved are not stored, but follow from the windows."""
     history = WindowHistory()
-    for _, run, windows in sorted(runs, key=lambda r: (r[0], r[1]))[-keep_runs:] if keep_runs else []:
-        history.finished_runs.append((run, sorted(windows, key=lambda w: w.index)))
+    for finalized_at, run, windows in sorted(runs, key=lambda r: (r[0], r[1])):
+        for window in sorted(windows, key=lambda w: w.index):
+            check_window(history, window, config)
+        end_run(history, RunEnded(windows[0].test, run, RunStatus.SUCCESS, finalized_at, windows[0].tag,
+                                  windows[0].kind), config, rebaseline_after)
     return history
 
 
-def end_run(state: WindowHistory, ended: RunEnded, keep_runs: int) -> None:
-    """A run ended: its windows become step-aligned history if it succeeded; its debounce state goes."""
-    windows = state.open_runs.pop(ended.run, [])
-    if ended.status == RunStatus.SUCCESS and windows:
-        state.finished_runs.append((ended.run, windows))
-        while len(state.finished_runs) > keep_runs:
-            state.finished_runs.popleft()
+def end_run(state: WindowHistory, ended: RunEnded, config: Optional[TagWindowConfig], rebaseline_after: int) -> None:
+    """A run ended: its windows become step-aligned history if it succeeded; its debounce state goes.
+
+    A successful run extends the streak of each step-aligned check that tripped
+    in it and ends the streak of the others; a streak of ``rebaseline_after``
+    runs (0: never) moves the check's history to start at the streak's first run.
+    Failed runs neither extend nor end a streak.
+    """
+    open_run = state.open_runs.pop(ended.run, _OpenRun())
     for key in [k for k in state.debounce if k[0] == ended.run]:
         del state.debounce[key]
+    if ended.status != RunStatus.SUCCESS or not open_run.windows or config is None:
+        return
+    finished = FinishedRun(ended.run, open_run.windows,
+                           {agg: frozenset(indices) for agg, indices in open_run.out_of_bounds.items()})
+    state.finished_runs.append(finished)
+    for check in config.checks:
+        if check.history != "step_aligned":
+            continue
+        streak = state.streaks.setdefault(check.aggregation, [])
+        if check.aggregation not in open_run.tripped:
+            streak.clear()
+            continue
+        streak.append(ended.run)
+        if rebaseline_after and len(streak) >= rebaseline_after:
+            state.rebased_from[check.aggregation] = streak[0]
+            for earlier in state.finished_runs:
+                if earlier.run in streak:
+                    earlier.excluded.pop(check.aggregation, None)
+            streak.clear()
+    _forget_old_levels(state, config)
+
+
+def _forget_old_levels(state: WindowHistory, config: TagWindowConfig) -> None:
+    """Keeps twice the runs the checks compare with (room for runs whose windows were left out, and
+    for the runs before a new level, whose scale bridges its warm-up); a new level is no longer
+    new once it fills a check's ``history_runs``."""
+    runs = [finished.run for finished in state.finished_runs]
+    for check in config.checks:
+        start = state.rebased_from.get(check.aggregation)
+        if start is not None and (start not in runs or len(runs) - runs.index(start) >= check.history_runs):
+            del state.rebased_from[check.aggregation]
+    while len(state.finished_runs) > 2 * runs_compared(config):
+        state.finished_runs.popleft()

@@ -146,6 +146,8 @@ def _problem(kind: str, alerts: List[AlertRecord]) -> str:
         return f"{_names(metrics)} out of bounds"
     if kind == "window_out_of_bounds":
         return f"{_names(metrics)} window out of bounds"
+    if kind == "baseline_shifted":
+        return f"{_names(metrics)} moved to a new level (baseline follows)"
     return one_line(kind, _NAME_MAX_CHARS)
 
 

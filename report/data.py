@@ -17,7 +17,7 @@ import re
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from core.stats import mean_and_pstdev
-from core.window_checks import NUMERIC_AGGREGATIONS, WindowResult, step_aligned_history
+from core.window_checks import NUMERIC_AGGREGATIONS, FinishedRun, WindowResult, step_aligned_history
 from report.source import CURVE_AGGREGATIONS, AlertRecord, JobRow, MetricRow
 from trainguard.wire import STATUS_SUCCESS
 
@@ -249,7 +249,7 @@ def step_aligned_band(window: WindowResult, earlier: Sequence[Tuple[str, Sequenc
     The same alignment as the live ``step_aligned`` check (``core.window_checks``). None with
     fewer than ``MIN_BAND_RUNS`` earlier runs.
     """
-    usable = [(run, [w for w in ws if aggregation in w.values]) for run, ws in earlier]
+    usable = [FinishedRun(run, [w for w in ws if aggregation in w.values]) for run, ws in earlier]
     values, _ = step_aligned_history(window, usable, aggregation)
     if len(values) < MIN_BAND_RUNS:
         return None

@@ -16,9 +16,9 @@ import dataclasses
 from typing import Callable, Sequence
 
 from core.config import ConfigSet
-from core.history import HistorySeed, history_max_points, seed_job_history, seed_metric_history
+from core.history import HistorySeed, history_policy, seed_job_history, seed_metric_history
 from core.schema import JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS, Table
-from core.window_checks import NUMERIC_AGGREGATIONS, runs_compared, seed_window_history
+from core.window_checks import NUMERIC_AGGREGATIONS, seed_window_history
 from core.windows import WindowResult
 
 
@@ -52,7 +52,7 @@ def read_history_seed(configs: ConfigSet, query: Query, sql: SqlDialect) -> Hist
     return HistorySeed(
         windows=_window_seed(configs, query, sql),
         metrics={key: seed_metric_history(
-            rows, history_max_points(configs.for_test(key[0]).regression_test, key[1]))
+            rows, history_policy(configs.for_test(key[0]).regression_test, key[1]))
                  for key, rows in rows_by_metric.items()},
         jobs={test: seed_job_history(rows) for test, rows in runs_by_test.items()},
         stored_runs=frozenset((test, run) for test, _, run, _ in jobs))
@@ -78,8 +78,10 @@ def _window_seed(configs: ConfigSet, query: Query, sql: SqlDialect):
         runs[(test, tag, kind)][(finalized_at, run)].append(result)
     seeds = {}
     for (test, tag, kind), by_run in runs.items():
-        tag_config = configs.for_test(test).windows.tags.get(tag)
+        config = configs.for_test(test)
+        tag_config = config.windows.tags.get(tag)
         if tag_config is not None and tag_config.spec.kind == kind:
             seeds[(test, tag, kind)] = seed_window_history(
-                [(f, r, windows) for (f, r), windows in by_run.items()], runs_compared(tag_config))
+                [(f, r, windows) for (f, r), windows in by_run.items()], tag_config,
+                config.regression_test.rebaseline_after)
     return seeds

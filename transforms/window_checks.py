@@ -13,7 +13,7 @@ import apache_beam as beam
 from core.records import Alert
 from core.runs import RunResult
 from core.schema import DEAD_LETTER
-from core.window_checks import RunEnded, WindowHistory, check_window, end_run, runs_compared
+from core.window_checks import RunEnded, WindowHistory, check_window, end_run
 from core.windows import WindowResult
 from transforms.ordered import ConfiguredMachine, OrderedCheck, in_event_time_order
 
@@ -23,9 +23,10 @@ class _WindowCheckMachine(ConfiguredMachine):
         return seed.windows.get(key) or WindowHistory()
 
     def step(self, history: WindowHistory, item: Any) -> Iterable[Alert]:
-        tag_config = self.configs.for_test(item.test, item.order[0]).windows.tags.get(item.tag)  # None: removed since
+        config = self.configs.for_test(item.test, item.order[0])
+        tag_config = config.windows.tags.get(item.tag)  # None: removed since
         if isinstance(item, RunEnded):
-            end_run(history, item, keep_runs=runs_compared(tag_config) if tag_config else 0)
+            end_run(history, item, tag_config, config.regression_test.rebaseline_after)
             return []
         return check_window(history, item, tag_config) if tag_config else []
 

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from core.bounds import Bounds, compute_bounds, is_within
+from core.bounds import Bounds, compute_bounds, false_alert_multiplier, is_within, judge
 from core.config import SuccessCondition
 from core.stats import mean_and_pstdev
 
@@ -25,8 +25,8 @@ def test_fixed_value_bounds(comparison, expected):
 def test_stddev_bounds_use_population_stddev():
     history = [2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]  # mean 5, population std 2
     assert mean_and_pstdev(history) == (5.0, 2.0)
-    assert compute_bounds(stddevs("greater", 1.5), history) == Bounds(2.0, None)
-    assert compute_bounds(stddevs("less_or_equal", 1.5), history) == Bounds(None, 8.0)
+    assert compute_bounds(stddevs("greater", 1.5), history) == Bounds(2.0, None, 5.0)
+    assert compute_bounds(stddevs("less_or_equal", 1.5), history) == Bounds(None, 8.0, 5.0)
 
 
 def test_no_history_no_stddev_bounds():
@@ -53,7 +53,57 @@ def test_within_is_strict_unless_equal(value, bounds, comparison, within):
     assert is_within(value, bounds, comparison) is within
 
 
-def test_zero_variance_history_with_strict_comparison_rejects_the_mean():
-    bounds = compute_bounds(stddevs("less", 3), [10.0, 10.0, 10.0])
-    assert bounds == Bounds(None, 10.0)
-    assert not is_within(10.0, bounds, "less") and is_within(10.0, bounds, "less_or_equal")
+def test_zero_deviation_is_never_out_of_bounds_even_for_a_constant_history():
+    bounds = compute_bounds(stddevs("less", 3), [90.0, 90.0, 90.0])
+    assert bounds == Bounds(None, 90.0, 90.0)
+    assert is_within(90.0, bounds, "less") and is_within(90.0, bounds, "greater")
+    assert not is_within(90.5, bounds, "less")  # a constant that moves is a change
+    assert is_within(10.0, compute_bounds(stddevs("less", 0), [9.0, 10.0, 11.0]), "less")  # k = 0: the mean
+
+
+def mads(comparison, k, wait=0, **effects):
+    return SuccessCondition(comparison, mads_from_median=k, wait_for_n_points_of_history=wait, **effects)
+
+
+def test_mads_from_median_centre_on_the_median_with_1_4826_mad():
+    history = [1.0, 2.0, 3.0, 4.0, 100.0]  # median 3, MAD 1: the outlier moves neither
+    assert compute_bounds(mads("less", 2), history) == Bounds(None, 3.0 + 2 * 1.4826, 3.0)
+    assert compute_bounds(mads("greater", 2), history) == Bounds(3.0 - 2 * 1.4826, None, 3.0)
+
+
+def test_a_mostly_constant_history_falls_back_to_the_mean_absolute_deviation():
+    history = [100.0] * 8 + [101.0, 99.0]  # MAD 0: the two different seconds still give a scale
+    bounds = compute_bounds(mads("less", 3), history)
+    assert bounds == Bounds(None, 100.0 + 3 * 1.2533 * 0.2, 100.0)
+    assert is_within(100.7, bounds, "less") and not is_within(101.0, bounds, "less")
+
+
+def test_min_effect_keeps_tiny_deviations_of_stable_metrics_quiet():
+    condition = mads("greater", 3, min_effect_abs=0.5, min_effect_rel=0.01)
+    bounds = compute_bounds(condition, [76.0, 76.01, 75.99, 76.0])
+    assert not is_within(75.8, bounds, "greater")
+    assert judge(75.8, bounds, condition)           # 0.2 from the median: below min_effect_abs
+    assert not judge(75.0, bounds, condition)       # 1.0 away, and more than 1% of 76
+    relative_only = mads("greater", 3, min_effect_rel=0.02)
+    assert judge(75.0, bounds, relative_only) and not judge(74.0, bounds, relative_only)
+
+
+def test_fixed_values_have_no_centre_and_keep_their_strict_meaning():
+    bounds = compute_bounds(fixed("greater", 70.0, wait=0), [70.0, 70.0])
+    assert bounds.centre is None and not is_within(70.0, bounds, "greater")
+    assert judge(69.9, bounds, SuccessCondition("greater", fixed_value=70.0, min_effect_abs=0.5))
+
+
+def test_false_alert_rate_needs_a_minimum_history_and_widens_for_small_ones():
+    condition = SuccessCondition("less", false_alert_rate=0.001)
+    assert compute_bounds(condition, [1.0, 2.0, 3.0]) is None
+    history = [float(i % 7) for i in range(200)]
+    narrow = compute_bounds(condition, history).upper
+    wide = compute_bounds(condition, history[:10]).upper
+    assert wide > narrow > max(history)
+
+
+def test_false_alert_multiplier_grows_with_heavier_tails_and_rarer_alerts():
+    assert false_alert_multiplier(30, 0.001, 1.5) > false_alert_multiplier(30, 0.001, 1.0)
+    assert false_alert_multiplier(30, 0.0001, 1.0) > false_alert_multiplier(30, 0.001, 1.0)
+    assert false_alert_multiplier(1000, 0.001, 1.0) == false_alert_multiplier(200, 0.001, 1.0)

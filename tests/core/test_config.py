@@ -89,6 +89,26 @@ def test_booleans_accept_json_and_strings(text, expected):
     ({"regression_test_config": {"metric_success_conditions": {"m": {"comparison": "less"}}}},
      "regression_test_config.metric_success_conditions.m.success_threshold"),
     ({"regression_test_config": {"required_metrics": "acc_final"}}, "regression_test_config.required_metrics"),
+    ({"regression_test_config": {"metric_success_conditions": {"m": {
+        "comparison": "less", "success_threshold": {"false_alert_rate": 0.5}}}}},
+     "regression_test_config.metric_success_conditions.m.success_threshold.false_alert_rate"),
+    ({"regression_test_config": {"metric_success_conditions": {"m": {
+        "comparison": "less", "success_threshold": {"false_alert_rate": 0}}}}},
+     "regression_test_config.metric_success_conditions.m.success_threshold.false_alert_rate"),
+    ({"regression_test_config": {"metric_success_conditions": {"m": {
+        "comparison": "equal", "success_threshold": {"mads_from_median": 3}}}}},
+     "regression_test_config.metric_success_conditions.m.success_threshold"),
+    ({"regression_test_config": {"metric_success_conditions": {"m": {
+        "comparison": "less", "success_threshold": {"mads_from_median": -1}}}}},
+     "regression_test_config.metric_success_conditions.m.success_threshold.mads_from_median"),
+    ({"regression_test_config": {"metric_success_conditions": {"m": {
+        "comparison": "less", "success_threshold": {"fixed_value": 1}, "min_effect_rel": -0.1}}}},
+     "regression_test_config.metric_success_conditions.m.min_effect_rel"),
+    ({"regression_test_config": {"rebaseline_after": -1}}, "regression_test_config.rebaseline_after"),
+    ({"regression_test_config": {"rebaseline_after": 2.5}}, "regression_test_config.rebaseline_after"),
+    ({"window_config": {"tags": {"loss": {"count": 5, "checks": [{"aggregation": "mean", "min_effect_abs": 1,
+        "condition": {"comparison": "less", "success_threshold": {"fixed_value": 1}, "min_effect_abs": 2}}]}}}},
+     "window_config.tags.loss.checks[0].condition.min_effect_abs"),
     ([1, 2], "<top level>"),
 ])
 def test_bad_configs_fail_naming_file_and_key(raw, key):
@@ -97,6 +117,31 @@ def test_bad_configs_fail_naming_file_and_key(raw, key):
     assert failure.value.source == "configs/my-test.json"
     assert failure.value.key == key
     assert str(failure.value).startswith(f"configs/my-test.json: {key}: ")
+
+
+def test_robust_thresholds_minimum_effects_and_rebaselining_parse():
+    config = parse_test_config({"regression_test_config": {"rebaseline_after": 0, "metric_success_conditions": {
+        "loss_final": {"comparison": "less", "success_threshold": {"false_alert_rate": 0.0005},
+                       "min_effect_rel": 0.02},
+        "acc_final": {"comparison": "greater", "success_threshold": {"mads_from_median": 4},
+                      "min_effect_abs": 0.5}}}}, "x.json")
+    regression = config.regression_test
+    assert regression.rebaseline_after == 0
+    assert regression.condition_for("loss_final") == SuccessCondition("less", false_alert_rate=0.0005,
+                                                                      min_effect_rel=0.02)
+    assert regression.condition_for("acc_final").threshold == ("mads_from_median", 4)
+    assert regression.condition_for("acc_final").min_effect_abs == 0.5
+    assert parse_test_config({}, "x.json").regression_test.rebaseline_after == 3
+
+
+def test_a_window_checks_minimum_effect_may_sit_beside_its_condition_or_in_it():
+    def check(**where):
+        inner = {"comparison": "less", "success_threshold": {"fixed_value": 1}, **where.get("condition", {})}
+        raw = {"aggregation": "mean", "condition": inner, **where.get("check", {})}
+        return parse_test_config({"window_config": {"tags": {"loss": {"count": 5, "checks": [raw]}}}},
+                                 "x.json").windows.tags["loss"].checks[0].condition
+    assert check(check={"min_effect_abs": 2}) == check(condition={"min_effect_abs": 2})
+    assert check(check={"min_effect_rel": 0.1}).min_effect_rel == 0.1
 
 
 def test_comment_keys_are_allowed_anywhere():

@@ -1,7 +1,16 @@
 import pytest
 
 from core.config import MetricCollectionConfig, RegressionTestConfig, SuccessCondition, TestConfig, TimeToAccuracy
-from core.history import JobHistory, MetricHistory, check_job, check_metric, seed_job_history, seed_metric_history
+from core.history import (
+    HistoryPolicy,
+    JobHistory,
+    MetricHistory,
+    check_job,
+    check_metric,
+    history_policy,
+    seed_job_history,
+    seed_metric_history,
+)
 from core.records import MetricObservation
 from core.runs import MetricValue, RunResult
 from tests.support import T0
@@ -86,7 +95,94 @@ def test_seeded_history_equals_stepped_history():
     stepped = MetricHistory()
     rows, _ = observe(stepped, [10.0, 10.4, 10.2, 5.0, 10.1, 10.3, 10.2, 4.0], config)
     stored = [(T0 + i, f"r{i}", r["metric_value"], r["within_bounds"], "success") for i, r in enumerate(rows)]
-    assert seed_metric_history(reversed(stored), max_points=4) == stepped
+    assert seed_metric_history(reversed(stored), history_policy(config, "acc")) == stepped
+
+
+LOSS_5MAD = SuccessCondition("less", mads_from_median=5, wait_for_n_points_of_history=5)
+HEALTHY = [1.00, 1.02, 0.98, 1.01, 0.99, 1.03, 0.97, 1.00]
+
+
+def loss_config(**overrides):
+    return regression(metric_success_conditions={"acc": LOSS_5MAD}, **overrides)
+
+
+def shown(alerts):
+    return [a.kind if a else None for a in alerts]
+
+
+def test_a_persistent_change_alerts_then_moves_the_baseline_once_then_is_quiet():
+    history = MetricHistory()
+    changed = [1.50, 1.52, 1.49, 1.51, 1.48, 1.50]
+    rows, alerts = observe(history, HEALTHY + changed, loss_config())
+    assert shown(alerts[len(HEALTHY):]) == [None, "metric_out_of_bounds", "baseline_shifted", None, None, None]
+    shift = alerts[len(HEALTHY) + 2]
+    assert shift.run == "r10" and shift.details["first_run"] == "r8"
+    assert shift.details["runs"] == ["r8", "r9", "r10"] and shift.details["values"] == [1.50, 1.52, 1.49]
+    assert shift.details["old_centre"] == pytest.approx(1.0) and shift.details["new_centre"] == 1.50
+    assert "moved from 1 to 1.5" in shift.message
+    assert [r["within_bounds"] for r in rows[-3:]] == [True, True, True]
+    assert history.values == changed and history.previous == HEALTHY
+
+
+def test_after_a_move_later_regressions_are_judged_against_the_new_level_from_the_first_run():
+    history = MetricHistory()
+    rows, alerts = observe(history, HEALTHY + [1.50, 1.52, 1.49] + [1.51, 2.0, 2.1], loss_config())
+    # the new segment holds 3 values, fewer than the 5 to wait for: centre from them, scale from before
+    assert rows[11]["within_bounds"] is True
+    assert rows[11]["metric_upper_bound"] == pytest.approx(1.50 + 5 * 0.015 * 1.4826 * (1 + 3.14159 / 2 / 3) ** 0.5,
+                                                           rel=1e-4)
+    assert [r["within_bounds"] for r in rows[12:]] == [False, False]
+    assert shown(alerts[12:]) == [None, "metric_out_of_bounds"]
+
+
+@pytest.mark.parametrize("values", [
+    HEALTHY + [2.0, 1.0, 2.0, 1.01, 2.0, 0.99, 2.0],   # bad runs among healthy ones
+    HEALTHY + [2.0, 2.0, 1.0, 2.0, 2.0, 1.0],          # streaks shorter than 3
+])
+def test_bad_runs_among_healthy_ones_never_move_the_baseline(values):
+    history = MetricHistory()
+    _, alerts = observe(history, values, loss_config())
+    assert "baseline_shifted" not in shown(alerts)
+    assert history.previous == [] and max(history.values) < 1.1
+
+
+def test_failed_runs_do_not_break_or_extend_a_streak():
+    history = MetricHistory()
+    _, alerts = observe(history, HEALTHY + [1.5, 1.5, 9.0, 1.5], loss_config(),
+                        ["success"] * (len(HEALTHY) + 2) + ["failure", "success"])
+    assert shown(alerts)[-1] == "baseline_shifted" and history.values == [1.5, 1.5, 1.5]
+
+
+def test_rebaseline_after_zero_never_moves_and_fixed_values_never_move():
+    for config in (loss_config(rebaseline_after=0),
+                   regression(metric_success_conditions={"acc": SuccessCondition("less", fixed_value=1.1)})):
+        history = MetricHistory()
+        _, alerts = observe(history, HEALTHY + [1.5] * 6, config)
+        assert shown(alerts)[len(HEALTHY) + 1:] == ["metric_out_of_bounds"] * 5
+        assert history.previous == []
+
+
+def test_a_move_is_silent_when_alerts_are_off_but_the_baseline_still_moves():
+    history = MetricHistory()
+    _, alerts = observe(history, HEALTHY + [1.5] * 4, loss_config(alert_for_oob_metrics=False))
+    assert alerts == [None] * (len(HEALTHY) + 4) and history.values == [1.5] * 4
+
+
+def test_seeded_history_equals_stepped_history_across_a_move():
+    config = loss_config()
+    stepped = MetricHistory()
+    rows, _ = observe(stepped, HEALTHY + [1.5, 1.52, 1.49, 1.51, 3.0], config)
+    stored = [(T0 + i, f"r{i}", r["metric_value"], r["within_bounds"], "success") for i, r in enumerate(rows)]
+    seeded = seed_metric_history(reversed(stored), history_policy(config, "acc"))
+    assert seeded == stepped and seeded.previous == HEALTHY and seeded.streak == [("r12", 3.0)]
+
+
+def test_history_policy_follows_the_condition():
+    config = loss_config(rebaseline_after=4)
+    assert history_policy(config, "acc") == HistoryPolicy(100, 4)
+    assert history_policy(config, "other") == HistoryPolicy()
+    fixed = regression(metric_success_conditions={"acc": SuccessCondition("less", fixed_value=1, history_max_points=7)})
+    assert history_policy(fixed, "acc") == HistoryPolicy(7, 0)
 
 
 def run(name, status, finalized_at, metrics=(), tta_missed=False):

@@ -1,12 +1,14 @@
+import dataclasses
+
 import pytest
 
 from core.config import ConfigError, SuccessCondition, TagWindowConfig, WindowCheck, parse_test_config
 from core.window_checks import (
+    FinishedRun,
     RunEnded,
     WindowHistory,
     check_window,
     end_run,
-    runs_compared,
     seed_window_history,
     step_aligned_history,
 )
@@ -21,21 +23,23 @@ def window(run, index, mean, steps=100, test="t"):
                         index * steps + steps - 1, steps, False, {"mean": mean})
 
 
-def config(**check):
+def config(min_effect_abs=0.0, **check):
     fields = dict(aggregation="mean", condition=LESS_3SD)
     fields.update(check)
+    fields["condition"] = dataclasses.replace(fields["condition"], min_effect_abs=min_effect_abs)
     return TagWindowConfig(WindowSpec(count=100), (WindowCheck(**fields),))
 
 
-def finished_run(state, run, means, cfg, status="success"):
-    for i, mean in enumerate(means):
-        check_window(state, window(run, i, mean), cfg)
-    end_run(state, RunEnded("t", run, status, T0 + 1000, "loss", "count"), keep_runs=runs_compared(cfg))
+def finished_run(state, run, means, cfg, status="success", rebaseline_after=3):
+    """Checks a run's windows and ends it; returns how many alerts it raised."""
+    alerts = sum(len(check_window(state, window(run, i, mean), cfg)) for i, mean in enumerate(means))
+    end_run(state, RunEnded("t", run, status, T0 + 1000, "loss", "count"), cfg, rebaseline_after)
+    return alerts
 
 
 def test_step_aligned_history_picks_the_most_overlapping_window():
-    runs = [("a", [window("a", 0, 1.0), window("a", 1, 2.0, steps=100)]),
-            ("b", [window("b", 0, 5.0, steps=200)])]
+    runs = [FinishedRun("a", [window("a", 0, 1.0), window("a", 1, 2.0, steps=100)]),
+            FinishedRun("b", [window("b", 0, 5.0, steps=200)])]
     values, compared = step_aligned_history(window("c", 1, 0.0), runs, "mean")
     assert values == [2.0, 5.0] and compared == ["a", "b"]
 
@@ -94,7 +98,7 @@ def test_window_config_parses_and_validates():
     assert windows.allowed_lateness_seconds == 120 and windows.stall_seconds == 600
     assert windows.tags["loss"].spec.kind == "count" and windows.tags["throughput"].spec.period == 60
     check = windows.tags["loss"].checks[0]
-    assert (check.debounce_windows, check.debounce_out_of_bounds, check.min_effect_rel) == (5, 3, 0.1)
+    assert (check.debounce_windows, check.debounce_out_of_bounds, check.condition.min_effect_rel) == (5, 3, 0.1)
 
 
 @pytest.mark.parametrize("tag_config, key", [
@@ -117,15 +121,89 @@ def test_bad_window_config_names_the_key(tag_config, key):
 def test_step_aligned_history_keeps_more_than_a_hundred_runs_when_a_check_compares_them():
     cfg = config(history_runs=150)
     state = WindowHistory()
-    for i in range(160):
+    for i in range(310):
         finished_run(state, f"r{i:03d}", [1.0], cfg)
-    assert len(state.finished_runs) == 150
-    assert state.finished_runs[0][0] == "r010"
-    _, compared = step_aligned_history(window("new", 0, 1.0), list(state.finished_runs), "mean")
-    assert len(compared) == 150
+    assert len(state.finished_runs) == 300  # twice what is compared: room for left-out windows
+    assert state.finished_runs[0].run == "r010"
+    _, compared = step_aligned_history(window("new", 0, 1.0), list(state.finished_runs), "mean", 150)
+    assert len(compared) == 150 and compared[0] == "r160"
 
 
 def test_seeded_window_history_keeps_what_the_checks_compare():
-    runs = [(T0 + i, f"r{i:03d}", [window(f"r{i:03d}", 0, 1.0)]) for i in range(130)]
-    assert len(seed_window_history(runs, keep_runs=120).finished_runs) == 120
-    assert [run for run, _ in seed_window_history(runs, keep_runs=2).finished_runs] == ["r128", "r129"]
+    runs = [(T0 + i, f"r{i:03d}", [window(f"r{i:03d}", 0, 1.0)]) for i in range(250)]
+    assert len(seed_window_history(runs, config(history_runs=120), 3).finished_runs) == 240
+    assert [f.run for f in seed_window_history(runs, config(history_runs=1), 3).finished_runs] == ["r248", "r249"]
+
+
+STEADY = [1.0, 0.50, 0.30]
+# 3 stddevs of a few runs with ±2% noise can be tight: a 10% minimum effect keeps the healthy runs quiet
+TOLERANT = SuccessCondition("less", stddevs_from_mean=3, wait_for_n_points_of_history=2, min_effect_rel=0.1)
+
+
+def noisy(means, run_number):
+    return [m * (1 + 0.01 * ((run_number * 7 + i * 3) % 5 - 2)) for i, m in enumerate(means)]
+
+
+def test_out_of_bounds_windows_do_not_widen_the_history_that_catches_their_repeat():
+    cfg = config(history_runs=5, condition=TOLERANT)
+    state = WindowHistory()
+    for i in range(5):
+        finished_run(state, f"ok{i}", noisy(STEADY, i), cfg)
+    assert finished_run(state, "bad1", [1.0, 0.50, 3.0], cfg) == 1
+    assert state.finished_runs[-1].excluded == {"mean": frozenset({2})}
+    values, compared = step_aligned_history(window("next", 2, 0.3), list(state.finished_runs), "mean")
+    assert "bad1" not in compared and max(values) < 0.31
+    finished_run(state, "ok5", noisy(STEADY, 5), cfg)
+    assert finished_run(state, "bad2", [1.0, 0.50, 3.0], cfg) == 1  # the same regression, caught again
+
+
+def test_a_persistent_change_moves_the_window_history_after_rebaseline_after_runs():
+    cfg = config(history_runs=5, condition=TOLERANT)
+    state = WindowHistory()
+    for i in range(5):
+        finished_run(state, f"ok{i}", noisy(STEADY, i), cfg)
+    moved = [2.0, 1.0, 0.6]
+    alerts = [finished_run(state, f"new{i}", noisy(moved, i), cfg) for i in range(6)]
+    assert alerts == [1, 1, 1, 0, 0, 0]
+    assert state.rebased_from == {}  # forgotten once the new level fills the 5 runs compared
+    assert all(not f.excluded for f in state.finished_runs if f.run.startswith("new"))
+    # a regression on top of the new level is still caught
+    assert finished_run(state, "worse", [4.0, 2.0, 1.2], cfg) == 1
+
+
+def test_the_new_level_is_checked_during_its_warm_up_with_the_old_scale():
+    cfg = config(history_runs=5, condition=dataclasses.replace(TOLERANT, wait_for_n_points_of_history=4))
+    state = WindowHistory()
+    for i in range(5):
+        finished_run(state, f"ok{i}", noisy(STEADY, i), cfg)
+    for i in range(3):
+        finished_run(state, f"new{i}", noisy([2.0, 1.0, 0.6], i), cfg)
+    # 3 runs at the new level < 4 to wait for, yet a jump above it is caught
+    assert finished_run(state, "jump", [4.0, 2.0, 1.2], cfg) == 1
+    assert finished_run(state, "fine", noisy([2.0, 1.0, 0.6], 4), cfg) == 0
+
+
+def test_isolated_bad_runs_and_failed_runs_never_move_the_window_history():
+    cfg = config(history_runs=5, condition=TOLERANT)
+    state = WindowHistory()
+    for i in range(5):
+        finished_run(state, f"ok{i}", noisy(STEADY, i), cfg)
+    for i in range(4):
+        finished_run(state, f"bad{i}", [2.0, 1.0, 0.6], cfg)
+        finished_run(state, f"failed{i}", [2.0, 1.0, 0.6], cfg, status="failure")
+        finished_run(state, f"bad{i}b", [2.0, 1.0, 0.6], cfg)
+        finished_run(state, f"fine{i}", noisy(STEADY, i), cfg)
+    assert state.rebased_from == {}
+    assert finished_run(state, "no_move", [2.0, 1.0, 0.6], cfg, rebaseline_after=0) == 1
+
+
+def test_seeded_window_history_equals_the_checked_one():
+    cfg = config(history_runs=4, condition=TOLERANT)
+    live = WindowHistory()
+    stored = []
+    for i, means in enumerate([noisy(STEADY, 0), noisy(STEADY, 1), noisy(STEADY, 2), [1.0, 0.5, 3.0],
+                               noisy(STEADY, 3)] + [noisy([2.0, 1.0, 0.6], i) for i in range(3)]):
+        finished_run(live, f"r{i}", means, cfg)
+        stored.append((T0 + i, f"r{i}", [window(f"r{i}", j, m) for j, m in enumerate(means)]))
+    seeded = seed_window_history(list(reversed(stored)), cfg, 3)
+    assert seeded.finished_runs == live.finished_runs and seeded.rebased_from == live.rebased_from == {"mean": "r5"}

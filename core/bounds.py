@@ -26,7 +26,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 from core import false_alert_calibration as calibration
 from core.config import SuccessCondition
-from core.stats import mean_and_pstdev, median, robust_scale
+from core.stats import mean_and_pstdev, median, robust_scale, tail_weight
 
 MIN_FALSE_ALERT_HISTORY = calibration.N_GRID[0]  # a calibrated cutoff needs at least this many values
 
@@ -98,15 +98,15 @@ def _centre_and_margin(condition: SuccessCondition, history: Sequence[float]) ->
     assert condition.false_alert_rate is not None
     if scale == 0:
         return centre, 0.0
-    _, std = mean_and_pstdev(history)
-    return centre, false_alert_multiplier(len(history), condition.false_alert_rate, std / scale) * scale
+    weight = tail_weight(history, centre, scale)
+    return centre, false_alert_multiplier(len(history), condition.false_alert_rate, weight) * scale
 
 
 def false_alert_multiplier(n: int, rate: float, tail_weight: float) -> float:
     """How many robust scales from the median the cutoff lies, for a one-sided false alert ``rate``.
 
-    ``tail_weight`` is the history's population stddev over its robust scale (about 1
-    for normal noise, more for heavy tails). The multiplier is exp(a + b·ln tail_weight)
+    ``tail_weight`` is ``core.stats.tail_weight`` of the history (about 0.9 for normal
+    noise, more for heavy tails; one wild value does not move it). The multiplier is exp(a + b·ln tail_weight)
     with (a, b) fitted by ``scripts/calibrate_false_alert_rate.py`` so that the rate,
     averaged over histories of n values, is ``rate`` for normal and for Student-t (3
     degrees of freedom) noise; between the fitted n and p it is interpolated in log n
@@ -114,7 +114,7 @@ def false_alert_multiplier(n: int, rate: float, tail_weight: float) -> float:
     n is slightly conservative).
     """
     a, b = _interpolated(math.log(n), math.log(rate))
-    return math.exp(a + b * math.log(max(tail_weight, 1e-6)))
+    return math.exp(a + b * math.log(tail_weight))
 
 
 _LOG_N = [math.log(n) for n in calibration.N_GRID]

@@ -14,7 +14,8 @@ from typing import List, Sequence
 
 from trainguard.stats_math import mean_and_pstdev, percentile
 
-__all__ = ["exact_batch_units", "exact_mean", "exact_units", "mean_and_pstdev", "median", "percentile", "robust_scale"]
+__all__ = ["exact_batch_units", "exact_mean", "exact_units", "mean_and_pstdev", "median", "percentile", "robust_scale",
+           "tail_weight"]
 
 # Every finite double is an integer multiple of 2**-1074.
 _SUM_SHIFT = 1074
@@ -74,3 +75,20 @@ def robust_scale(values: Sequence[float], centre: float) -> float:
     if mad > 0:
         return MAD_TO_SIGMA * mad
     return MEAN_AD_TO_SIGMA * (math.fsum(deviations) / len(deviations))
+
+
+TAIL_WEIGHT_RANGE = (0.5, 2.5)  # beyond these the statistic says nothing more, so it is clamped
+
+
+def tail_weight(values: Sequence[float], centre: float, scale: float) -> float:
+    """How heavy the tails of ``values`` look: the root mean square deviation from ``centre``
+    over ``scale``, leaving out the largest deviation. About 1 for normal noise, larger for
+    heavy tails; one wild value (a regression that slipped into the history) does not move
+    it. Clamped to ``TAIL_WEIGHT_RANGE``; 1 when ``scale`` is 0."""
+    if scale <= 0:
+        return 1.0
+    deviations = sorted(abs(v - centre) for v in values)
+    kept = deviations[:-1] or deviations
+    rms = math.sqrt(math.fsum(d * d for d in kept) / len(kept))
+    low, high = TAIL_WEIGHT_RANGE
+    return min(high, max(low, rms / scale))

@@ -13,7 +13,9 @@ value only counts when it is at least ``min_effect_abs`` away from the
 reference (the history's centre, or the fixed value) and ``min_effect_rel`` times
 its magnitude, so that tiny deviations of very stable metrics stay quiet.
 A (run, check) alerts once M of its last N windows counted, and not again
-until it recovers (fewer than M of the last N).
+until it recovers (fewer than M of the last N). A step-aligned check that
+already tripped in the previous successful run does not alert again: that is
+one moved level, announced live once (see ``_continues_a_level``).
 
 Step-aligned history leaves out the windows that counted as out of bounds, so
 that an earlier regression does not widen the band that should catch its
@@ -147,11 +149,19 @@ def check_window(state: WindowHistory, window: WindowResult, config: TagWindowCo
         tripped = sum(debounce.recent) >= check.debounce_out_of_bounds
         if tripped:
             open_run.tripped.add(check.aggregation)
-        if tripped and not debounce.firing and bounds is not None and value is not None:
+        if (tripped and not debounce.firing and bounds is not None and value is not None
+                and not _continues_a_level(state, check)):
             alerts.append(_alert(window, check, value, bounds, history, compared))
         debounce.firing = tripped
     open_run.windows.append(window)
     return alerts
+
+
+def _continues_a_level(state: WindowHistory, check: WindowCheck) -> bool:
+    """Whether the check also tripped in the previous successful run: a level that moved was announced
+    live in the first run of its streak; the following runs are reported by the run-level checks
+    (``metric_out_of_bounds``, then ``baseline_shifted``), not again by every window check."""
+    return check.history == "step_aligned" and bool(state.streaks.get(check.aggregation))
 
 
 def _alert(window: WindowResult, check: WindowCheck, value: float, bounds: Bounds, history: List[float],

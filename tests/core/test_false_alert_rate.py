@@ -48,3 +48,26 @@ def observed_rate(noise: str, n: int, p: float, comparison: str, seed: int) -> f
 def test_the_observed_false_alert_rate_stays_within_twice_the_stated_one(noise, n, p, comparison):
     rate = observed_rate(noise, n, p, comparison, seed=1000 + n)
     assert p / 2 <= rate <= 2 * p, f"{noise} noise, n={n}: observed {rate:.2e} for p={p:g}"
+
+
+def test_the_calibration_script_summarises_histories_as_the_pipeline_does():
+    from scripts.calibrate_false_alert_rate import summaries
+    from core.stats import median, robust_scale, tail_weight
+
+    rng = np.random.default_rng(3)
+    histories = np.concatenate([rng.standard_normal((5, 12)), rng.standard_t(3, (5, 12)),
+                                np.array([[1.0] * 8 + [2.0, 0.0, 1.0, 1.0]])])
+    centres, scales, weights = summaries(histories)
+    for history, centre, scale, weight in zip(histories.tolist(), centres, scales, weights):
+        assert median(history) == pytest.approx(centre)
+        assert robust_scale(history, median(history)) == pytest.approx(scale)
+        assert tail_weight(history, median(history), scale) == pytest.approx(weight)
+
+
+def test_one_wild_value_in_the_history_does_not_blind_the_check():
+    rng = np.random.default_rng(4)
+    healthy = rng.standard_normal(30).tolist()
+    condition = SuccessCondition("less", false_alert_rate=0.0005)
+    clean = compute_bounds(condition, healthy).upper
+    with_wild_value = compute_bounds(condition, healthy[:-1] + [40.0]).upper
+    assert clean < with_wild_value < 1.25 * clean  # a stddev-based tail weight would multiply it

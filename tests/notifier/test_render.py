@@ -92,6 +92,12 @@ def test_window_alert_shows_window_and_compared_runs():
     assert "Accuracy/test_mean window out of bounds" in email.subject
 
 
+def test_a_moved_baseline_says_so_and_sorts_after_the_regressions():
+    email = digest(alert(kind="baseline_shifted", metric="loss_final"), alert(kind="metric_out_of_bounds"))
+    assert email.subject.endswith("Accuracy/test_final out of bounds; loss_final moved to a new level (baseline follows)")
+    assert email.text.index("1. metric_out_of_bounds") < email.text.index("2. baseline_shifted: loss_final")
+
+
 def test_hostile_names_are_escaped_everywhere():
     hostile = alert(test=HOSTILE_TEST, run=HOSTILE_RUN, metric=HOSTILE_METRIC,
                     logs_link="javascript:alert(document.cookie)")

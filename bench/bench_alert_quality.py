@@ -26,7 +26,7 @@ Scores, from the alerts the replay wrote:
   run ended, and the median delay from the fault's onset to that alert as a
   share of the run left after the onset.
 
-    python bench/bench_alert_quality.py [--tests 8] [--runs 40] [--seed 1] [--workdir bench/out/alert-quality] [--json]
+    python bench/bench_alert_quality.py [--tests 8] [--runs 60] [--seed 1] [--workdir bench/out/alert-quality] [--json]
 
 The figures are recorded in the README (Benchmarks). Nothing here is timed.
 """
@@ -46,8 +46,8 @@ from typing import Dict, List, Optional, Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pipeline.replay import run as replay  # noqa: E402
-from trainguard import wire  # noqa: E402
+from pipeline.replay import run as replay
+from trainguard import wire
 
 DAY = 86400.0
 START = 1767225600.0  # 2026-01-01T00:00:00Z
@@ -61,6 +61,7 @@ LIVE_FAULTS = ("divergence", "slowdown")  # the faults a live window should catc
 REBASELINE_AFTER = 3
 CHANGE_SPAN = REBASELINE_AFTER + 3  # runs from a change's first run on that score as "the change"
 EPOCHS = 90.0
+HISTORY_BUCKETS = (("10-19", 0, 20), ("20-39", 20, 40), ("40+", 40, math.inf))  # recall by runs before the fault
 
 FALSE_ALERT_RATE = 0.0005
 WINDOW_CHECK = {"count": 10, "aggregations": ["mean"], "checks": [{
@@ -216,6 +217,8 @@ def score(plans: Sequence[PlannedRun], alerts: Sequence[dict]) -> Dict[str, obje
         "recall": len(detected) / len(faults) if faults else None,
         "recall_by_kind": {kind: _share([p for p in faults if p.fault.kind == kind], by_run)
                            for kind in FAULT_KINDS},
+        "recall_by_history": {label: _share([p for p in faults if low <= p.index < high], by_run)
+                              for label, low, high in HISTORY_BUCKETS},
         "false_alerts_per_100_healthy_runs": 100 * false_alerts / len(healthy) if healthy else None,
         "alerts_per_accepted_change": sum(change_alerts) / len(change_firsts) if change_firsts else None,
         "constant_metric_alerts": sum(1 for a in alerts if a.get("metric_name") == "epochs_final"),
@@ -259,6 +262,8 @@ def print_scores(scores: Dict[str, object]) -> None:
           f"accepted changes {scores['accepted_changes']}, alerts {scores['alerts']} {scores['alert_kinds']}")
     print(f"  recall                           {pct(scores['recall'])}  "
           + ", ".join(f"{k} {pct(v)}" for k, v in scores["recall_by_kind"].items()))
+    print("  recall by runs of history before the fault: "
+          + ", ".join(f"{k} {pct(v)}" for k, v in scores["recall_by_history"].items()))
     print(f"  false alerts per 100 healthy runs {scores['false_alerts_per_100_healthy_runs']:.2f}")
     print(f"  alerts per accepted change       {scores['alerts_per_accepted_change']:.2f}"
           f"  (rebaseline_after {REBASELINE_AFTER}: goal <= {REBASELINE_AFTER + 1})")
@@ -274,7 +279,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--tests", type=int, default=8, help="daily tests in the suite")
-    parser.add_argument("--runs", type=int, default=40, help="runs per test")
+    parser.add_argument("--runs", type=int, default=60, help="runs per test")
     parser.add_argument("--seed", type=int, default=1, help="seed of the generator and the shuffle")
     parser.add_argument("--workdir", default="bench/out/alert-quality", help="where the suite and store go")
     parser.add_argument("--json", action="store_true", help="print the scores as JSON")

@@ -51,8 +51,8 @@ def test_the_observed_false_alert_rate_stays_within_twice_the_stated_one(noise, 
 
 
 def test_the_calibration_script_summarises_histories_as_the_pipeline_does():
-    from scripts.calibrate_false_alert_rate import summaries
     from core.stats import median, robust_scale, tail_weight
+    from scripts.calibrate_false_alert_rate import summaries
 
     rng = np.random.default_rng(3)
     histories = np.concatenate([rng.standard_normal((5, 12)), rng.standard_t(3, (5, 12)),

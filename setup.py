@@ -68,6 +68,7 @@ setup(
         "console_scripts": [
             "trainguard-ship=trainguard.shipper:main",
             "trainguard-email=notifier.cli:main",
+            "trainguard-triage=pipeline.triage:main",
         ],
     },
 )

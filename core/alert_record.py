@@ -15,7 +15,8 @@ import json
 import math
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from core.vocabulary import alert_severity
+from core.triage import AlertFacts, alert_state_of
+from core.vocabulary import AlertState, alert_severity
 
 _REQUIRED = ("alert_id", "kind", "test_name", "run_id")
 
@@ -73,6 +74,28 @@ class AlertRecord:
     def window(self) -> Optional[Dict[str, Any]]:
         window = self.details.get("window")
         return window if isinstance(window, dict) else None
+
+    @property
+    def instance(self) -> Optional[str]:
+        """What tells this alert apart from others of its (kind, test, run, metric): a window's kind/index."""
+        window = self.window
+        return f"{window.get('kind')}/{window.get('index')}" if window else None
+
+    @property
+    def state(self) -> AlertState:
+        """The triage state the payload announces (``core.triage``): open unless it says otherwise."""
+        return alert_state_of(self.details)
+
+    @property
+    def triage(self) -> Dict[str, Any]:
+        """The ``details.triage`` marker of an alert whose state a triage action set ({} for an open one)."""
+        marker = self.details.get("triage")
+        return marker if isinstance(marker, dict) else {}
+
+    def facts(self) -> AlertFacts:
+        """What the triage rules read of this alert."""
+        return AlertFacts(self.alert_id, self.kind, self.test, self.run, self.metric,
+                          self.created_at if self.created_at is not None else float("-inf"))
 
 
 def parse_alert(payload: bytes) -> AlertRecord:

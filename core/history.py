@@ -16,7 +16,8 @@ from core.bounds import centre_of, compute_bounds, judge, threshold_details
 from core.config import DEFAULT_HISTORY_MAX_POINTS, TIME_TO_ACCURACY_METRIC, RegressionTestConfig, TestConfig
 from core.records import Alert, MetricObservation, metric_history_row
 from core.runs import RunResult
-from core.vocabulary import AlertKind, RunStatus
+from core.triage import AlertLedger, TriageItem
+from core.vocabulary import AlertKind, RunStatus, TriageAction
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,41 +40,100 @@ def history_policy(config: RegressionTestConfig, metric: str) -> HistoryPolicy:
 class MetricHistory:
     """History of one (test, metric) since its baseline last moved.
 
-    ``values`` are the values of successful runs that were within bounds (or not
-    checked), oldest first: an out-of-bounds value never widens the bounds that
-    judge the next run. ``streak`` holds the successful runs in a row that were
-    out of bounds; when it reaches the policy's ``rebaseline_after`` the metric
-    has moved for good, the history restarts from those runs, and the old
-    history stays in ``previous``, whose scale bridges the new one's warm-up
-    (``core.bounds.compute_bounds``). One bad run among healthy ones only
-    starts a streak, which the next healthy run ends.
+    ``entries`` are the successful runs since then, oldest first, as (run, value,
+    counted): a value counts when it was within bounds, not checked, dismissed as
+    a false positive or accepted as a new level; ``values`` are the counted ones,
+    so an out-of-bounds value never widens the bounds that judge the next run.
+    The uncounted runs at the end are the ``streak``: successful runs in a row out
+    of bounds. When it reaches the policy's ``rebaseline_after`` the metric has
+    moved for good, the history restarts from those runs, and the old values stay
+    in ``previous``, whose scale bridges the new one's warm-up
+    (``core.bounds.compute_bounds``). One bad run among healthy ones only starts
+    a streak, which the next healthy run ends. Entries older than the oldest of
+    the last ``max_points`` counted values are forgotten.
+
+    Triage (``core.triage``) acts on the entries: ``accept`` restarts the history
+    at a run (``pending_accept`` when that run has not been seen yet), ``dismiss``
+    makes a run's value count.
     """
-    values: List[float] = dataclasses.field(default_factory=list)
+    entries: List[Tuple[str, float, bool]] = dataclasses.field(default_factory=list)
     # Whether the previous successful run's value was out of bounds; None before any.
-    # Kept apart from ``values`` so that consecutive regressions are always seen.
     last_out_of_bounds: Optional[bool] = None
-    streak: List[Tuple[str, float]] = dataclasses.field(default_factory=list)  # (run, value), oldest first
     previous: List[float] = dataclasses.field(default_factory=list)
+    pending_accept: Optional[str] = None
+
+    @property
+    def values(self) -> List[float]:
+        return [value for _, value, counted in self.entries if counted]
+
+    @property
+    def streak(self) -> List[Tuple[str, float]]:
+        """The successful runs in a row, at the end, whose values did not count (out of bounds)."""
+        streak: List[Tuple[str, float]] = []
+        for run, value, counted in reversed(self.entries):
+            if counted:
+                break
+            streak.append((run, value))
+        return streak[::-1]
 
     def record(self, run: str, value: float, status: str, within: Optional[bool],
                policy: HistoryPolicy) -> List[Tuple[str, float]]:
         """Adds one run's value; returns the streak's runs when this run moves the baseline, else []."""
         if status != RunStatus.SUCCESS:
             return []
-        if within is not False:
-            self.streak.clear()
-            self.values.append(value)
-            del self.values[:-policy.max_points]
+        if self.pending_accept == run:
+            self.pending_accept = None
+            self._restart([(run, value, False)])
+            return []
+        counted = within is not False
+        self.entries.append((run, value, counted))
+        self.last_out_of_bounds = not counted
+        if not counted:
+            streak = self.streak
+            if not policy.rebaseline_after or len(streak) < policy.rebaseline_after:
+                return []
+            self._restart(self.entries[-len(streak):])
+            self._forget(policy.max_points)
+            return streak
+        self._forget(policy.max_points)
+        return []
+
+    def accept(self, run: str, policy: HistoryPolicy) -> None:
+        """An intended change from ``run`` on: the history restarts there (once that run is seen)."""
+        at = self._find(run)
+        if at is None:
+            self.pending_accept = run
+            return
+        self._restart(self.entries[at:])
+        self._forget(policy.max_points)
+
+    def dismiss(self, run: str, policy: HistoryPolicy) -> None:
+        """The out-of-bounds value of ``run`` was a false positive: it counts as history from now on."""
+        at = self._find(run)
+        if at is None or self.entries[at][2]:
+            return
+        name, value, _ = self.entries[at]
+        self.entries[at] = (name, value, True)
+        if at == len(self.entries) - 1:
             self.last_out_of_bounds = False
-            return []
-        self.streak.append((run, value))
-        self.last_out_of_bounds = True
-        if not policy.rebaseline_after or len(self.streak) < policy.rebaseline_after:
-            return []
-        shifted, self.streak = self.streak, []
-        self.previous, self.values = self.values, [v for _, v in shifted][-policy.max_points:]
-        self.last_out_of_bounds = False  # the run is at the new level: in bounds of the new baseline
-        return shifted
+        self._forget(policy.max_points)
+
+    def _find(self, run: str) -> Optional[int]:
+        return next((i for i, entry in enumerate(self.entries) if entry[0] == run), None)
+
+    def _restart(self, entries: List[Tuple[str, float, bool]]) -> None:
+        """A new level from these runs on; what counted before them bridges its warm-up."""
+        first = self.entries.index(entries[0]) if entries and entries[0] in self.entries else len(self.entries)
+        before = [value for _, value, counted in self.entries[:first] if counted]
+        if before:
+            self.previous = before
+        self.entries = [(run, value, True) for run, value, _ in entries]
+        self.last_out_of_bounds = False  # the latest run is at the new level: in bounds of the new baseline
+
+    def _forget(self, max_points: int) -> None:
+        counted = [i for i, entry in enumerate(self.entries) if entry[2]]
+        if len(counted) > max_points:
+            del self.entries[:counted[-max_points]]
 
 
 @dataclasses.dataclass
@@ -94,12 +154,13 @@ def check_metric(history: MetricHistory, observation: MetricObservation,
     within = None if bounds is None or condition is None else judge(observation.value, bounds, condition)
     earlier_runs = len(history.values)
     previous_out_of_bounds = history.last_out_of_bounds
+    accepted = history.pending_accept == observation.run  # the user accepted this run's level beforehand
     shifted = history.record(observation.run, observation.value, observation.status, within,
                              history_policy(config, metric))
     row = metric_history_row(observation, bounds.lower if bounds else None,
                              bounds.upper if bounds else None, within)
     if (within is not False or bounds is None or condition is None or observation.status != RunStatus.SUCCESS
-            or not config.alert_for_oob_metrics or not config.may_alert_on(metric)):
+            or accepted or not config.alert_for_oob_metrics or not config.may_alert_on(metric)):
         return row, None
     details = {"comparison": condition.comparison, "history_size": earlier_runs,
                **threshold_details(condition, bounds), "step": observation.step, "run_data": observation.run_data}
@@ -159,12 +220,29 @@ def check_job(history: JobHistory, run: RunResult, config: TestConfig) -> List[A
     return alerts
 
 
+def apply_metric_triage(history: MetricHistory, item: TriageItem, policy: HistoryPolicy) -> None:
+    """Applies an accept or a dismiss of one (test, metric) to its history (``core.triage``)."""
+    if item.run is None:
+        return
+    if item.action == TriageAction.ACCEPT:
+        history.accept(item.run, policy)
+    elif item.action == TriageAction.DISMISS:
+        history.dismiss(item.run, policy)
+
+
 def seed_metric_history(rows: Iterable[Tuple[float, str, float, Optional[bool], str]],
-                        policy: HistoryPolicy) -> MetricHistory:
-    """Rebuilds one metric's history from stored (finalized_at, run, value, within, status) rows."""
+                        policy: HistoryPolicy, actions: Iterable[TriageItem] = ()) -> MetricHistory:
+    """Rebuilds one metric's history from stored (finalized_at, run, value, within, status) rows and the
+    stored triage actions of that metric, in the event-time order the pipeline applied them."""
     history = MetricHistory()
-    for _, run, value, within, status in sorted(rows, key=lambda r: (r[0], r[1])):
-        history.record(run, value, status, within, policy)
+    items: List[Tuple[Tuple[Any, ...], Any]] = [((r[0], r[1]), r) for r in rows]
+    items += [(action.order, action) for action in actions]
+    for _, item in sorted(items, key=lambda pair: pair[0]):
+        if isinstance(item, TriageItem):
+            apply_metric_triage(history, item, policy)
+        else:
+            _, run, value, within, status = item
+            history.record(run, value, status, within, policy)
     return history
 
 
@@ -181,3 +259,5 @@ class HistorySeed:
     jobs: Dict[str, JobHistory] = dataclasses.field(default_factory=dict)
     stored_runs: FrozenSet[Tuple[str, str]] = frozenset()
     windows: Dict[Tuple[str, str, str], Any] = dataclasses.field(default_factory=dict)  # WindowHistory
+    stored_actions: FrozenSet[str] = frozenset()  # ids of the triage actions already applied
+    ledgers: Dict[str, AlertLedger] = dataclasses.field(default_factory=dict)  # per test: mutes, recent alerts

@@ -7,4 +7,5 @@ and writing pictures into it from the repository root would be a mess).
 
 LOCAL_STORE = "trainguard.duckdb"
 ALERTS_FILE = "alerts.jsonl"
+TRIAGE_FILE = "triage.jsonl"  # triage actions for replays (``trainguard-triage``), read by the replay if present
 REPORT_DIR = "trainguard-report"

@@ -98,4 +98,23 @@ METRIC_WINDOWS = Table("metric_windows", (
     Column("histogram", "STRING", False, 'JSON {"edges": [11 floats], "counts": [10 ints]}'),
 ), key=("test_name", "run_id", "tag", "window_kind", "window_index", "revision"), time_column="end_time")
 
-TABLES: Dict[str, Table] = {t.name: t for t in (JOB_HISTORY, METRIC_HISTORY, ALERTS, DEAD_LETTER, METRIC_WINDOWS)}
+TRIAGE = Table("triage", (
+    Column("action_id", "STRING", True, "the control message's id"),
+    Column("action", "STRING", True, "accept, dismiss or mute"),
+    Column("test_name", "STRING", True),
+    Column("metric_name", "STRING", False, "accept: the metric; dismiss: the alert's; mute: NULL for every metric"),
+    Column("run_id", "STRING", False, "accept: the first run at the new level; dismiss: the alert's run"),
+    Column("alert_id", "STRING", False, "dismiss: the alert"),
+    Column("alert_kind", "STRING", False, "dismiss: the alert's kind"),
+    Column("alert_instance", "STRING", False, "dismiss: the alert's instance (a window's kind/index)"),
+    Column("until", "TIMESTAMP", False, "mute: the end of the quiet period"),
+    Column("note", "STRING", False),
+    Column("author", "STRING", False, "who said it"),
+    Column("created_at", "TIMESTAMP", True, "event time of the action"),
+), key=("action_id",), time_column="created_at")
+
+# Not a table: alerts announced again with a new triage state (``core.triage``), for the alerts file and topic.
+ALERT_UPDATES = "alert_updates"
+
+TABLES: Dict[str, Table] = {t.name: t for t in (JOB_HISTORY, METRIC_HISTORY, ALERTS, DEAD_LETTER, METRIC_WINDOWS,
+                                                 TRIAGE)}

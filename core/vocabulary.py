@@ -58,6 +58,26 @@ def alert_severity(kind: str) -> int:
         return len(AlertKind)
 
 
+class TriageAction(StrEnum):
+    """What a user can say about alerts and baselines (``trainguard-triage``; ``core.triage``)."""
+    ACCEPT = wire.TRIAGE_ACCEPT    # an intended change: the metric's baseline restarts from a run
+    DISMISS = wire.TRIAGE_DISMISS  # a false positive: the value joins the history as normal
+    MUTE = wire.TRIAGE_MUTE        # quiet for a while: alerts are recorded as muted, not sent
+
+
+class AlertState(StrEnum):
+    """Where an alert stands after triage."""
+    OPEN = "open"
+    MUTED = "muted"          # raised while a mute covered it: recorded, not sent
+    DISMISSED = "dismissed"  # a false positive
+    ACCEPTED = "accepted"    # part of an intended change
+
+    @property
+    def notifies(self) -> bool:
+        """Whether an alert in this state is e-mailed."""
+        return self is AlertState.OPEN
+
+
 class WriteMethod(StrEnum):
     """How rows reach BigQuery."""
     STREAMING_INSERTS = "streaming_inserts"  # portable: every runner

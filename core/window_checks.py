@@ -30,12 +30,13 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Deque, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
+from typing import Any, Deque, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 from core.bounds import Bounds, compute_bounds, judge, threshold_details
-from core.config import TagWindowConfig, WindowCheck
+from core.config import TagWindowConfig, WindowCheck, WindowConfig
 from core.records import Alert
-from core.vocabulary import AlertKind, RunStatus
+from core.triage import WINDOW_ALERT_KINDS, TriageItem, window_index_of, window_kind_of, window_metric
+from core.vocabulary import AlertKind, RunStatus, TriageAction
 from core.windows import WindowResult
 
 
@@ -88,6 +89,79 @@ class WindowHistory:
     streaks: Dict[str, List[str]] = dataclasses.field(default_factory=dict)
     # ...and the run its history starts from since its level last moved.
     rebased_from: Dict[str, str] = dataclasses.field(default_factory=dict)
+    # Per aggregation: a run accepted as a new level (``core.triage``) before it ended.
+    pending_accepts: Dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowTriage:
+    """A triage action (``core.triage``) for the checks of one aggregation of one (test, tag, window kind)."""
+    item: TriageItem
+    tag: str
+    kind: str
+    aggregation: str
+
+    @property
+    def test(self) -> str:
+        return self.item.test
+
+    @property
+    def order(self) -> Tuple[float, str, str]:
+        return self.item.order
+
+
+def window_triage_targets(item: TriageItem, windows: WindowConfig) -> List[WindowTriage]:
+    """The window checks an accept or a dismiss reaches: those whose alerts carry its metric name
+    (``<tag>_<aggregation>``) and, for a dismiss, the window kind of the dismissed alert."""
+    if item.metric is None or item.action not in (TriageAction.ACCEPT, TriageAction.DISMISS):
+        return []
+    if item.action == TriageAction.DISMISS and item.alert_kind not in WINDOW_ALERT_KINDS:
+        return []
+    kind = window_kind_of(item.instance) if item.action == TriageAction.DISMISS else None
+    targets = {}
+    for tag, tag_config in windows.tags.items():
+        for check in tag_config.checks:
+            if (check.history == "step_aligned" and window_metric(tag, check.aggregation) == item.metric
+                    and kind in (None, tag_config.spec.kind)):
+                targets[(tag, tag_config.spec.kind, check.aggregation)] = WindowTriage(
+                    item, tag, tag_config.spec.kind, check.aggregation)
+    return list(targets.values())
+
+
+def apply_window_triage(state: WindowHistory, triage: WindowTriage) -> None:
+    """An accept moves the check's level to the run (when it ends, if it has not yet); a dismiss lets the
+    dismissed window back into the history and takes its run out of the check's streak."""
+    run, aggregation = triage.item.run, triage.aggregation
+    if run is None:
+        return
+    finished = next((f for f in state.finished_runs if f.run == run), None)
+    if triage.item.action == TriageAction.ACCEPT:
+        if finished is None:
+            state.pending_accepts[aggregation] = run
+        else:
+            _move_level(state, aggregation, run)
+        return
+    index = window_index_of(triage.item.instance)
+    if finished is not None:
+        finished.excluded[aggregation] = finished.excluded.get(aggregation, frozenset()) - {index}
+        streak = state.streaks.get(aggregation, [])
+        if run in streak:
+            state.streaks[aggregation] = streak[streak.index(run) + 1:]
+    elif run in state.open_runs:
+        open_run = state.open_runs[run]
+        open_run.out_of_bounds.get(aggregation, set()).discard(index)
+        open_run.tripped.discard(aggregation)
+
+
+def _move_level(state: WindowHistory, aggregation: str, run: str) -> None:
+    """The check's history starts at ``run`` from now on; the windows of that run and later ones count."""
+    state.rebased_from[aggregation] = run
+    moved = False
+    for finished in state.finished_runs:
+        moved = moved or finished.run == run
+        if moved:
+            finished.excluded.pop(aggregation, None)
+    state.streaks[aggregation] = []
 
 
 def _overlap(a: WindowResult, b: WindowResult) -> int:
@@ -166,7 +240,7 @@ def _continues_a_level(state: WindowHistory, check: WindowCheck) -> bool:
 
 def _alert(window: WindowResult, check: WindowCheck, value: float, bounds: Bounds, history: List[float],
            compared: List[str]) -> Alert:
-    metric = f"{window.tag}_{check.aggregation}"
+    metric = window_metric(window.tag, check.aggregation)
     return Alert(
         kind=AlertKind.WINDOW_OUT_OF_BOUNDS, test=window.test, run=window.run, metric=metric, value=value,
         lower_bound=bounds.lower, upper_bound=bounds.upper, created_at=window.end_time,
@@ -190,17 +264,32 @@ def runs_compared(config: TagWindowConfig) -> int:
 
 
 def seed_window_history(runs: List[Tuple[float, str, List[WindowResult]]], config: TagWindowConfig,
-                        rebaseline_after: int) -> WindowHistory:
+                        rebaseline_after: int, actions: Sequence[WindowTriage] = ()) -> WindowHistory:
     """Rebuilds one (test, tag, kind)'s step-aligned history from stored (finalized_at, run, windows)
-    of successful runs, by checking them again in order: which windows counted as out of
-    bounds and where the level last moved are not stored, but follow from the windows."""
+    of successful runs and the triage actions that reach it, by checking them again in the event-time
+    order the pipeline saw them in: which windows counted as out of bounds and where the level last
+    moved are not stored, but follow from the windows and the actions."""
     history = WindowHistory()
-    for finalized_at, run, windows in sorted(runs, key=lambda r: (r[0], r[1])):
-        for window in sorted(windows, key=lambda w: w.index):
-            check_window(history, window, config)
-        end_run(history, RunEnded(windows[0].test, run, RunStatus.SUCCESS, finalized_at, windows[0].tag,
-                                  windows[0].kind), config, rebaseline_after)
+    items: List[Any] = list(actions)
+    for finalized_at, run, windows in runs:
+        items += windows
+        items.append(RunEnded(windows[0].test, run, RunStatus.SUCCESS, finalized_at, windows[0].tag,
+                              windows[0].kind))
+    for item in sorted(items, key=lambda i: i.order):
+        step_window_history(history, item, config, rebaseline_after)
     return history
+
+
+def step_window_history(state: WindowHistory, item: Any, config: Optional[TagWindowConfig],
+                        rebaseline_after: int) -> List[Alert]:
+    """One item of a (test, tag, kind): a window to check, a run's end or a triage action."""
+    if isinstance(item, RunEnded):
+        end_run(state, item, config, rebaseline_after)
+        return []
+    if isinstance(item, WindowTriage):
+        apply_window_triage(state, item)
+        return []
+    return check_window(state, item, config) if config else []
 
 
 def end_run(state: WindowHistory, ended: RunEnded, config: Optional[TagWindowConfig], rebaseline_after: int) -> None:
@@ -221,6 +310,10 @@ def end_run(state: WindowHistory, ended: RunEnded, config: Optional[TagWindowCon
     state.finished_runs.append(finished)
     for check in config.checks:
         if check.history != "step_aligned":
+            continue
+        if state.pending_accepts.get(check.aggregation) == ended.run:
+            del state.pending_accepts[check.aggregation]
+            _move_level(state, check.aggregation, ended.run)
             continue
         streak = state.streaks.setdefault(check.aggregation, [])
         if check.aggregation not in open_run.tripped:

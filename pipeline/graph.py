@@ -13,12 +13,14 @@ import dataclasses
 import apache_beam as beam
 
 from core.config import Configs
-from core.records import Alert, job_history_row
+from core.records import job_history_row
 from core.runs import RunLifecycle
-from core.schema import ALERTS, DEAD_LETTER, JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS
+from core.schema import ALERT_UPDATES, ALERTS, DEAD_LETTER, JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS, TRIAGE
+from core.triage import TriageItem
 from transforms.history import CheckJobHistory, CheckMetricHistory
 from transforms.parse import DeduplicateMessages, ParseMessages, SummarizeMessages
 from transforms.runs import AssembleRuns, SkipStoredRuns
+from transforms.triage import SkipStoredActions, TriageAlerts
 from transforms.windows import LiveWindows
 
 
@@ -43,12 +45,15 @@ class KeepRecordedTests(beam.PTransform):
 
 
 class DetectRegressions(beam.PTransform):
-    """RawMessage -> dict of PCollections keyed by output table name.
+    """RawMessage -> dict of PCollections keyed by output table name, plus ``alert_updates``.
 
     ``job_history`` and ``metric_history`` hold row dicts of finalized runs,
     ``metric_windows`` rows of live windows (tests with a ``window_config``),
-    ``alerts`` alert row dicts (also the alerts topic's payload) and
-    ``dead_letter`` rows for every input that could not be used.
+    ``alerts`` alert row dicts (also the alerts topic's payload), ``triage``
+    the users' triage actions (control messages), and ``dead_letter`` rows for
+    every input that could not be used. ``alert_updates`` (not a table) are
+    alert rows announced again because a triage action changed their state:
+    they go to the alerts file and topic only.
     ``seed`` is a one-element PCollection with the ``HistorySeed`` of earlier
     invocations, so that history continues across restarts.
     """
@@ -61,24 +66,31 @@ class DetectRegressions(beam.PTransform):
     def expand(self, raw_messages):
         settings = self.settings
         seed = beam.pvalue.AsSingleton(self.seed)
-        messages, bad_input = raw_messages | "Parse" >> ParseMessages()
+        messages, triage_messages, bad_input = raw_messages | "Parse" >> ParseMessages()
+        actions = (triage_messages
+                   | "DeduplicateTriage" >> DeduplicateMessages(settings.lifecycle.dedup_horizon_seconds)
+                   | "SkipStoredActions" >> SkipStoredActions(seed))
         summarized, unsummarized = messages | "Summarize" >> SummarizeMessages(settings.configs)
         summaries = (summarized
                      | "Deduplicate" >> DeduplicateMessages(settings.lifecycle.dedup_horizon_seconds)
                      | "SkipStoredRuns" >> SkipStoredRuns(seed))
         runs, late_messages = summaries | "AssembleRuns" >> AssembleRuns(settings.configs, settings.lifecycle)
-        metric_rows, metric_alerts, failed_metrics = runs | "CheckMetrics" >> CheckMetricHistory(
+        metric_rows, metric_alerts, failed_metrics = (runs, actions) | "CheckMetrics" >> CheckMetricHistory(
             settings.configs, seed, settings.streaming)
         run_alerts, failed_runs = runs | "CheckRuns" >> CheckJobHistory(settings.configs, seed, settings.streaming)
-        window_rows, window_alerts, late_points = (summaries, runs) | "LiveWindows" >> LiveWindows(
+        window_rows, window_alerts, late_points = (summaries, runs, actions) | "LiveWindows" >> LiveWindows(
             settings.configs, settings.lifecycle, seed, settings.streaming)
+        raised = (run_alerts, metric_alerts, window_alerts) | "AllAlerts" >> beam.Flatten()
+        alert_rows, alert_updates, failed_alerts = (raised, actions) | "Triage" >> TriageAlerts(
+            settings.configs, seed, settings.streaming)
         return {
             JOB_HISTORY.name: (runs | "JobRows" >> beam.Map(job_history_row)
                           | "RecordedJobs" >> KeepRecordedTests(settings.configs)),
             METRIC_HISTORY.name: metric_rows | "RecordedMetrics" >> KeepRecordedTests(settings.configs),
             METRIC_WINDOWS.name: window_rows | "RecordedWindows" >> KeepRecordedTests(settings.configs),
-            ALERTS.name: ((run_alerts, metric_alerts, window_alerts) | "AllAlerts" >> beam.Flatten()
-                     | "AlertRows" >> beam.Map(Alert.to_row)),
-            DEAD_LETTER.name: ((bad_input, unsummarized, late_messages, late_points, failed_metrics, failed_runs)
-                               | "AllDeadLetters" >> beam.Flatten()),
+            ALERTS.name: alert_rows,
+            ALERT_UPDATES: alert_updates,
+            TRIAGE.name: actions | "TriageRows" >> beam.Map(TriageItem.to_row),
+            DEAD_LETTER.name: ((bad_input, unsummarized, late_messages, late_points, failed_metrics, failed_runs,
+                                failed_alerts) | "AllDeadLetters" >> beam.Flatten()),
         }

@@ -29,6 +29,9 @@ class TrainguardOptions(PipelineOptions):
         source.add_argument("--input_files", default=None,
                             help="Glob of wire-format .jsonl files to replay (bounded). "
                                  "Default: the bundled demo data, when no other input is given.")
+        source.add_argument("--triage_file", default=locations.TRIAGE_FILE,
+                            help="JSONL file of triage actions (trainguard-triage) replayed with the input when "
+                                 "it exists; an empty value reads none.")
         source.add_argument("--config_dir", default=DEFAULT_CONFIG_DIR,
                             help="Directory of per-test JSON configs (and default.json).")
         pubsub = parser.add_argument_group(

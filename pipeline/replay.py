@@ -19,7 +19,7 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from core.config import load_config_dir
-from core.schema import ALERTS, TABLES
+from core.schema import ALERT_UPDATES, ALERTS, TABLES
 from pipeline.graph import DetectRegressions, GraphSettings
 from pipeline.options import DEFAULT_REPORT_DIR, DEMO_INPUT, TrainguardOptions, lifecycle_from
 from pipeline.runners import runner_for
@@ -31,7 +31,7 @@ COUNTERS = ("messages_read", "messages_of_stored_runs", "runs_finalized")
 
 
 class WriteLocal(beam.PTransform):
-    """The graph's outputs -> the DuckDB store, and alerts also -> the alerts JSONL file."""
+    """The graph's outputs -> the DuckDB store; alerts, and alerts announced again, also -> the alerts JSONL file."""
 
     def __init__(self, store_path: str, alerts_file: str):
         super().__init__()
@@ -40,8 +40,10 @@ class WriteLocal(beam.PTransform):
 
     def expand(self, outputs: Dict[str, beam.PCollection]):
         for name, rows in outputs.items():
-            rows | f"Store_{name}" >> WriteToDuckDB(self.store_path, TABLES[name])
-        outputs[ALERTS.name] | "AlertsFile" >> AppendAlertsToFile(self.alerts_file)
+            if name in TABLES:
+                rows | f"Store_{name}" >> WriteToDuckDB(self.store_path, TABLES[name])
+        ((outputs[ALERTS.name], outputs[ALERT_UPDATES]) | "AlertsAndUpdates" >> beam.Flatten()
+         | "AlertsFile" >> AppendAlertsToFile(self.alerts_file))
         return beam.pvalue.PDone(outputs[ALERTS.name].pipeline)
 
 
@@ -82,6 +84,11 @@ def run(argv: Optional[List[str]] = None) -> ReplaySummary:
     files = sorted(glob.glob(pattern))
     if not files:
         raise FileNotFoundError(f"--input_files={pattern!r} matches no file")
+    patterns = [pattern]
+    if local.triage_file and os.path.isfile(local.triage_file) and os.path.abspath(local.triage_file) not in map(
+            os.path.abspath, files):
+        patterns.append(local.triage_file)
+        files.append(local.triage_file)
     configs = load_config_dir(local.config_dir)
     store = DuckDBStore(local.local_store)
     store.ensure_schema()
@@ -92,7 +99,7 @@ def run(argv: Optional[List[str]] = None) -> ReplaySummary:
     started = time.monotonic()
     pipeline = beam.Pipeline(runner=runner_for(options), options=options)
     outputs = (pipeline
-               | "ReadFiles" >> ReadReplayFiles(pattern)
+               | "ReadFiles" >> ReadReplayFiles(patterns)
                | "DetectRegressions" >> DetectRegressions(
                    GraphSettings(configs, lifecycle_from(local), options.view_as(StandardOptions).streaming),
                    pipeline | "Seed" >> beam.Create([seed])))

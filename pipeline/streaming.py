@@ -18,7 +18,7 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOpt
 from apache_beam.runners.runner import PipelineResult
 
 from core.config import ConfigSet, load_config_dir
-from core.schema import ALERTS
+from core.schema import ALERT_UPDATES, ALERTS
 from core.vocabulary import WriteMethod
 from pipeline.graph import DetectRegressions, GraphSettings
 from pipeline.options import TrainguardOptions, lifecycle_from
@@ -87,7 +87,8 @@ def build_streaming_pipeline(options: PipelineOptions, configs: ConfigSet,
                    GraphSettings(configs, lifecycle_from(options.view_as(TrainguardOptions)), streaming=True), seed))
     outputs | "WriteBigQuery" >> WriteToBigQueryTables(job.target, job.write_method)
     if job.alerts_topic:
-        outputs[ALERTS.name] | "PublishAlerts" >> PublishAlerts(job.alerts_topic)
+        ((outputs[ALERTS.name], outputs[ALERT_UPDATES]) | "AlertsAndUpdates" >> beam.Flatten()
+         | "PublishAlerts" >> PublishAlerts(job.alerts_topic))
     return pipeline
 
 

@@ -19,6 +19,7 @@ from core.alert_record import AlertRecord, alert_from_row
 from core.schema import ALERTS, JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS
 from core.window_checks import WindowResult
 from sinks.seed import SqlDialect
+from sinks.stores import bigquery_client, bigquery_dialect
 
 # Window aggregations a per-run curve can be drawn from, in order of preference.
 CURVE_AGGREGATIONS = ("mean", "p50", "last")
@@ -135,30 +136,11 @@ def duckdb_source(path: str, since: Optional[str] = None) -> SqlReportSource:
     """The local store (``sinks.duckdb_store.DuckDBStore``); the file must exist."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no DuckDB store at {path!r}")
-    from sinks.duckdb_store import DUCKDB_SQL, DuckDBStore
+    from sinks.duckdb_store import DuckDBStore
+    from sinks.stores import DUCKDB_SQL
 
     store = DuckDBStore(path)
     return SqlReportSource(store.query, DUCKDB_SQL, since, close=store.close)
-
-
-def bigquery_dialect(project: str, dataset: str) -> SqlDialect:
-    """Standard SQL on ``project.dataset``."""
-    return SqlDialect(quote=lambda name: f"`{name}`",
-                      table=lambda table: f"`{project}.{dataset}.{table.name}`",
-                      epoch_seconds=lambda expression: f"UNIX_MICROS({expression}) / 1000000")
-
-
-def bigquery_client(project: Optional[str], endpoint: Optional[str] = None):
-    """A ``google.cloud.bigquery.Client``; with ``endpoint`` (an emulator) anonymous credentials."""
-    from google.cloud import bigquery
-
-    if endpoint is None:
-        return bigquery.Client(project=project)
-    from google.api_core.client_options import ClientOptions
-    from google.auth.credentials import AnonymousCredentials
-
-    return bigquery.Client(project=project, credentials=AnonymousCredentials(),
-                           client_options=ClientOptions(api_endpoint=endpoint))
 
 
 def bigquery_source(project: Optional[str], dataset: str, endpoint: Optional[str] = None,

@@ -313,7 +313,7 @@ class WriteToBigQueryTables(beam.PTransform):
 
     def expand(self, outputs: Dict[str, beam.PCollection]):
         rejected = [rows | f"Write_{name}" >> WriteTableToBigQuery(self.target, TABLES[name], self.method)
-                    for name, rows in outputs.items() if name != DEAD_LETTER.name]
+                    for name, rows in outputs.items() if name in TABLES and name != DEAD_LETTER.name]
         dead_letters = ([outputs[DEAD_LETTER.name]] if DEAD_LETTER.name in outputs else []) + rejected
         unwritable = (dead_letters | "AllDeadLetters" >> beam.Flatten()
                       | f"Write_{DEAD_LETTER.name}" >> WriteTableToBigQuery(self.target, DEAD_LETTER, self.method))

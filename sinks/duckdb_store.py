@@ -18,15 +18,14 @@ import pyarrow as pa
 from core.config import ConfigSet
 from core.history import HistorySeed
 from core.schema import TABLES, Table
-from sinks.seed import SqlDialect, read_history_seed
+from sinks.seed import read_history_seed
+from sinks.stores import DUCKDB_SQL
 
 _DUCKDB_TYPES = {"STRING": "VARCHAR", "FLOAT64": "DOUBLE", "INT64": "BIGINT", "BOOL": "BOOLEAN",
                  "TIMESTAMP": "TIMESTAMPTZ"}
 # How rows are staged in Arrow before the insert casts them (timestamps arrive as ISO strings).
 _ARROW_TYPES = {"STRING": pa.string(), "FLOAT64": pa.float64(), "INT64": pa.int64(), "BOOL": pa.bool_(),
                 "TIMESTAMP": pa.string()}
-DUCKDB_SQL = SqlDialect(quote=lambda name: f'"{name}"', table=lambda table: f'"{table.name}"',
-                        epoch_seconds=lambda expression: f"epoch({expression})")
 # DuckDB serializes writers within a process only per connection; one lock per file keeps
 # concurrent bundles of the local streaming runner from conflicting on primary keys.
 _WRITE_LOCKS: Dict[str, threading.Lock] = collections.defaultdict(threading.Lock)

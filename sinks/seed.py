@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Callable, Sequence
+from typing import Callable, Dict, List, Sequence
 
 from core.config import ConfigSet
 from core.history import HistorySeed, history_policy, seed_job_history, seed_metric_history
-from core.schema import JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS, Table
-from core.window_checks import NUMERIC_AGGREGATIONS, seed_window_history
+from core.records import iso_utc
+from core.schema import ALERTS, JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS, TRIAGE, Table
+from core.triage import MAX_RECENT_ALERTS, AlertLedger, TriageItem, reaches_metric_history
+from core.vocabulary import TriageAction
+from core.window_checks import NUMERIC_AGGREGATIONS, seed_window_history, window_triage_targets
 from core.windows import WindowResult
 
 
@@ -35,6 +38,7 @@ Query = Callable[[str], Sequence[Sequence]]  # SQL -> rows (tuples in SELECT ord
 
 def read_history_seed(configs: ConfigSet, query: Query, sql: SqlDialect) -> HistorySeed:
     """The history state that earlier invocations left behind in a store's tables."""
+    actions = read_triage_actions(query, sql)
     q, epoch = sql.quote, sql.epoch_seconds
     jobs = query(f"SELECT {q('test_name')}, {epoch(q('processed_at'))}, {q('run_id')}, {q('job_status')} "
                  f"FROM {sql.table(JOB_HISTORY)}")
@@ -49,16 +53,52 @@ def read_history_seed(configs: ConfigSet, query: Query, sql: SqlDialect) -> Hist
     rows_by_metric = collections.defaultdict(list)
     for test, metric, *row in metrics:
         rows_by_metric[(test, metric)].append(tuple(row))
+    metric_actions = collections.defaultdict(list)
+    for action in actions:
+        if reaches_metric_history(action):
+            metric_actions[(action.test, action.metric)].append(action)
     return HistorySeed(
-        windows=_window_seed(configs, query, sql),
+        windows=_window_seed(configs, query, sql, actions),
         metrics={key: seed_metric_history(
-            rows, history_policy(configs.for_test(key[0]).regression_test, key[1]))
-                 for key, rows in rows_by_metric.items()},
+            rows_by_metric.get(key, ()), history_policy(configs.for_test(key[0]).regression_test, key[1]),
+            metric_actions.get(key, ()))
+                 for key in set(rows_by_metric) | set(metric_actions)},
         jobs={test: seed_job_history(rows) for test, rows in runs_by_test.items()},
-        stored_runs=frozenset((test, run) for test, _, run, _ in jobs))
+        stored_runs=frozenset((test, run) for test, _, run, _ in jobs),
+        stored_actions=frozenset(action.id for action in actions),
+        ledgers=_ledgers(query, sql, actions))
 
 
-def _window_seed(configs: ConfigSet, query: Query, sql: SqlDialect):
+def read_triage_actions(query: Query, sql: SqlDialect) -> List[TriageItem]:
+    """Every stored triage action, in event-time order."""
+    q, epoch = sql.quote, sql.epoch_seconds
+    names = ("action_id", "action", "test_name", "metric_name", "run_id", "alert_id", "alert_kind",
+             "alert_instance", "note", "author")
+    rows = query(f"SELECT {', '.join(q(n) for n in names)}, {epoch(q('until'))}, {epoch(q('created_at'))} "
+                 f"FROM {sql.table(TRIAGE)}")
+    actions = [TriageItem.from_row({**dict(zip(names, row)), "until": row[-2], "created_at": row[-1]})
+               for row in rows]
+    return sorted(actions, key=lambda action: action.order)
+
+
+def _ledgers(query: Query, sql: SqlDialect, actions: Sequence[TriageItem]) -> Dict[str, AlertLedger]:
+    """Per test, the mutes and the latest alerts a later dismiss or accept can re-announce."""
+    q, epoch = sql.quote, sql.epoch_seconds
+    names = [c for c in ALERTS.column_names if c != "created_at"]
+    rows = query(f"SELECT {', '.join(q(n) for n in names)}, {epoch(q('created_at'))} FROM {sql.table(ALERTS)} "
+                 f"QUALIFY ROW_NUMBER() OVER (PARTITION BY {q('test_name')} "
+                 f"ORDER BY {q('created_at')} DESC, {q('alert_id')} DESC) <= {MAX_RECENT_ALERTS}")
+    ledgers: Dict[str, AlertLedger] = collections.defaultdict(AlertLedger)
+    for row in sorted(rows, key=lambda r: (r[-1], r[0])):
+        alert = {**dict(zip(names, row)), "created_at": iso_utc(row[-1])}
+        ledgers[alert["test_name"]].recent[alert["alert_id"]] = (row[-1], alert)
+    for action in actions:
+        if action.action == TriageAction.MUTE:
+            ledgers[action.test].mutes.append(action)
+    return dict(ledgers)
+
+
+def _window_seed(configs: ConfigSet, query: Query, sql: SqlDialect, actions: Sequence[TriageItem]):
     """Step-aligned window history: the latest revision of each window of successful runs."""
     q, epoch = sql.quote, sql.epoch_seconds
     aggregations = ", ".join(f"w.{q(name)}" for name in NUMERIC_AGGREGATIONS)
@@ -76,12 +116,16 @@ def _window_seed(configs: ConfigSet, query: Query, sql: SqlDialect):
         result = WindowResult(test, run, tag, kind, index, start, end, start_step, end_step, n, partial,
                               {a: v for a, v in zip(NUMERIC_AGGREGATIONS, values) if v is not None})
         runs[(test, tag, kind)][(finalized_at, run)].append(result)
+    window_actions = collections.defaultdict(list)
+    for action in actions:
+        for target in window_triage_targets(action, configs.for_test(action.test).windows):
+            window_actions[(action.test, target.tag, target.kind)].append(target)
     seeds = {}
-    for (test, tag, kind), by_run in runs.items():
+    for (test, tag, kind) in set(runs) | set(window_actions):
         config = configs.for_test(test)
         tag_config = config.windows.tags.get(tag)
         if tag_config is not None and tag_config.spec.kind == kind:
             seeds[(test, tag, kind)] = seed_window_history(
-                [(f, r, windows) for (f, r), windows in by_run.items()], tag_config,
-                config.regression_test.rebaseline_after)
+                [(f, r, windows) for (f, r), windows in runs[(test, tag, kind)].items()], tag_config,
+                config.regression_test.rebaseline_after, window_actions.get((test, tag, kind), ()))
     return seeds

@@ -68,17 +68,57 @@ class Event(NamedTuple):
     data: Dict[str, Any]
 
 
+TRIAGE_ACCEPT, TRIAGE_DISMISS, TRIAGE_MUTE = "accept", "dismiss", "mute"
+TRIAGE_ACTIONS = (TRIAGE_ACCEPT, TRIAGE_DISMISS, TRIAGE_MUTE)
+MAX_NOTE_CHARS = 2000
+_TRIAGE_FIELDS = {  # field -> the actions that take it (all others must leave it out)
+    "action": TRIAGE_ACTIONS, "time": TRIAGE_ACTIONS, "note": TRIAGE_ACTIONS, "user": TRIAGE_ACTIONS,
+    "metric": TRIAGE_ACTIONS, "run": (TRIAGE_ACCEPT, TRIAGE_DISMISS),
+    "alert_id": (TRIAGE_DISMISS,), "alert_kind": (TRIAGE_DISMISS,), "instance": (TRIAGE_DISMISS,),
+    "until": (TRIAGE_MUTE,),
+}
+_TRIAGE_REQUIRED = {TRIAGE_ACCEPT: ("metric", "run"), TRIAGE_DISMISS: ("alert_id", "alert_kind", "run"),
+                    TRIAGE_MUTE: ("until",)}
+
+
+class Triage(NamedTuple):
+    """A user's word on alerts and baselines (a control message; see ``parse_message``).
+
+    ``accept``: ``metric`` of the test moved on purpose from ``run`` on (its baseline restarts there);
+    ``dismiss``: alert ``alert_id`` (of ``alert_kind``, on ``run``, ``metric``, ``instance``) was a false
+    positive (its value joins the history as normal); ``mute``: the test's alerts (of ``metric`` only, if
+    given) from ``time`` until ``until`` are recorded as muted and not sent.
+    """
+    action: str
+    time: float
+    metric: Optional[str] = None
+    run: Optional[str] = None
+    alert_id: Optional[str] = None
+    alert_kind: Optional[str] = None
+    instance: Optional[str] = None
+    until: Optional[float] = None
+    note: str = ""
+    user: str = ""
+
+
 class Message(NamedTuple):
-    """A validated message: only well-formed points and events remain."""
+    """A validated message: only well-formed points and events remain.
+
+    A control message carries ``triage`` instead, with no points or events
+    (and ``run`` empty unless the action names one).
+    """
     id: str
     test: str
     run: str
     points: Tuple[Point, ...]
     events: Tuple[Event, ...]
+    triage: Optional[Triage] = None
 
     @property
     def event_time(self) -> float:
         """The latest point or event time: the message's place in event time."""
+        if self.triage is not None:
+            return self.triage.time
         times = [p[3] for p in self.points] + [e.time for e in self.events]
         return max(times)
 
@@ -111,6 +151,8 @@ def parse_message(payload: bytes) -> Tuple[Message, List[Rejection]]:
         raise InvalidMessage(f"schema is {schema!r}, expected {SCHEMA!r}")
     message_id = _require_name(obj, "id")
     test = _require_name(obj, "test")
+    if "triage" in obj:
+        return _parse_control(obj, message_id, test), []
     run = _require_name(obj, "run")
     raw_points = _optional_list(obj, "points", MAX_POINTS_PER_MESSAGE)
     raw_events = _optional_list(obj, "events", MAX_EVENTS_PER_MESSAGE)
@@ -122,6 +164,49 @@ def parse_message(payload: bytes) -> Tuple[Message, List[Rejection]]:
     if not points and not events and not rejections:
         raise InvalidMessage("message carries no points and no events")
     return Message(message_id, test, run, tuple(points), tuple(events)), rejections
+
+
+def _parse_control(obj: Dict[str, Any], message_id: str, test: str) -> Message:
+    """A control message: ``{"schema", "id", "test", "triage": {...}}`` and nothing else."""
+    extra = sorted(set(obj) - {"schema", "id", "test", "triage"})
+    if extra:
+        raise InvalidMessage(f"a triage message carries only schema, id, test and triage, not {extra}")
+    raw = obj["triage"]
+    if not isinstance(raw, dict):
+        raise InvalidMessage(f"triage must be an object, got {type(raw).__name__}")
+    action = raw.get("action")
+    if action not in TRIAGE_ACTIONS:
+        raise InvalidMessage(f"triage.action must be one of {list(TRIAGE_ACTIONS)}, got {action!r}")
+    unknown = sorted(k for k in raw if action not in _TRIAGE_FIELDS.get(k, ()))
+    if unknown:
+        raise InvalidMessage(f"triage {action} does not take {unknown}")
+    for field in _TRIAGE_REQUIRED[action]:
+        if raw.get(field) is None:
+            raise InvalidMessage(f"triage {action} needs {field!r}")
+    try:
+        fields: Dict[str, Any] = {"action": action, "time": _check_time(raw.get("time"))}
+        for field in ("metric", "run", "alert_id", "alert_kind", "instance", "user"):
+            if raw.get(field) is not None:
+                fields[field] = check_name(raw[field], f"triage.{field}")
+        if raw.get("until") is not None:
+            fields["until"] = _check_time(raw["until"])
+            if fields["until"] <= fields["time"]:
+                raise ValueError("triage.until must be after triage.time")
+        note = raw.get("note", "")
+        if not isinstance(note, str) or len(note) > MAX_NOTE_CHARS:
+            raise ValueError(f"triage.note must be a string of at most {MAX_NOTE_CHARS} characters")
+        fields["note"] = note
+    except ValueError as e:
+        raise InvalidMessage(str(e)) from None
+    triage = Triage(**fields)
+    return Message(message_id, test, triage.run or "", (), (), triage)
+
+
+def encode_triage(test: str, triage: Triage, message_id: Optional[str] = None) -> bytes:
+    """One control message as compact UTF-8 JSON bytes (fields left at their defaults are left out)."""
+    body = {k: v for k, v in triage._asdict().items() if v is not None and v != ""}
+    message = {"schema": SCHEMA, "id": message_id or new_message_id(), "test": test, "triage": body}
+    return json.dumps(message, separators=(",", ":"), allow_nan=False).encode("utf-8")
 
 
 def _parse_each(raws: list, parse, kind: str, context: Tuple[str, str, str], rejections: List[Rejection]) -> list:

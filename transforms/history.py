@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from core.history import JobHistory, MetricHistory, check_job, check_metric
+from core.history import JobHistory, MetricHistory, apply_metric_triage, check_job, check_metric, history_policy
 from core.records import MetricObservation
 from core.runs import RunResult
 from core.schema import ALERTS, DEAD_LETTER
+from core.triage import TriageItem, reaches_metric_history
 from transforms.ordered import ConfiguredMachine, OrderedCheck, in_event_time_order
 
 
@@ -15,8 +16,12 @@ class _MetricMachine(ConfiguredMachine):
     def initial(self, key, seed):
         return seed.metrics.get(key) or MetricHistory()
 
-    def step(self, history, observation):
-        row, alert = check_metric(history, observation, self.configs.for_test(observation.test, observation.finalized_at).regression_test)
+    def step(self, history, item):
+        config = self.configs.for_test(item.test, item.order[0]).regression_test
+        if isinstance(item, TriageItem):
+            apply_metric_triage(history, item, history_policy(config, item.metric))
+            return
+        row, alert = check_metric(history, item, config)
         yield row
         if alert is not None:
             yield beam.pvalue.TaggedOutput(ALERTS.name, alert)
@@ -31,17 +36,21 @@ class _JobMachine(ConfiguredMachine):
 
 
 class CheckMetricHistory(OrderedCheck):
-    """RunResult -> (metric_history rows with bounds, metric_out_of_bounds alerts, dead letters).
+    """(RunResult, TriageItem) -> (metric_history rows with bounds, metric_out_of_bounds alerts, dead letters).
 
     Keyed by (test, metric); each key sees its runs in the order they ended and
-    bounds every value by the history of the earlier successful runs.
+    bounds every value by the history of the earlier successful runs. Accepts
+    and dismisses of the metric (``core.triage``) move or widen that history
+    at their place in event time.
     """
 
-    def expand(self, runs):
-        outputs = (runs
-                   | "Observations" >> beam.FlatMap(MetricObservation.all_of)
+    def expand(self, inputs):
+        runs, actions = inputs
+        observations = runs | "Observations" >> beam.FlatMap(MetricObservation.all_of)
+        metric_actions = actions | "MetricActions" >> beam.Filter(reaches_metric_history)
+        outputs = ((observations, metric_actions) | "ObservationsAndActions" >> beam.Flatten()
                    | "KeyByMetric" >> beam.Map(lambda o: ((o.test, o.metric), o)).with_output_types(
-                       beam.typehints.KV[beam.typehints.Tuple[str, str], MetricObservation])
+                       beam.typehints.KV[beam.typehints.Tuple[str, str], beam.typehints.Any])
                    | "CheckInOrder" >> beam.ParDo(in_event_time_order(_MetricMachine(self.configs), "metric", self.streaming),
                                                   self.seed).with_outputs(ALERTS.name, DEAD_LETTER.name, main="rows"))
         return outputs.rows, outputs[ALERTS.name], outputs[DEAD_LETTER.name]

@@ -7,9 +7,10 @@ from apache_beam.transforms.deduplicate import DeduplicatePerKey
 from apache_beam.utils.timestamp import Duration
 
 from core.config import Configs
-from core.parse import MessageSummary, ParsedMessage, RawMessage, summarize
+from core.parse import ParsedMessage, RawMessage, summarize
 from core.records import dead_letter_row, failure_reason
-from core.schema import DEAD_LETTER
+from core.schema import DEAD_LETTER, TRIAGE
+from core.triage import TriageItem
 from trainguard import wire
 
 
@@ -40,16 +41,20 @@ class ParseMessageFn(beam.DoFn):
             payload = raw.payload if rejection.payload is None else rejection.payload
             yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
                 rejection.reason, payload, raw.source, raw.received_at))
-        if message.points or message.events:
+        if message.triage is not None:
+            yield beam.pvalue.TaggedOutput(TRIAGE.name, beam.window.TimestampedValue(
+                TriageItem.of(message), message.event_time))
+        elif message.points or message.events:
             yield beam.window.TimestampedValue(ParsedMessage(message, raw.payload), message.event_time)
 
 
 class ParseMessages(beam.PTransform):
-    """RawMessage -> (ParsedMessage in event time, dead-letter rows)."""
+    """RawMessage -> (ParsedMessage in event time, TriageItem of control messages in event time, dead letters)."""
 
     def expand(self, raw_messages):
-        outputs = raw_messages | beam.ParDo(ParseMessageFn()).with_outputs(DEAD_LETTER.name, main="messages")
-        return outputs.messages, outputs[DEAD_LETTER.name]
+        outputs = raw_messages | beam.ParDo(ParseMessageFn()).with_outputs(
+            TRIAGE.name, DEAD_LETTER.name, main="messages")
+        return outputs.messages, outputs[TRIAGE.name], outputs[DEAD_LETTER.name]
 
 
 class SummarizeMessageFn(beam.DoFn):
@@ -86,7 +91,7 @@ class SummarizeMessages(beam.PTransform):
 
 
 class DeduplicateMessages(beam.PTransform):
-    """MessageSummary -> the same, each message id once within ``horizon_seconds`` of event time.
+    """MessageSummary (or TriageItem) -> the same, each message id once within ``horizon_seconds`` of event time.
 
     Pub/Sub delivers at least once; a redelivered message carries the same id
     and event time, so keying by id catches it wherever it lands in the stream.
@@ -98,6 +103,6 @@ class DeduplicateMessages(beam.PTransform):
 
     def expand(self, messages):
         return (messages
-                | "KeyById" >> beam.Map(lambda m: (m.id, m)).with_output_types(beam.typehints.KV[str, MessageSummary])
+                | "KeyById" >> beam.Map(lambda m: (m.id, m)).with_output_types(beam.typehints.KV[str, beam.typehints.Any])
                 | "FirstPerId" >> DeduplicatePerKey(event_time_duration=Duration(seconds=self.horizon_seconds))
                 | "DropKey" >> beam.Values())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence, Union
 
 import apache_beam as beam
 from apache_beam.coders import BytesCoder
@@ -50,19 +50,21 @@ class ReadPubSubMessages(beam.PTransform):
 
 
 class ReadReplayFiles(beam.PTransform):
-    """Lines of ``.jsonl`` files matching a glob -> RawMessage (bounded).
+    """Lines of ``.jsonl`` files matching a glob (or several) -> RawMessage (bounded).
 
     Lines are read as bytes, so that invalid UTF-8 reaches the dead-letter
     output with its bytes intact instead of failing the read. Blank lines are
     layout, not messages, and are skipped.
     """
 
-    def __init__(self, file_pattern: str):
+    def __init__(self, file_pattern: Union[str, Sequence[str]]):
         super().__init__()
-        self.file_pattern = file_pattern
+        self.file_patterns = [file_pattern] if isinstance(file_pattern, str) else list(file_pattern)
 
     def expand(self, pbegin):
-        return (pbegin
-                | "ReadLines" >> beam.io.ReadFromTextWithFilename(self.file_pattern, coder=BytesCoder())
+        reads = [pbegin | f"ReadLines{i or ''}" >> beam.io.ReadFromTextWithFilename(pattern, coder=BytesCoder())
+                 for i, pattern in enumerate(self.file_patterns)]
+        lines = reads[0] if len(reads) == 1 else reads | "AllLines" >> beam.Flatten()
+        return (lines
                 | "SkipBlank" >> beam.Filter(lambda named_line: named_line[1].strip() != b"")
                 | "ToRawMessage" >> beam.MapTuple(lambda filename, line: RawMessage(line, f"file:{filename}")))

@@ -13,7 +13,8 @@ import apache_beam as beam
 from core.records import Alert
 from core.runs import RunResult
 from core.schema import DEAD_LETTER
-from core.window_checks import RunEnded, WindowHistory, check_window, end_run
+from core.triage import TriageItem
+from core.window_checks import RunEnded, WindowHistory, WindowTriage, step_window_history, window_triage_targets
 from core.windows import WindowResult
 from transforms.ordered import ConfiguredMachine, OrderedCheck, in_event_time_order
 
@@ -25,24 +26,23 @@ class _WindowCheckMachine(ConfiguredMachine):
     def step(self, history: WindowHistory, item: Any) -> Iterable[Alert]:
         config = self.configs.for_test(item.test, item.order[0])
         tag_config = config.windows.tags.get(item.tag)  # None: removed since
-        if isinstance(item, RunEnded):
-            end_run(history, item, tag_config, config.regression_test.rebaseline_after)
-            return []
-        return check_window(history, item, tag_config) if tag_config else []
+        return step_window_history(history, item, tag_config, config.regression_test.rebaseline_after)
 
 
 class CheckWindows(OrderedCheck):
-    """((WindowResult, revision), RunResult) -> (window_out_of_bounds alerts, dead letters).
+    """((WindowResult, revision), RunResult, TriageItem) -> (window_out_of_bounds alerts, dead letters).
 
     Each window is checked once, at its first revision; a run's end moves its
     windows into the step-aligned history if it succeeded. Keyed by (test,
     tag, window kind), in event-time order, so the result does not depend on
     the order windows and runs arrive in. ``seed`` (a singleton side input of
     ``HistorySeed``) carries the window history of earlier invocations.
+    Accepts and dismisses of a check's metric (``<tag>_<aggregation>``) move
+    or widen its step-aligned history at their place in event time.
     """
 
     def expand(self, inputs):
-        results, runs = inputs
+        results, runs, actions = inputs
         configs = self.configs
 
         def first_checked_revision(result: WindowResult, revision: int) -> List[WindowResult]:
@@ -53,9 +53,13 @@ class CheckWindows(OrderedCheck):
             return [RunEnded(run.test, run.run, run.status, run.finalized_at, tag, config.spec.kind)
                     for tag, config in configs.for_test(run.test, run.finalized_at).windows.tags.items() if config.checks]
 
+        def targets(action: TriageItem) -> List[WindowTriage]:
+            return window_triage_targets(action, configs.for_test(action.test, action.time).windows)
+
         first_results = results | "FirstRevisions" >> beam.FlatMapTuple(first_checked_revision)
         ends = runs | "RunEnds" >> beam.FlatMap(run_ends)
-        outputs = ((first_results, ends) | "CheckInputs" >> beam.Flatten()
+        window_actions = actions | "WindowActions" >> beam.FlatMap(targets)
+        outputs = ((first_results, ends, window_actions) | "CheckInputs" >> beam.Flatten()
                    | "KeyByTagKind" >> beam.Map(lambda i: ((i.test, i.tag, i.kind), i)).with_output_types(
                        beam.typehints.KV[beam.typehints.Tuple[str, str, str], beam.typehints.Any])
                    | "CheckInOrder" >> beam.ParDo(

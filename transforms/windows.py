@@ -272,7 +272,7 @@ class WindowRunFn(beam.DoFn):
 
 
 class LiveWindows(beam.PTransform):
-    """(de-duplicated MessageSummary, RunResult) -> (metric_windows rows, window alerts, late points).
+    """(de-duplicated MessageSummary, RunResult, TriageItem) -> (metric_windows rows, window alerts, late points).
 
     ``seed`` (a singleton side input of ``HistorySeed``) carries the step-aligned
     history of earlier invocations.
@@ -289,7 +289,7 @@ class LiveWindows(beam.PTransform):
         self.streaming = streaming
 
     def expand(self, inputs):
-        summaries, runs = inputs
+        summaries, runs, actions = inputs
         configs = self.configs
         windowed = (summaries
                     | "OfWindowedTests" >> beam.Filter(lambda s: bool(configs.for_test(s.test, s.last_time).windows.tags))
@@ -298,7 +298,8 @@ class LiveWindows(beam.PTransform):
                     | "Windows" >> beam.ParDo(self.fn).with_outputs(ALERTS.name, DEAD_LETTER.name, main="results"))
         results = windowed.results
         rows = results | "Rows" >> beam.MapTuple(window_row)
-        check_alerts, failed_checks = (results, runs) | "Checks" >> CheckWindows(configs, self.seed, self.streaming)
+        check_alerts, failed_checks = (results, runs, actions) | "Checks" >> CheckWindows(
+            configs, self.seed, self.streaming)
         alerts = (windowed[ALERTS.name], check_alerts) | "WindowAlerts" >> beam.Flatten()
         dead_letters = (windowed[DEAD_LETTER.name], failed_checks) | "WindowDeadLetters" >> beam.Flatten()
         return rows, alerts, dead_letters

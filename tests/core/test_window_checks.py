@@ -18,8 +18,8 @@ from tests.support import T0
 LESS_3SD = SuccessCondition("less", stddevs_from_mean=3, wait_for_n_points_of_history=2)
 
 
-def window(run, index, mean, steps=100, test="t"):
-    return WindowResult(test, run, "loss", "count", index, T0 + index, T0 + index + 1, index * steps,
+def window(run, index, mean, steps=100, test="t", start=T0):
+    return WindowResult(test, run, "loss", "count", index, start + index, start + index + 1, index * steps,
                         index * steps + steps - 1, steps, False, {"mean": mean})
 
 
@@ -205,7 +205,11 @@ def test_seeded_window_history_equals_the_checked_one():
     stored = []
     for i, means in enumerate([noisy(STEADY, 0), noisy(STEADY, 1), noisy(STEADY, 2), [1.0, 0.5, 3.0],
                                noisy(STEADY, 3)] + [noisy([2.0, 1.0, 0.6], i) for i in range(3)]):
-        finished_run(live, f"r{i}", means, cfg)
-        stored.append((T0 + i, f"r{i}", [window(f"r{i}", j, m) for j, m in enumerate(means)]))
+        start = T0 + 100 * i  # each run's windows end before it is finalized, and before the next run's
+        windows = [window(f"r{i}", j, m, start=start) for j, m in enumerate(means)]
+        for w in windows:
+            check_window(live, w, cfg)
+        end_run(live, RunEnded("t", f"r{i}", "success", start + 99, "loss", "count"), cfg, 3)
+        stored.append((start + 99, f"r{i}", windows))
     seeded = seed_window_history(list(reversed(stored)), cfg, 3)
     assert seeded.finished_runs == live.finished_runs and seeded.rebased_from == live.rebased_from == {"mean": "r5"}

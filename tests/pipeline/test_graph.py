@@ -34,7 +34,7 @@ SETTINGS = GraphSettings(ALERTING, RunLifecycle(grace_seconds=60, timeout_second
 
 def test_parse_splits_good_messages_from_dead_letters():
     with batch_pipeline() as p:
-        messages, dead = (p | beam.Create([
+        messages, _, dead = (p | beam.Create([
             RawMessage(json.dumps({"schema": "trainguard/v1", "id": "m1", "test": "t", "run": "r", "points": [
                 {"tag": "loss", "value": 1.0, "time": T0}, {"tag": "loss", "value": float("nan"), "time": T0}]}
             ).encode(), "test"),
@@ -52,8 +52,8 @@ def test_parse_splits_good_messages_from_dead_letters():
 
 def test_dedup_passes_each_message_id_once():
     with batch_pipeline() as p:
-        messages, _ = (p | beam.Create([raw("t", "r", "a", points=[("x", 1.0, 1, T0)])] * 3
-                                       + [raw("t", "r", "b", points=[("x", 2.0, 2, T0)])]) | ParseMessages())
+        messages, _, _ = (p | beam.Create([raw("t", "r", "a", points=[("x", 1.0, 1, T0)])] * 3
+                                          + [raw("t", "r", "b", points=[("x", 2.0, 2, T0)])]) | ParseMessages())
         summaries, _ = messages | SummarizeMessages(configs())
         assert_that(summaries | DeduplicateMessages(3600) | beam.Map(lambda m: m.id), equal_to(["a", "b"]))
 
@@ -103,7 +103,7 @@ def test_outputs_do_not_depend_on_input_order(seed):
 
 
 def test_seeded_history_continues_across_invocations():
-    seed = HistorySeed(metrics={("cifar", "acc_final"): MetricHistory([70.0], last_out_of_bounds=False)},
+    seed = HistorySeed(metrics={("cifar", "acc_final"): MetricHistory([("old-run", 70.0, True)], last_out_of_bounds=False)},
                        jobs={"cifar": JobHistory("failure")},
                        stored_runs=frozenset({("cifar", "old-run")}))
     stdd = configs(cifar={"regression_test_config": {"metric_success_conditions": {"acc_final": {

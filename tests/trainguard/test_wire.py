@@ -121,3 +121,45 @@ def test_attributes_carry_event_time_in_millis():
     ts = wire.event_time_millis(points, events)
     assert wire.message_attributes("t", "r", ts, "m-1") == {"schema": wire.SCHEMA, "test": "t", "run": "r",
                                                             "ts": str(int((T0 + 0.25) * 1000)), "id": "m-1"}
+
+
+TRIAGE_CASES = [
+    wire.Triage("accept", T0, metric="loss_final", run="r7", note="new optimizer", user="ana"),
+    wire.Triage("dismiss", T0, metric="loss_mean", run="r7", alert_id="a" * 32, alert_kind="window_out_of_bounds",
+                instance="count/3"),
+    wire.Triage("mute", T0, until=T0 + 86400),
+    wire.Triage("mute", T0, metric="step_time_average", until=T0 + 60),
+]
+
+
+@pytest.mark.parametrize("triage", TRIAGE_CASES)
+def test_triage_control_messages_round_trip(triage):
+    message, rejections = wire.parse_message(wire.encode_triage("test", triage, "m1"))
+    assert rejections == [] and message.triage == triage and message.points == message.events == ()
+    assert message.event_time == T0 and message.test == "test" and message.run == (triage.run or "")
+
+
+def control(**triage):
+    return json.dumps({"schema": wire.SCHEMA, "id": "m", "test": "t", "triage": triage}).encode()
+
+
+@pytest.mark.parametrize("triage, reason", [
+    ({"action": "forget", "time": T0}, "triage.action must be one of"),
+    ({"action": "accept", "time": T0, "metric": "m"}, "triage accept needs 'run'"),
+    ({"action": "dismiss", "time": T0, "run": "r", "alert_kind": "job_failed"}, "needs 'alert_id'"),
+    ({"action": "mute", "time": T0}, "triage mute needs 'until'"),
+    ({"action": "mute", "time": T0, "until": T0}, "until must be after"),
+    ({"action": "mute", "time": T0, "until": T0 + 1, "run": "r"}, "does not take ['run']"),
+    ({"action": "accept", "time": "yesterday", "metric": "m", "run": "r"}, "time must be a number"),
+    ({"action": "accept", "time": T0, "metric": "m", "run": "r", "note": 5}, "note must be a string"),
+])
+def test_invalid_triage_messages_are_rejected_with_a_reason(triage, reason):
+    with pytest.raises(wire.InvalidMessage, match=reason.replace("[", r"\[").replace("]", r"\]")):
+        wire.parse_message(control(**triage))
+
+
+def test_a_triage_message_carries_nothing_else():
+    payload = json.dumps({"schema": wire.SCHEMA, "id": "m", "test": "t", "run": "r",
+                          "triage": {"action": "mute", "time": T0, "until": T0 + 1}}).encode()
+    with pytest.raises(wire.InvalidMessage, match="carries only schema, id, test and triage"):
+        wire.parse_message(payload)

@@ -17,6 +17,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.utils.timestamp import Timestamp
 
 import core.runs
+import core.window_checks
 import transforms.history
 import transforms.parse
 import transforms.window_checks
@@ -175,8 +176,8 @@ def test_a_window_whose_aggregates_fail_is_dead_lettered_and_the_other_windows_a
 
 
 def test_a_window_check_that_fails_is_dead_lettered_and_the_windows_are_still_written(monkeypatch):
-    monkeypatch.setattr(transforms.window_checks, "check_window", poisoned(
-        transforms.window_checks.check_window, lambda state, window, config: (window.run, window.index) == (
+    monkeypatch.setattr(core.window_checks, "check_window", poisoned(
+        core.window_checks.check_window, lambda state, window, config: (window.run, window.index) == (
             "run-4", 0)))
     outputs = replay(suite())
     dead = single_dead_letter(outputs, "error in window check: ")

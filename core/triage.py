@@ -1,0 +1,252 @@
+"""Triage: what users say about alerts and baselines, applied by the checks in event time.
+
+A user (``trainguard-triage``, ``pipeline/triage.py``) says one of three things,
+each sent as a control message of the wire contract (``trainguard.wire.Triage``)
+on the same input as the metrics, so that the pipeline applies it in event-time
+order among the runs and a replay of the same input reproduces it:
+
+- ``accept`` TEST METRIC from RUN: an intended change. The metric's baseline
+  restarts at RUN (the run-level history, and the step-aligned history of the
+  window checks whose metric it names), and the alerts of that metric from RUN
+  up to the action are *accepted*.
+- ``dismiss`` ALERT: a false positive. The value the alert was about joins the
+  history as if it had been within bounds, and the alert is *dismissed*.
+- ``mute`` TEST [METRIC] until TIME: alerts raised from the action until then
+  are recorded as *muted* and not sent; the checks go on as usual.
+
+Where the state of an alert is shown (``trainguard-triage list``, the report,
+the e-mails), it follows from the alert and the actions by :func:`alert_states`;
+the pipeline announces a changed state by emitting the alert again with a
+``triage`` marker in its details (:class:`AlertLedger`), which the e-mail
+notifier reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from core.records import iso_utc
+from core.vocabulary import AlertKind, AlertState, TriageAction
+from trainguard import wire
+
+# Alerts whose value comes from a metric's history: a dismiss lets the value into it, an accept covers them.
+METRIC_ALERT_KINDS = frozenset((AlertKind.METRIC_OUT_OF_BOUNDS, AlertKind.BASELINE_SHIFTED))
+WINDOW_ALERT_KINDS = frozenset((AlertKind.WINDOW_OUT_OF_BOUNDS,))
+MAX_RECENT_ALERTS = 1000  # per test: the alerts a later dismiss or accept can still re-announce
+
+
+@dataclasses.dataclass(frozen=True)
+class TriageItem:
+    """One triage action of one test, as the pipeline's stages carry it."""
+    id: str
+    test: str
+    action: str
+    time: float
+    metric: Optional[str] = None
+    run: Optional[str] = None
+    alert_id: Optional[str] = None
+    alert_kind: Optional[str] = None
+    instance: Optional[str] = None
+    until: Optional[float] = None
+    note: str = ""
+    user: str = ""
+
+    @property
+    def order(self) -> Tuple[float, str, str]:
+        # Before the runs and windows of the same instant ("" sorts before any run id).
+        return self.time, "", self.id
+
+    @staticmethod
+    def of(message: wire.Message) -> TriageItem:
+        triage = message.triage
+        assert triage is not None
+        return TriageItem(message.id, message.test, **triage._asdict())
+
+    def to_row(self) -> Dict[str, Any]:
+        """A ``triage`` table row."""
+        return {"action_id": self.id, "action": self.action, "test_name": self.test, "metric_name": self.metric,
+                "run_id": self.run, "alert_id": self.alert_id, "alert_kind": self.alert_kind,
+                "alert_instance": self.instance, "until": iso_utc(self.until), "note": self.note or None,
+                "author": self.user or None, "created_at": iso_utc(self.time)}
+
+    @staticmethod
+    def from_row(row: Mapping[str, Any]) -> TriageItem:
+        """Back from a stored row whose times are epoch seconds."""
+        return TriageItem(row["action_id"], row["test_name"], row["action"], float(row["created_at"]),
+                          row.get("metric_name"), row.get("run_id"), row.get("alert_id"), row.get("alert_kind"),
+                          row.get("alert_instance"), None if row.get("until") is None else float(row["until"]),
+                          row.get("note") or "", row.get("author") or "")
+
+    def marker(self, state: AlertState) -> Dict[str, Any]:
+        """What an alert's details say of the action that set its state."""
+        marker: Dict[str, Any] = {"state": state.value, "action_id": self.id, "at": iso_utc(self.time)}
+        if self.until is not None:
+            marker["until"] = iso_utc(self.until)
+        if self.note:
+            marker["note"] = self.note
+        if self.user:
+            marker["user"] = self.user
+        return marker
+
+
+def reaches_metric_history(item: TriageItem) -> bool:
+    """Whether the action changes a run-level metric history (keyed by test and metric)."""
+    if item.metric is None:
+        return False
+    return item.action == TriageAction.ACCEPT or (
+        item.action == TriageAction.DISMISS and item.alert_kind in METRIC_ALERT_KINDS)
+
+
+def window_metric(tag: str, aggregation: str) -> str:
+    """The metric name of a window check's alerts: the tag and the aggregation."""
+    return f"{tag}_{aggregation}"
+
+
+def window_kind_of(instance: Optional[str]) -> Optional[str]:
+    """The window kind of a window alert's instance ("count/4" -> "count")."""
+    return instance.split("/", 1)[0] if instance else None
+
+
+def window_index_of(instance: Optional[str]) -> Optional[int]:
+    """The window index of a window alert's instance ("count/4" -> 4)."""
+    try:
+        return int(instance.split("/", 1)[1]) if instance else None
+    except (IndexError, ValueError):
+        return None
+
+
+# -- alert states ------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class AlertFacts:
+    """What the triage rules read of an alert."""
+    alert_id: str
+    kind: str
+    test: str
+    run: str
+    metric: Optional[str]
+    created_at: float
+
+
+def mute_covers(mute: TriageItem, alert: AlertFacts) -> bool:
+    """A mute covers the test's alerts (of its metric, if it names one) raised from its time until ``until``."""
+    return (mute.test == alert.test and mute.until is not None and mute.time <= alert.created_at < mute.until
+            and (mute.metric is None or mute.metric == alert.metric))
+
+
+def accept_covers(accept: TriageItem, alert: AlertFacts, run_start: Optional[float]) -> bool:
+    """An accept covers the metric's history alerts from its run's first alert up to the action.
+
+    ``run_start`` is the time of the earliest alert of ``accept.run`` (None: that run raised none, so the
+    accept covers only alerts of that run itself, of which there are none)."""
+    return (run_start is not None and accept.test == alert.test and accept.metric == alert.metric
+            and alert.kind in METRIC_ALERT_KINDS | WINDOW_ALERT_KINDS
+            and run_start <= alert.created_at <= accept.time)
+
+
+def _run_start(alerts: Iterable[AlertFacts], test: str, run: Optional[str]) -> Optional[float]:
+    times = [a.created_at for a in alerts if a.test == test and a.run == run]
+    return min(times) if times else None
+
+
+def alert_states(alerts: Sequence[AlertFacts], actions: Iterable[TriageItem],
+                 raised_muted: Iterable[str] = ()) -> Dict[str, Tuple[AlertState, Optional[TriageItem]]]:
+    """The state of each alert after the actions, and the action that set it (None: open, or muted at raise).
+
+    ``raised_muted`` are the ids of the alerts the pipeline recorded as muted when it raised them (their
+    details say so); the state of the others follows from the actions, applied in event-time order.
+    A dismiss or accept overrides a mute; a later action overrides an earlier one.
+    """
+    muted = set(raised_muted)
+    states: Dict[str, Tuple[AlertState, Optional[TriageItem]]] = {
+        a.alert_id: (AlertState.MUTED if a.alert_id in muted else AlertState.OPEN, None) for a in alerts}
+    by_id = {a.alert_id: a for a in alerts}
+    for action in sorted(actions, key=lambda item: item.order):
+        if action.action == TriageAction.DISMISS and action.alert_id in by_id:
+            states[action.alert_id] = (AlertState.DISMISSED, action)
+        elif action.action == TriageAction.ACCEPT:
+            start = _run_start(alerts, action.test, action.run)
+            for alert in alerts:
+                if accept_covers(action, alert, start):
+                    states[alert.alert_id] = (AlertState.ACCEPTED, action)
+        elif action.action == TriageAction.MUTE:
+            for alert in alerts:
+                if mute_covers(action, alert) and states[alert.alert_id][0] is AlertState.OPEN:
+                    states[alert.alert_id] = (AlertState.MUTED, action)
+    return states
+
+
+# -- the pipeline's per-test ledger ---------------------------------------------------------------------
+
+
+def row_facts(row: Mapping[str, Any], created_at: float) -> AlertFacts:
+    return AlertFacts(row["alert_id"], row["kind"], row["test_name"], row["run_id"], row.get("metric_name"),
+                      created_at)
+
+
+def with_marker(row: Mapping[str, Any], marker: Dict[str, Any]) -> Dict[str, Any]:
+    """The alert row with ``details.triage`` set to ``marker``."""
+    details = json.loads(row["details"]) if row.get("details") else {}
+    details["triage"] = marker
+    return {**row, "details": json.dumps(details, sort_keys=True, default=str)}
+
+
+@dataclasses.dataclass(frozen=True)
+class RaisedAlert:
+    """An alert row on its way to the triage stage, with its event time (rows carry ISO text)."""
+    test: str
+    created_at: float
+    row: Dict[str, Any]
+
+    @property
+    def order(self) -> Tuple[float, str, str]:
+        return self.created_at, self.row["run_id"], self.row["alert_id"]
+
+
+@dataclasses.dataclass
+class AlertLedger:
+    """One test's triage state: the mutes that may still cover an alert, and its recent alerts.
+
+    ``recent`` maps alert ids to (event time, row as raised), oldest first, at most
+    ``MAX_RECENT_ALERTS``: what a later dismiss or accept can re-announce.
+    """
+    mutes: List[TriageItem] = dataclasses.field(default_factory=list)
+    recent: Dict[str, Tuple[float, Dict[str, Any]]] = dataclasses.field(default_factory=dict)
+
+    def raise_alert(self, alert: RaisedAlert) -> Dict[str, Any]:
+        """The row to write for a newly raised alert: marked muted if a mute covers it."""
+        facts = row_facts(alert.row, alert.created_at)
+        self.mutes = [m for m in self.mutes if m.until is not None and m.until > alert.created_at]
+        covering = [m for m in self.mutes if mute_covers(m, facts)]
+        row = with_marker(alert.row, covering[-1].marker(AlertState.MUTED)) if covering else alert.row
+        self.recent[facts.alert_id] = (alert.created_at, alert.row)
+        while len(self.recent) > MAX_RECENT_ALERTS:
+            del self.recent[next(iter(self.recent))]
+        return row
+
+    def apply(self, action: TriageItem) -> List[Dict[str, Any]]:
+        """Takes one action; returns the recent alerts whose state it changes, marked with the new state."""
+        if action.action == TriageAction.MUTE:
+            self.mutes.append(action)
+            return []
+        facts = [row_facts(row, at) for at, row in self.recent.values()]
+        if action.action == TriageAction.DISMISS:
+            hit = self.recent.get(action.alert_id or "")
+            return [with_marker(hit[1], action.marker(AlertState.DISMISSED))] if hit else []
+        start = _run_start(facts, action.test, action.run)
+        return [with_marker(self.recent[f.alert_id][1], action.marker(AlertState.ACCEPTED))
+                for f in facts if accept_covers(action, f, start)]
+
+
+def alert_state_of(details: Mapping[str, Any]) -> AlertState:
+    """The state an alert payload's details announce (open when they say nothing)."""
+    marker = details.get("triage")
+    if isinstance(marker, dict):
+        try:
+            return AlertState(marker.get("state"))
+        except ValueError:
+            return AlertState.OPEN
+    return AlertState.OPEN

@@ -1,0 +1,64 @@
+"""Triage as Beam transforms: control messages in; triage rows, alert states and re-announced alerts out.
+
+The rules are Beam-free in ``core.triage``; the checks apply accepts and
+dismisses to their own histories (``transforms.history``, ``transforms.window_checks``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import apache_beam as beam
+
+from core.schema import ALERT_UPDATES, DEAD_LETTER
+from core.triage import AlertLedger, RaisedAlert, TriageItem
+from transforms.ordered import ConfiguredMachine, OrderedCheck, in_event_time_order
+
+
+class SkipStoredActions(beam.PTransform):
+    """TriageItem -> the same, less the actions the store already holds (re-running the same files).
+
+    ``seed`` is the singleton side input of the start-up ``HistorySeed``, whose
+    histories already include the stored actions.
+    """
+
+    def __init__(self, seed):
+        super().__init__()
+        self.seed = seed
+
+    def expand(self, actions):
+        return actions | beam.Filter(lambda action, seed: action.id not in seed.stored_actions, self.seed)
+
+
+class _LedgerMachine(ConfiguredMachine):
+    def initial(self, key, seed) -> AlertLedger:
+        return seed.ledgers.get(key) or AlertLedger()
+
+    def step(self, ledger: AlertLedger, item: Any) -> Iterable[Any]:
+        if isinstance(item, TriageItem):
+            for row in ledger.apply(item):
+                yield beam.pvalue.TaggedOutput(ALERT_UPDATES, row)
+        else:
+            yield ledger.raise_alert(item)
+
+
+class TriageAlerts(OrderedCheck):
+    """(Alert, TriageItem) -> (alert rows, re-announced alert rows, dead letters).
+
+    Keyed by test, in event-time order: an alert raised while a mute covers it
+    is written with ``details.triage`` saying so (the notifier does not send
+    it); a dismiss or an accept re-announces the recent alerts whose state it
+    changes, marked with the new state, for the alerts file and topic (the
+    ``alerts`` table keeps each alert as raised; the ``triage`` table says
+    what happened to it).
+    """
+
+    def expand(self, inputs):
+        alerts, actions = inputs
+        raised = alerts | "Raised" >> beam.Map(lambda alert: RaisedAlert(alert.test, alert.created_at, alert.to_row()))
+        outputs = ((raised, actions) | "AlertsAndActions" >> beam.Flatten()
+                   | "KeyByTest" >> beam.Map(lambda item: (item.test, item)).with_output_types(
+                       beam.typehints.KV[str, beam.typehints.Any])
+                   | "InOrder" >> beam.ParDo(in_event_time_order(_LedgerMachine(self.configs), "triage", self.streaming),
+                                             self.seed).with_outputs(ALERT_UPDATES, DEAD_LETTER.name, main="alerts"))
+        return outputs.alerts, outputs[ALERT_UPDATES], outputs[DEAD_LETTER.name]

@@ -35,6 +35,13 @@ class Grouper:
             group = self._groups[alert.group_key] = Group(alert.group_key, now + self.wait_seconds)
         group.alerts.append(alert)
 
+    def discard(self, alert_id: str) -> None:
+        """Takes an alert out of its open group (a group left empty closes without a digest)."""
+        for key, group in list(self._groups.items()):
+            group.alerts = [a for a in group.alerts if a.alert_id != alert_id]
+            if not group.alerts:
+                del self._groups[key]
+
     def next_due(self) -> Optional[float]:
         return min((g.due_at for g in self._groups.values()), default=None)
 

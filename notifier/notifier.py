@@ -3,7 +3,10 @@
 Life of an alert (all on one thread; the caller passes the time in):
 
 1. :meth:`Notifier.receive` parses the payload. Not an alert: dead-lettered.
-   Already mailed (its id is in the state's sent set): acked and skipped.
+   Triaged (muted when raised, or announced again as dismissed or accepted,
+   ``core.triage``): it and any copy held are acked, its id joins the sent set
+   so that a late copy is not mailed either, and it is out of any digest not
+   yet rendered. Already mailed (its id is in the state's sent set): acked and skipped.
    Already held: the new copy is attached to it. Otherwise it joins its run's
    group.
 2. :meth:`Notifier.tick` closes the groups whose wait is over. A group becomes
@@ -54,6 +57,7 @@ class Stats:
     """Counters for the exit summary and for tests."""
     received: int = 0
     duplicates: int = 0
+    triaged: int = 0  # muted, dismissed or accepted: not mailed
     invalid: int = 0
     emails_sent: int = 0
     summaries_sent: int = 0
@@ -63,7 +67,8 @@ class Stats:
     send_failures: int = 0
 
     def line(self) -> str:
-        return (f"{self.received} received, {self.duplicates} duplicates skipped, {self.emails_sent} e-mails sent "
+        return (f"{self.received} received, {self.duplicates} duplicates skipped, {self.triaged} triaged "
+                f"(muted, dismissed or accepted) not sent, {self.emails_sent} e-mails sent "
                 f"({self.summaries_sent} budget summaries) carrying {self.alerts_sent} alerts, "
                 f"{self.alerts_folded} folded into summaries, {self.dead_lettered} dead-lettered, "
                 f"{self.invalid} invalid payloads, {self.send_failures} failed attempts")
@@ -103,6 +108,9 @@ class Notifier:
                           self.dead_letters.describe())
             self._dead_letter([(delivery.payload, delivery.attributes, [delivery])], f"invalid alert: {e}", None, now)
             return
+        if not alert.state.notifies:
+            self._skip_triaged(alert, delivery, now)
+            return
         held = self._held.get(alert.alert_id)
         if held is not None:
             held.deliveries.append(delivery)
@@ -113,6 +121,18 @@ class Notifier:
         else:
             self._held[alert.alert_id] = HeldAlert(alert, [delivery])
             self._grouper.add(alert, now)
+
+    def _skip_triaged(self, alert: AlertRecord, delivery: Delivery, now: float) -> None:
+        """A muted, dismissed or accepted alert is not mailed: drop it from what waits, settle every copy."""
+        self.stats.triaged += 1
+        self.state.mark_sent([alert.alert_id], now)  # a copy arriving later is skipped as already settled
+        held = self._held.pop(alert.alert_id, None)
+        self._grouper.discard(alert.alert_id)
+        self._folded = [a for a in self._folded if a.alert_id != alert.alert_id]
+        for copy in (held.deliveries if held else []) + [delivery]:
+            copy.ack()
+        _LOGGER.info("%s alert %s (%s %s %s) is not mailed", alert.state.value, alert.alert_id, alert.test,
+                     alert.run, alert.metric or alert.kind)
 
     # -- the clock ------------------------------------------------------
 

@@ -72,7 +72,10 @@ def alert_row(alert: AlertRecord, drawn: Set[Tuple[str, str]]) -> str:
     run_data = alert.details.get("run_data")
     logs = web_link(run_data.get("logs_link")) if isinstance(run_data, dict) else None
     logs_html = f' <a href="{esc(logs)}" rel="noopener noreferrer">logs</a>' if logs else ""
-    cells = [esc(utc(alert.created_at)) if alert.created_at is not None else '', esc(alert.kind), f'<a href="{esc(section)}">{esc(alert.test)}</a>',
+    note = alert.triage.get("note")
+    state = esc(alert.state.value) + (f'<br><span class="note">{esc(note)}</span>' if isinstance(note, str) else "")
+    cells = [esc(utc(alert.created_at)) if alert.created_at is not None else '', esc(alert.kind), state,
+             f'<a href="{esc(section)}">{esc(alert.test)}</a>',
              f'<a href="{esc(run_target)}">{esc(alert.run)}</a>{logs_html}', esc(alert.metric or ""),
              esc(number(alert.value)), esc(bounds), esc(alert.message)]
     return "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
@@ -81,7 +84,7 @@ def alert_row(alert: AlertRecord, drawn: Set[Tuple[str, str]]) -> str:
 def alerts_html(data: ReportData, drawn: Set[Tuple[str, str]]) -> List[str]:
     if not data.alerts:
         return ["<p>No alerts.</p>"]
-    lines = ["<table>", "<tr><th>time (UTC)</th><th>kind</th><th>test</th><th>run</th><th>metric</th>"
+    lines = ["<table>", "<tr><th>time (UTC)</th><th>kind</th><th>state</th><th>test</th><th>run</th><th>metric</th>"
                         "<th>value</th><th>bounds</th><th>message</th></tr>"]
     lines += [alert_row(alert, drawn) for alert in data.alerts]
     lines.append("</table>")

@@ -17,8 +17,10 @@ from typing import Callable, List, Optional, Protocol, Sequence
 
 from core.alert_record import AlertRecord, alert_from_row
 from core.schema import ALERTS, JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS
+from core.triage import TriageItem, alert_states
+from core.vocabulary import AlertState
 from core.window_checks import WindowResult
-from sinks.seed import SqlDialect
+from sinks.seed import SqlDialect, read_triage_actions
 from sinks.stores import bigquery_client, bigquery_dialect
 
 # Window aggregations a per-run curve can be drawn from, in order of preference.
@@ -62,6 +64,19 @@ class ReportSource(Protocol):
     def alerts(self) -> List[AlertRecord]: ...
 
     def close(self) -> None: ...
+
+
+def with_triage_states(alerts: Sequence[AlertRecord], actions: Sequence[TriageItem]) -> List[AlertRecord]:
+    """The alerts with ``details.triage`` saying the state the triage actions left them in (``core.triage``)."""
+    states = alert_states([a.facts() for a in alerts], actions,
+                          raised_muted=[a.alert_id for a in alerts if a.state is AlertState.MUTED])
+    marked = []
+    for alert in alerts:
+        state, action = states[alert.alert_id]
+        if action is not None:
+            alert = dataclasses.replace(alert, details={**alert.details, "triage": action.marker(state)})
+        marked.append(alert)
+    return marked
 
 
 def since_literal(since: Optional[str]) -> Optional[str]:
@@ -126,7 +141,14 @@ class SqlReportSource:
                            f"FROM {self._sql.table(ALERTS)} {self._where('created_at')}")
         names = ("alert_id", "kind", "test_name", "run_id", "metric_name", "value", "lower_bound", "upper_bound",
                  "message", "created_at", "details")
-        return [alert_from_row(dict(zip(names, row))) for row in rows]
+        alerts = [alert_from_row(dict(zip(names, row))) for row in rows]
+        return with_triage_states(alerts, self._triage_actions())
+
+    def _triage_actions(self) -> List[TriageItem]:
+        try:
+            return read_triage_actions(self._query, self._sql)
+        except Exception:  # noqa: BLE001 - a store written before triage existed has no triage table
+            return []
 
     def close(self) -> None:
         self._close()

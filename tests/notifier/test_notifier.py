@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 
 from notifier.api_key import Secret
@@ -50,3 +52,37 @@ def test_a_failing_dead_letter_sink_keeps_the_alerts_until_it_works(sendgrid_ser
     n.tick(n.next_wake(START + 61))
     assert settled.acked[1:] == [b"garbage", payload(alert(run="refused"))] and n.held_count == 0
     assert len(blocked.read_text().splitlines()) == 2 and len(sendgrid_server.requests) == 2
+
+
+def triaged(item, state: str) -> bytes:
+    """The payload of an alert announced again by the pipeline with a triage state (``core.triage``)."""
+    return payload(dataclasses.replace(item, details={**item.details, "triage": {"state": state, "action_id": "a1"}}))
+
+
+def test_muted_dismissed_and_accepted_alerts_are_not_mailed_and_every_copy_is_settled(sendgrid_server,  # noqa: F811
+                                                                                        tmp_path):
+    n = notifier(sendgrid_server, tmp_path)
+    settled = Settled()
+    kept, dismissed, accepted = (alert(run="r1", metric=m) for m in ("loss_final", "acc_final", "step_time"))
+    muted = alert(run="r2")
+    for item in (kept, dismissed, accepted):
+        n.receive(settled.delivery(payload(item)), START)
+    n.receive(settled.delivery(triaged(muted, "muted")), START)
+    n.receive(settled.delivery(triaged(dismissed, "dismissed")), START + 10)  # within the group wait
+    n.receive(settled.delivery(triaged(accepted, "accepted")), START + 20)
+    n.receive(settled.delivery(payload(dismissed)), START + 30)  # a late copy of the open original
+    n.tick(START + 120)
+    [digest] = sendgrid_server.accepted_bodies()
+    text = json.dumps(digest)
+    assert "loss_final" in text and "acc_final" not in text and "step_time" not in text and "r2" not in text
+    assert len(settled.acked) == 7 and n.held_count == 0 and n.stats.triaged == 3
+
+
+def test_a_run_whose_alerts_are_all_triaged_gets_no_e_mail(sendgrid_server, tmp_path):  # noqa: F811
+    n = notifier(sendgrid_server, tmp_path)
+    settled = Settled()
+    item = alert(run="r1")
+    n.receive(settled.delivery(payload(item)), START)
+    n.receive(settled.delivery(triaged(item, "dismissed")), START + 1)
+    n.tick(START + 120)
+    assert sendgrid_server.requests == [] and len(settled.acked) == 2

@@ -17,7 +17,7 @@ from matplotlib.collections import LineCollection, PolyCollection
 from matplotlib.patches import Rectangle
 from PIL import Image
 
-from core.schema import ALERTS, JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS, TABLES
+from core.schema import ALERTS, JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS, TABLES, TRIAGE
 from pipeline.main import main as pipeline_main
 from pipeline.options import DEMO_INPUT
 from report import write_report
@@ -104,7 +104,12 @@ def small_store_rows():
         alert_row(HOSTILE, "h0", 0, "metric_out_of_bounds", HOSTILE_METRIC, "fine",
                   {"run_data": {"logs_link": "https://logs.example/h0?a=1&b=<2>"}}),
     ]
-    return {JOB_HISTORY: jobs, METRIC_HISTORY: metrics, METRIC_WINDOWS: windows, ALERTS: alerts}
+    # The hostile test's first alert was dismissed as a false positive, with a hostile note.
+    triage = [{"action_id": "t1", "action": "dismiss", "test_name": HOSTILE, "metric_name": HOSTILE_METRIC,
+               "run_id": "h0", "alert_id": alerts[3]["alert_id"], "alert_kind": "metric_out_of_bounds",
+               "alert_instance": None, "until": None, "note": "<script>x</script>", "author": "me",
+               "created_at": iso(T0 + 3 * DAY)}]
+    return {JOB_HISTORY: jobs, METRIC_HISTORY: metrics, METRIC_WINDOWS: windows, ALERTS: alerts, TRIAGE: triage}
 
 
 @pytest.fixture(scope="module")
@@ -367,5 +372,24 @@ def test_bigquery_source_reads_what_the_duckdb_source_reads(store, bigquery_emul
 
     bigquery_rows = read(bigquery_source(client.project, dataset, bigquery_emulator.endpoint))
     assert bigquery_rows == read(duckdb_source(store))
+    assert [a.state.value for a in bigquery_rows[3] if a.test == HOSTILE] == ["dismissed", "open"]
     since = read(bigquery_source(client.project, dataset, bigquery_emulator.endpoint, since="2025-11-25"))
     assert since == read(duckdb_source(store, since="2025-11-25")) and 0 < len(since[0]) < len(bigquery_rows[0])
+
+
+def test_the_alert_list_shows_each_alert_s_triage_state_and_note_escaped():
+    from core.alert_record import AlertRecord
+    from core.triage import TriageItem
+    from report.page import alert_row
+    from report.source import with_triage_states
+
+    def record(alert_id, run, at):
+        return AlertRecord(alert_id, "metric_out_of_bounds", TEST, run, "loss_final", 2.0, None, 1.5, "m", at, {})
+
+    alerts = [record("a1", "r1", T0 + 10), record("a2", "r2", T0 + 20)]
+    dismiss = TriageItem("d1", TEST, "dismiss", T0 + 30, metric="loss_final", run="r1", alert_id="a1",
+                         alert_kind="metric_out_of_bounds", note="<b>flaky</b> host")
+    marked = with_triage_states(alerts, [dismiss])
+    assert [a.state.value for a in marked] == ["dismissed", "open"]
+    html = alert_row(marked[0], set())
+    assert "<td>dismissed<br><span class=\"note\">&lt;b&gt;flaky&lt;/b&gt; host</span></td>" in html

@@ -67,10 +67,10 @@ class Stats:
     send_failures: int = 0
 
     def line(self) -> str:
-        return (f"{self.received} received, {self.duplicates} duplicates skipped, {self.triaged} triaged "
-                f"(muted, dismissed or accepted) not sent, {self.emails_sent} e-mails sent "
+        return (f"{self.received} received, {self.duplicates} duplicates skipped, {self.emails_sent} e-mails sent "
                 f"({self.summaries_sent} budget summaries) carrying {self.alerts_sent} alerts, "
-                f"{self.alerts_folded} folded into summaries, {self.dead_lettered} dead-lettered, "
+                f"{self.alerts_folded} folded into summaries, {self.triaged} triaged (muted, dismissed or accepted), "
+                f"{self.dead_lettered} dead-lettered, "
                 f"{self.invalid} invalid payloads, {self.send_failures} failed attempts")
 
 

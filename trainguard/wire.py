@@ -55,6 +55,7 @@ MAX_EVENT_DATA_DEPTH = 32  # objects and lists inside event data; deeper nesting
 MIN_TIME = 946684800.0
 MAX_TIME = 7258118400.0
 MAX_STEP = (1 << 63) - 1
+MAX_WORLD_SIZE = 1 << 20  # workers of one run
 
 
 # A point is a plain tuple (tag, value, step, time): a million of them per replay
@@ -113,6 +114,8 @@ class Message(NamedTuple):
     points: Tuple[Point, ...]
     events: Tuple[Event, ...]
     triage: Optional[Triage] = None
+    rank: Optional[int] = None        # the worker that sent it (RANK); None: not said (a single process)
+    world_size: Optional[int] = None  # how many workers the run has (WORLD_SIZE); None: not said
 
     @property
     def event_time(self) -> float:
@@ -154,6 +157,7 @@ def parse_message(payload: bytes) -> Tuple[Message, List[Rejection]]:
     if "triage" in obj:
         return _parse_control(obj, message_id, test), []
     run = _require_name(obj, "run")
+    rank, world_size = _parse_rank(obj)
     raw_points = _optional_list(obj, "points", MAX_POINTS_PER_MESSAGE)
     raw_events = _optional_list(obj, "events", MAX_EVENTS_PER_MESSAGE)
 
@@ -163,7 +167,21 @@ def parse_message(payload: bytes) -> Tuple[Message, List[Rejection]]:
     events: List[Event] = _parse_each(raw_events, _parse_event, "event", context, rejections)
     if not points and not events and not rejections:
         raise InvalidMessage("message carries no points and no events")
-    return Message(message_id, test, run, tuple(points), tuple(events)), rejections
+    return Message(message_id, test, run, tuple(points), tuple(events), None, rank, world_size), rejections
+
+
+def _parse_rank(obj: Dict[str, Any]) -> Tuple[Optional[int], Optional[int]]:
+    """The optional ``rank`` and ``world_size`` of a message from one worker of a distributed run."""
+    rank, world_size = obj.get("rank"), obj.get("world_size")
+    for field, value, low in (("rank", rank, 0), ("world_size", world_size, 1)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                  or not low <= value <= MAX_WORLD_SIZE):
+            raise InvalidMessage(f"{field} must be an integer from {low} to {MAX_WORLD_SIZE}, got {value!r}")
+    if world_size is not None and rank is None:
+        raise InvalidMessage("world_size needs rank")
+    if world_size is not None and rank is not None and rank >= world_size:
+        raise InvalidMessage(f"rank {rank} is not below world_size {world_size}")
+    return rank, world_size
 
 
 def _parse_control(obj: Dict[str, Any], message_id: str, test: str) -> Message:
@@ -378,10 +396,15 @@ def event_dict(event_type: str, time: float, data: Optional[Dict[str, Any]] = No
 
 
 def encode_message(test: str, run: str, points: Sequence[Dict[str, Any]] = (),
-                   events: Sequence[Dict[str, Any]] = (), message_id: Optional[str] = None) -> bytes:
-    """One wire message as compact UTF-8 JSON bytes (points/events as dicts)."""
+                   events: Sequence[Dict[str, Any]] = (), message_id: Optional[str] = None,
+                   rank: Optional[int] = None, world_size: Optional[int] = None) -> bytes:
+    """One wire message as compact UTF-8 JSON bytes (points/events as dicts; rank and world_size when known)."""
     message: Dict[str, Any] = {"schema": SCHEMA, "id": message_id or new_message_id(),
                                "test": test, "run": run}
+    if rank is not None:
+        message["rank"] = rank
+    if world_size is not None:
+        message["world_size"] = world_size
     if points:
         message["points"] = list(points)
     if events:

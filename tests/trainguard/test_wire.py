@@ -163,3 +163,28 @@ def test_a_triage_message_carries_nothing_else():
                           "triage": {"action": "mute", "time": T0, "until": T0 + 1}}).encode()
     with pytest.raises(wire.InvalidMessage, match="carries only schema, id, test and triage"):
         wire.parse_message(payload)
+
+
+def test_rank_and_world_size_are_optional_and_round_trip():
+    point = [wire.point_dict("loss", 1.0, T0, 5)]
+    message, _ = wire.parse_message(wire.encode_message("t", "r", point, message_id="m", rank=3, world_size=8))
+    assert (message.rank, message.world_size) == (3, 8)
+    message, _ = wire.parse_message(wire.encode_message("t", "r", point, message_id="m"))
+    assert (message.rank, message.world_size) == (None, None)  # v1 without them: rank unknown
+    message, _ = wire.parse_message(wire.encode_message("t", "r", point, message_id="m", rank=0))
+    assert (message.rank, message.world_size) == (0, None)
+
+
+@pytest.mark.parametrize("fields, reason", [
+    ({"rank": -1}, "rank must be an integer from 0"),
+    ({"rank": 1.0}, "rank must be an integer"),
+    ({"rank": True}, "rank must be an integer"),
+    ({"rank": 0, "world_size": 0}, "world_size must be an integer from 1"),
+    ({"world_size": 4}, "world_size needs rank"),
+    ({"rank": 4, "world_size": 4}, "rank 4 is not below world_size 4"),
+])
+def test_invalid_ranks_reject_the_message(fields, reason):
+    payload = json.dumps({"schema": wire.SCHEMA, "id": "m", "test": "t", "run": "r", **fields,
+                          "points": [wire.point_dict("loss", 1.0, T0)]}).encode()
+    with pytest.raises(wire.InvalidMessage, match=reason):
+        wire.parse_message(payload)

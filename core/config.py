@@ -21,6 +21,8 @@ from core.windows import WindowSpec
 __all__ = ["ConfigError", "ConfigSet", "TestConfig", "load_config_dir", "parse_test_config"]
 
 STRATEGIES = ("final", "min", "max", "average")
+# How a tag's values of the ranks of one distributed run become the run's value (``core.runs``).
+RANK_REDUCTIONS = ("rank0", "mean", "min", "max")
 COMPARISONS = ("greater", "less", "equal", "greater_or_equal", "less_or_equal")
 DEFAULT_CONFIG_NAME = "default"
 TIME_TO_ACCURACY_METRIC = "time_to_accuracy"
@@ -69,9 +71,14 @@ class MetricCollectionConfig:
     tags_to_ignore: FrozenSet[str] = frozenset()
     time_to_accuracy: Optional[TimeToAccuracy] = None
     write_to_bigquery: bool = True
+    default_rank_reduction: str = "rank0"  # most training code logs on rank 0 only
+    tag_to_rank_reduction: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def strategies_for(self, tag: str) -> Tuple[str, ...]:
         return self.metric_to_aggregation_strategies.get(tag, self.default_aggregation_strategies)
+
+    def rank_reduction_for(self, tag: str) -> str:
+        return self.tag_to_rank_reduction.get(tag, self.default_rank_reduction)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,7 +220,8 @@ def _parse_collection(reader: StrictReader, raw: Any) -> MetricCollectionConfig:
     where = "metric_collection_config"
     singular, plural = "metric_to_aggregation_strategy", "metric_to_aggregation_strategies"
     obj = reader.object(raw, where, {"default_aggregation_strategies", plural, singular,
-                                     "tags_to_ignore", "time_to_accuracy", "write_to_bigquery"})
+                                     "tags_to_ignore", "time_to_accuracy", "write_to_bigquery",
+                                     "default_rank_reduction", "tag_to_rank_reduction"})
     if singular in obj and plural in obj:
         reader.fail(f"{where}.{singular}", f"give either {singular} or {plural}, not both")
     defaults = _strategies(reader, obj.get("default_aggregation_strategies", ["final"]),
@@ -231,7 +239,19 @@ def _parse_collection(reader: StrictReader, raw: Any) -> MetricCollectionConfig:
         tta = TimeToAccuracy(reader.string(tta_obj["accuracy_tag"], f"{tta_where}.accuracy_tag"),
                              reader.number(tta_obj["accuracy_threshold"], f"{tta_where}.accuracy_threshold"))
     write = reader.boolean(obj.get("write_to_bigquery", True), f"{where}.write_to_bigquery")
-    return MetricCollectionConfig(defaults, per_tag, ignored, tta, write)
+    default_reduction = _rank_reduction(reader, obj.get("default_rank_reduction", "rank0"),
+                                        f"{where}.default_rank_reduction")
+    reductions_raw = reader.object(obj.get("tag_to_rank_reduction", {}), f"{where}.tag_to_rank_reduction")
+    reductions = {tag: _rank_reduction(reader, value, f"{where}.tag_to_rank_reduction.{tag}")
+                  for tag, value in reductions_raw.items()}
+    return MetricCollectionConfig(defaults, per_tag, ignored, tta, write, default_reduction, reductions)
+
+
+def _rank_reduction(reader: StrictReader, value: Any, key: str) -> str:
+    name = reader.string(value, key)
+    if name not in RANK_REDUCTIONS:
+        reader.fail(key, f"{name!r} is not one of {list(RANK_REDUCTIONS)}")
+    return name
 
 
 def _parse_regression(reader: StrictReader, raw: Any) -> RegressionTestConfig:

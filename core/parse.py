@@ -46,6 +46,8 @@ class MessageSummary:
     last_time: float
     payload: bytes
     window_points: Tuple[wire.Point, ...] = ()  # points of tags with live windows configured
+    rank: Optional[int] = None        # the worker that sent it; None: not said (counts as rank 0)
+    world_size: Optional[int] = None
 
 
 def summarize(message: wire.Message, payload: bytes, config: TestConfig) -> MessageSummary:
@@ -71,6 +73,7 @@ def summarize(message: wire.Message, payload: bytes, config: TestConfig) -> Mess
                 aggregate.first_reach = min(reached)
     times = [p[3] for p in message.points] + [e.time for e in message.events]
     windowed = config.windows.tags
-    window_points = tuple(p for p in message.points if p[0] in windowed) if windowed else ()
+    # Live windows follow rank 0 (a message without a rank counts as rank 0's): see README "Distributed jobs".
+    window_points = tuple(p for p in message.points if p[0] in windowed) if windowed and not message.rank else ()
     return MessageSummary(message.id, message.test, message.run, tags, message.events,
-                          min(times), max(times), payload, window_points)
+                          min(times), max(times), payload, window_points, message.rank, message.world_size)

@@ -93,6 +93,13 @@ def job_history_row(run: RunResult) -> Dict[str, Any]:
     }
 
 
+def rank_metric_rows(run: RunResult) -> List[Dict[str, Any]]:
+    """``rank_metrics`` rows: each rank's value of each metric of a run with several ranks (none otherwise)."""
+    return [{"run_id": run.run, "test_name": run.test, "metric_name": metric.name, "rank": rank,
+             "metric_value": metric.value, "step": metric.step, "timestamp": iso_utc(run.end_time)}
+            for rank, metric in run.rank_metrics]
+
+
 def metric_history_row(observation: MetricObservation, lower: Optional[float], upper: Optional[float],
                        within: Optional[bool]) -> Dict[str, Any]:
     return {

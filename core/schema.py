@@ -113,8 +113,18 @@ TRIAGE = Table("triage", (
     Column("created_at", "TIMESTAMP", True, "event time of the action"),
 ), key=("action_id",), time_column="created_at")
 
+RANK_METRICS = Table("rank_metrics", (
+    Column("run_id", "STRING", True),
+    Column("test_name", "STRING", True),
+    Column("metric_name", "STRING", True),
+    Column("rank", "INT64", True, "the worker of a distributed run"),
+    Column("metric_value", "FLOAT64", True, "this rank's value, before the reduction across ranks"),
+    Column("step", "INT64"),
+    Column("timestamp", "TIMESTAMP", True, "end of the run"),
+), key=("test_name", "run_id", "metric_name", "rank"), time_column="timestamp")
+
 # Not a table: alerts announced again with a new triage state (``core.triage``), for the alerts file and topic.
 ALERT_UPDATES = "alert_updates"
 
 TABLES: Dict[str, Table] = {t.name: t for t in (JOB_HISTORY, METRIC_HISTORY, ALERTS, DEAD_LETTER, METRIC_WINDOWS,
-                                                 TRIAGE)}
+                                                 TRIAGE, RANK_METRICS)}

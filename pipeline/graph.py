@@ -13,9 +13,18 @@ import dataclasses
 import apache_beam as beam
 
 from core.config import Configs
-from core.records import job_history_row
+from core.records import job_history_row, rank_metric_rows
 from core.runs import RunLifecycle
-from core.schema import ALERT_UPDATES, ALERTS, DEAD_LETTER, JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS, TRIAGE
+from core.schema import (
+    ALERT_UPDATES,
+    ALERTS,
+    DEAD_LETTER,
+    JOB_HISTORY,
+    METRIC_HISTORY,
+    METRIC_WINDOWS,
+    RANK_METRICS,
+    TRIAGE,
+)
 from core.triage import TriageItem
 from transforms.history import CheckJobHistory, CheckMetricHistory
 from transforms.parse import DeduplicateMessages, ParseMessages, SummarizeMessages
@@ -87,6 +96,8 @@ class DetectRegressions(beam.PTransform):
             JOB_HISTORY.name: (runs | "JobRows" >> beam.Map(job_history_row)
                           | "RecordedJobs" >> KeepRecordedTests(settings.configs)),
             METRIC_HISTORY.name: metric_rows | "RecordedMetrics" >> KeepRecordedTests(settings.configs),
+            RANK_METRICS.name: (runs | "RankRows" >> beam.FlatMap(rank_metric_rows)
+                                | "RecordedRanks" >> KeepRecordedTests(settings.configs)),
             METRIC_WINDOWS.name: window_rows | "RecordedWindows" >> KeepRecordedTests(settings.configs),
             ALERTS.name: alert_rows,
             ALERT_UPDATES: alert_updates,

@@ -31,6 +31,7 @@ SCHEMA = "trainguard/v1"
 
 RUN_STARTED = "run_started"
 RUN_FINISHED = "run_finished"
+ELASTIC_RESTART = "elastic_restart"  # data {"restart_count": n}: torchelastic restarted the workers n times
 STATUS_SUCCESS, STATUS_FAILURE, STATUS_TIMEOUT = "success", "failure", "timeout"
 FINISHED_STATUSES = (STATUS_SUCCESS, STATUS_FAILURE, STATUS_TIMEOUT)
 

@@ -1,0 +1,90 @@
+"""Distributed runs through the whole graph: the same rows in a replay (any order, duplicates) and in a stream."""
+
+import json
+import random
+
+import apache_beam as beam
+import pytest
+from apache_beam.testing.test_stream import TestStream
+from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.utils.timestamp import Timestamp
+
+from core.parse import RawMessage
+from core.runs import RunLifecycle
+from core.schema import ALERTS, DEAD_LETTER, JOB_HISTORY, METRIC_HISTORY, RANK_METRICS
+from pipeline.graph import GraphSettings
+from tests.support import T0
+from tests.transforms.support import batch_pipeline, configs, detect, streaming_pipeline
+from trainguard import wire
+
+DAY = 86400.0
+CONFIGS = configs(dist={"regression_test_config": {"alert_after_second_test_failure": False}})
+LIFECYCLE = RunLifecycle(grace_seconds=60, timeout_seconds=3600)
+WORLD = 4
+# run -> (rank that crashes, rank that never finishes, torchelastic restarts)
+RUNS = {"healthy": (None, None, 0), "crashed": (2, None, 0), "hung": (None, 3, 0), "restarted": (None, None, 1)}
+
+
+def rank_messages(day, run, rank, crash, hang, restarts):
+    start = T0 + day * DAY
+    send = lambda mid, points=(), events=(): RawMessage(wire.encode_message(  # noqa: E731
+        "dist", run, points, events, f"{run}/{rank}/{mid}", rank=rank, world_size=WORLD), "test")
+    started = [wire.event_dict("run_started", start + rank, {"host": f"host-{rank}"})]
+    if restarts:
+        started.append(wire.event_dict("elastic_restart", start + rank, {"restart_count": restarts}))
+    messages = [send("start", events=started),
+                send("loss", [wire.point_dict("loss", 1.0 + rank + day / 10, start + 50, 100)])]
+    if rank != hang:
+        status = "failure" if rank == crash else "success"
+        messages.append(send("end", events=[wire.event_dict("run_finished", start + 100 + rank, {
+            "status": status, "num_failures": restarts})]))
+    return messages
+
+
+def all_messages():
+    messages = []
+    for day, (run, (crash, hang, restarts)) in enumerate(RUNS.items()):
+        for rank in range(WORLD):
+            messages += rank_messages(day, run, rank, crash, hang, restarts)
+    return messages + messages[::5]  # redeliveries
+
+
+EXPECTED_JOBS = [("healthy", "success", 0), ("crashed", "failure", 0), ("hung", "missing", None),
+                 ("restarted", "success", 1)]
+
+
+def check(outputs):
+    assert_that(outputs[JOB_HISTORY.name] | beam.Map(lambda r: (r["run_id"], r["job_status"], r["num_failures"])),
+                equal_to(EXPECTED_JOBS), label="jobs")
+    assert_that(outputs[JOB_HISTORY.name] | beam.FlatMap(
+        lambda r: [(r["run_id"], e["data"]["ranks"]) for e in json.loads(r["events"]) if e["type"] == "ranks_missing"]),
+        equal_to([("hung", [3])]), label="missing ranks")
+    assert_that(outputs[ALERTS.name] | beam.Map(lambda a: (a["run_id"], a["kind"])),
+                equal_to([("crashed", "job_failed"), ("hung", "run_missing")]), label="alerts")
+    assert_that(outputs[METRIC_HISTORY.name] | beam.Filter(lambda r: r["metric_name"] == "loss_final")
+                | beam.Map(lambda r: (r["run_id"], r["metric_value"])),
+                equal_to([("healthy", 1.0), ("crashed", 1.1), ("hung", 1.2), ("restarted", 1.3)]), label="rank 0")
+    assert_that(outputs[RANK_METRICS.name] | beam.Filter(lambda r: r["run_id"] == "healthy")
+                | beam.Map(lambda r: (r["rank"], r["metric_name"], r["metric_value"])),
+                equal_to([(rank, "loss_final", 1.0 + rank) for rank in range(WORLD)]), label="per rank")
+    assert_that(outputs[DEAD_LETTER.name], equal_to([]), label="nothing dead")
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_distributed_runs_in_a_replay_do_not_depend_on_order_or_duplicates(seed):
+    messages = all_messages()
+    random.Random(seed).shuffle(messages)
+    with batch_pipeline() as p:
+        check(detect(p | beam.Create(messages), GraphSettings(CONFIGS, LIFECYCLE)))
+
+
+def test_distributed_runs_in_a_stream_give_the_same_rows():
+    messages = all_messages()
+    random.Random(2).shuffle(messages)
+    stream = TestStream().advance_watermark_to(Timestamp.of(T0))
+    for day in range(len(RUNS)):
+        today = [m for m in messages if T0 + day * DAY <= wire.parse_message(m.payload)[0].event_time
+                 < T0 + (day + 1) * DAY]
+        stream = stream.add_elements(today).advance_watermark_to(Timestamp.of(T0 + (day + 1) * DAY))
+    with streaming_pipeline() as p:
+        check(detect(p | stream.advance_watermark_to_infinity(), GraphSettings(CONFIGS, LIFECYCLE, streaming=True)))

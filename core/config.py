@@ -113,9 +113,19 @@ class WindowCheck:
 
 
 @dataclasses.dataclass(frozen=True)
+class RankCheck:
+    """Stragglers: each rank's window aggregate against the other ranks' in the same window of the same run."""
+    aggregation: str
+    condition: SuccessCondition    # centre and scale from the other ranks (mads_from_median is the robust choice)
+    debounce_windows: int = 1      # alert once `debounce_out_of_bounds` of the rank's last
+    debounce_out_of_bounds: int = 1  # `debounce_windows` windows are out of bounds
+
+
+@dataclasses.dataclass(frozen=True)
 class TagWindowConfig:
     spec: WindowSpec
     checks: Tuple[WindowCheck, ...] = ()
+    rank_check: Optional[RankCheck] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,6 +133,13 @@ class WindowConfig:
     tags: Mapping[str, TagWindowConfig] = dataclasses.field(default_factory=dict)
     allowed_lateness_seconds: float = 0.0
     stall_seconds: Optional[float] = None
+
+
+def ranks_matter(config: TestConfig, tag: str) -> bool:
+    """Whether a tag's live windows need every rank's points: a reduction other than rank 0's, or a rank check."""
+    tag_config = config.windows.tags.get(tag)
+    return (config.metric_collection.rank_reduction_for(tag) != "rank0"
+            or (tag_config is not None and tag_config.rank_check is not None))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -334,7 +351,8 @@ def _parse_windows(reader: StrictReader, raw: Any) -> WindowConfig:
 
 
 def _parse_tag_windows(reader: StrictReader, raw: Any, where: str) -> TagWindowConfig:
-    obj = reader.object(raw, where, {"count", "time_seconds", "period_seconds", "aggregations", "checks"})
+    obj = reader.object(raw, where, {"count", "time_seconds", "period_seconds", "aggregations", "checks",
+                                     "rank_check"})
     count = obj.get("count")
     if count is not None:
         count = reader.integer(count, f"{where}.count", minimum=1)
@@ -360,27 +378,54 @@ def _parse_tag_windows(reader: StrictReader, raw: Any, where: str) -> TagWindowC
         reader.fail(f"{where}.checks", "must be a list")
     checks = tuple(_parse_window_check(reader, check, f"{where}.checks[{i}]", aggregations)
                    for i, check in enumerate(checks_raw))
-    return TagWindowConfig(WindowSpec(count, time_seconds, period, aggregations), checks)
+    rank_check = None
+    if obj.get("rank_check") is not None:
+        rank_check = _parse_rank_check(reader, obj["rank_check"], f"{where}.rank_check", aggregations)
+    return TagWindowConfig(WindowSpec(count, time_seconds, period, aggregations), checks, rank_check)
+
+
+def _aggregation_of(reader: StrictReader, obj: Dict[str, Any], where: str, aggregations: Tuple[str, ...]) -> str:
+    aggregation = reader.string(obj.get("aggregation"), f"{where}.aggregation")
+    if aggregation not in aggregations or aggregation == "histogram":
+        reader.fail(f"{where}.aggregation", f"{aggregation!r} is not a numeric aggregation of this tag's "
+                                            f"windows {list(aggregations)}")
+    return aggregation
+
+
+def _debounce(reader: StrictReader, obj: Dict[str, Any], where: str) -> Tuple[int, int]:
+    debounce = reader.object(obj.get("debounce", {"windows": 1, "out_of_bounds": 1}), f"{where}.debounce",
+                             {"windows", "out_of_bounds"}, required=sorted({"windows", "out_of_bounds"}))
+    windows = reader.integer(debounce["windows"], f"{where}.debounce.windows", minimum=1)
+    out_of_bounds = reader.integer(debounce["out_of_bounds"], f"{where}.debounce.out_of_bounds", minimum=1)
+    if out_of_bounds > windows:
+        reader.fail(f"{where}.debounce.out_of_bounds", "must not exceed debounce.windows")
+    return windows, out_of_bounds
+
+
+def _parse_rank_check(reader: StrictReader, raw: Any, where: str, aggregations: Tuple[str, ...]) -> RankCheck:
+    obj = reader.object(raw, where, {"aggregation", "condition", "min_effect_abs", "min_effect_rel", "debounce"})
+    aggregation = _aggregation_of(reader, obj, where, aggregations)
+    if "condition" not in obj:
+        reader.fail(f"{where}.condition", "is required")
+    effects: Dict[str, Any] = {key: obj[key] for key in ("min_effect_abs", "min_effect_rel") if key in obj}
+    condition = _parse_condition(reader, obj["condition"], f"{where}.condition", effects)
+    if condition.fixed_value is not None:
+        reader.fail(f"{where}.condition.success_threshold", "compares ranks with each other: use a statistical "
+                                                            "threshold such as mads_from_median")
+    windows, out_of_bounds = _debounce(reader, obj, where)
+    return RankCheck(aggregation, condition, windows, out_of_bounds)
 
 
 def _parse_window_check(reader: StrictReader, raw: Any, where: str, aggregations: Tuple[str, ...]) -> WindowCheck:
     obj = reader.object(raw, where, {"aggregation", "condition", "history", "history_runs", "trailing_windows",
                                   "min_effect_abs", "min_effect_rel", "debounce"})
-    aggregation = reader.string(obj.get("aggregation"), f"{where}.aggregation")
-    if aggregation not in aggregations or aggregation == "histogram":
-        reader.fail(f"{where}.aggregation", f"{aggregation!r} is not a numeric aggregation of this tag's "
-                                                  f"windows {list(aggregations)}")
+    aggregation = _aggregation_of(reader, obj, where, aggregations)
     if "condition" not in obj:
         reader.fail(f"{where}.condition", "is required")
     history = obj.get("history", "step_aligned")
     if history not in ("step_aligned", "trailing"):
         reader.fail(f"{where}.history", f"{history!r} is not 'step_aligned' or 'trailing'")
-    debounce = reader.object(obj.get("debounce", {"windows": 1, "out_of_bounds": 1}), f"{where}.debounce", {"windows", "out_of_bounds"},
-                        required=sorted({"windows", "out_of_bounds"}))
-    windows = reader.integer(debounce["windows"], f"{where}.debounce.windows", minimum=1)
-    out_of_bounds = reader.integer(debounce["out_of_bounds"], f"{where}.debounce.out_of_bounds", minimum=1)
-    if out_of_bounds > windows:
-        reader.fail(f"{where}.debounce.out_of_bounds", "must not exceed debounce.windows")
+    windows, out_of_bounds = _debounce(reader, obj, where)
     effects: Dict[str, Any] = {key: obj[key] for key in ("min_effect_abs", "min_effect_rel") if key in obj}
     return WindowCheck(
         aggregation=aggregation, condition=_parse_condition(reader, obj["condition"], f"{where}.condition", effects),

@@ -12,7 +12,7 @@ import dataclasses
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from core.aggregation import NO_STEP, TagAggregate
-from core.config import TestConfig
+from core.config import TestConfig, ranks_matter
 from trainguard import wire
 
 
@@ -73,7 +73,9 @@ def summarize(message: wire.Message, payload: bytes, config: TestConfig) -> Mess
                 aggregate.first_reach = min(reached)
     times = [p[3] for p in message.points] + [e.time for e in message.events]
     windowed = config.windows.tags
-    # Live windows follow rank 0 (a message without a rank counts as rank 0's): see README "Distributed jobs".
-    window_points = tuple(p for p in message.points if p[0] in windowed) if windowed and not message.rank else ()
+    # Live windows follow rank 0 (a message without a rank counts as rank 0's), but for the tags whose
+    # windows need every rank (a reduction across ranks, or a straggler check): see README "Distributed jobs".
+    window_points = tuple(p for p in message.points if p[0] in windowed
+                          and (not message.rank or ranks_matter(config, p[0]))) if windowed else ()
     return MessageSummary(message.id, message.test, message.run, tags, message.events,
                           min(times), max(times), payload, window_points, message.rank, message.world_size)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from core.aggregation import TagAggregate, step_or_none
 from core.config import TIME_TO_ACCURACY_METRIC, TOTAL_WALL_TIME_METRIC, MetricCollectionConfig, TestConfig
@@ -267,7 +267,7 @@ class RunAccumulator:
         return metrics, per_rank
 
 
-def reduce_across_ranks(name: str, values: List[Tuple[int, float, Optional[int]]], reduction: str) -> MetricValue:
+def reduce_across_ranks(name: str, values: Sequence[Tuple[int, float, Optional[int]]], reduction: str) -> MetricValue:
     """One metric from its (rank, value, step) per rank, ranks ascending: rank 0's (or the lowest rank's),
     or the mean, min or max across ranks (min and max with the step of the rank that has it; the mean with
     the lowest rank's step). Order-independent: ties go to the lower rank."""

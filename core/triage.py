@@ -244,9 +244,8 @@ class AlertLedger:
 def alert_state_of(details: Mapping[str, Any]) -> AlertState:
     """The state an alert payload's details announce (open when they say nothing)."""
     marker = details.get("triage")
-    if isinstance(marker, dict):
-        try:
-            return AlertState(marker.get("state"))
-        except ValueError:
-            return AlertState.OPEN
-    return AlertState.OPEN
+    state = marker.get("state") if isinstance(marker, dict) else None
+    try:
+        return AlertState(state) if isinstance(state, str) else AlertState.OPEN
+    except ValueError:
+        return AlertState.OPEN

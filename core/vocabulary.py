@@ -42,6 +42,7 @@ class AlertKind(StrEnum):
     ACCURACY_NOT_REACHED = "accuracy_not_reached"
     METRIC_OUT_OF_BOUNDS = "metric_out_of_bounds"
     WINDOW_OUT_OF_BOUNDS = "window_out_of_bounds"
+    RANK_STRAGGLER = "rank_straggler"  # one worker of a distributed run is out of line with the others
     BASELINE_SHIFTED = "baseline_shifted"  # a metric moved for good and its history restarted from the new level
 
     @property

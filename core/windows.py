@@ -153,6 +153,10 @@ class WindowResult:
     n: int
     partial: bool
     values: Dict[str, Optional[float]]  # aggregation -> value; None where beyond the float range
+    # One worker's window of a distributed run (``core.rank_windows`` combines them); None: the run's own.
+    rank: Optional[int] = None
+    world_size: Optional[int] = None  # as the worker said
+    host: Optional[str] = None        # the worker's host, from its run_started event
 
     @property
     def order(self) -> Tuple[float, str, int]:

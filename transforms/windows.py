@@ -17,15 +17,16 @@ from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateS
 from apache_beam.utils.timestamp import Timestamp
 
 from core.aggregation import NO_STEP
-from core.config import Configs, WindowConfig
+from core.config import Configs, WindowConfig, ranks_matter
 from core.parse import MessageSummary
 from core.records import Alert, dead_letter_row, failure_reason, iso_utc, window_row
-from core.runs import RunLifecycle
+from core.runs import RunLifecycle, effective_rank
 from core.schema import ALERTS, DEAD_LETTER
 from core.stalls import StallWatch
 from core.vocabulary import AlertKind
 from core.windows import TagWindows, Window, WindowPoint, WindowResult, window_aggregates
 from trainguard import wire
+from transforms.rank_windows import CombineRankWindows
 from transforms.window_checks import CheckWindows
 
 
@@ -39,10 +40,13 @@ class _RunWindows:
     watermark_floor: float = float("-inf")   # the watermark is at least this (a timer fired there)
     scheduled: Optional[float] = None        # when the settle timer is set to fire
     closed: bool = False
+    rank: int = 0                            # the worker of a distributed run these windows are of
+    world_size: Optional[int] = None
+    host: Optional[str] = None
 
 
 class WindowRunFn(beam.DoFn):
-    """((test, run), MessageSummary) -> (WindowResult, revision); stall alerts; late points.
+    """((test, run, rank), MessageSummary) -> (WindowResult, revision); stall alerts; late points.
 
     Keyed by run: points wait until the watermark passes them, then fill the
     tag's windows in step order; the run's end (the same rule as the run
@@ -81,10 +85,10 @@ class WindowRunFn(beam.DoFn):
     def process(self, element, state=beam.DoFn.StateParam(STATE), pending=beam.DoFn.StateParam(POINTS),
                 settle=beam.DoFn.TimerParam(SETTLE), close=beam.DoFn.TimerParam(CLOSE),
                 stall=beam.DoFn.TimerParam(STALL)):
-        (test, run), summary = element
+        (test, run, rank), summary = element
         config = self._windows(test, summary.last_time)
         run_windows = state.read() or _RunWindows(
-            {}, None if config.stall_seconds is None else StallWatch(config.stall_seconds))
+            {}, None if config.stall_seconds is None or rank else StallWatch(config.stall_seconds), rank=rank)
         if not run_windows.closed:  # else the run assembler dead-letters the whole late message
             yield from self._absorb(test, run, summary, config, run_windows, pending, settle, close, stall)
             state.write(run_windows)
@@ -114,7 +118,7 @@ class WindowRunFn(beam.DoFn):
             if updated is None:
                 waiting.append((tag, point))
             else:
-                yield from self._results(test, run, tag, [updated], windows.spec.aggregations)
+                yield from self._results(test, run, tag, [updated], windows.spec.aggregations, run_windows)
         if waiting:
             pending.add(waiting)
         if run_windows.stalls is not None:
@@ -122,6 +126,10 @@ class WindowRunFn(beam.DoFn):
         for event in summary.events:
             if event.type == wire.RUN_FINISHED:
                 run_windows.finished_time = max(event.time, run_windows.finished_time or event.time)
+            if event.type == wire.RUN_STARTED and isinstance(event.data.get("host"), str):
+                run_windows.host = event.data["host"]
+        if summary.world_size is not None:
+            run_windows.world_size = max(run_windows.world_size or 0, summary.world_size)
         run_windows.last_time = max(summary.last_time, run_windows.last_time or summary.last_time)
         close.set(Timestamp.of(self._finalized_at(run_windows)))
         if self.incremental:
@@ -161,7 +169,7 @@ class WindowRunFn(beam.DoFn):
 
         A tag whose windows were removed from the config is closed now. A tag
         that raises is dropped from the run, its points dead-lettered."""
-        test, run = key
+        test, run = key[:2]
         config = self._windows(test, at)
         for tag in sorted(run_windows.tags):
             windows = run_windows.tags[tag]
@@ -179,13 +187,13 @@ class WindowRunFn(beam.DoFn):
                 for point in stranded:
                     yield self._dead_point(test, run, tag, point, reason)
                 continue
-            yield from self._results(test, run, tag, closed, windows.spec.aggregations)
+            yield from self._results(test, run, tag, closed, windows.spec.aggregations, run_windows)
 
     def _finalized_at(self, run_windows: _RunWindows) -> float:
         return self.lifecycle.finalization_time(run_windows.finished_time, run_windows.last_time)
 
     def _stall_alerts(self, key, run_windows: _RunWindows, gap_starts):
-        test, run = key
+        test, run = key[:2]
         for gap_start in gap_starts:
             detected = gap_start + run_windows.stalls.stall_seconds
             if detected >= self._finalized_at(run_windows):
@@ -206,14 +214,20 @@ class WindowRunFn(beam.DoFn):
         if run_windows.scheduled is not None:
             settle.set(Timestamp.of(run_windows.scheduled))
 
-    @staticmethod
-    def _results(test: str, run: str, tag: str, windows: List[Window], aggregations: Tuple[str, ...]):
-        """(WindowResult, revision) of each window; a window whose aggregates raise is dead-lettered."""
+    def _results(self, test: str, run: str, tag: str, windows: List[Window], aggregations: Tuple[str, ...],
+                 run_windows: _RunWindows):
+        """(WindowResult, revision) of each window; a window whose aggregates raise is dead-lettered.
+
+        A tag whose windows need every rank gives each rank's windows, with the rank, for
+        ``transforms.rank_windows`` to combine; other tags' windows (rank 0's) are the run's own."""
+        per_rank = any(ranks_matter(self.configs.for_test(test, w.end_time), tag) for w in windows[:1])
         for window in windows:
             try:
                 yield WindowResult(test, run, tag, window.kind, window.index, window.start_time, window.end_time,
                                    window.start_step, window.end_step, len(window.points), window.partial,
-                                   window_aggregates(window.points, aggregations)), window.revision
+                                   window_aggregates(window.points, aggregations),
+                                   *((run_windows.rank, run_windows.world_size, run_windows.host) if per_rank
+                                     else ())), window.revision
             except Exception as error:  # noqa: BLE001 - one window's failure is that window's
                 yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
                     failure_reason(f"aggregate a window of {tag}", error),
@@ -291,15 +305,28 @@ class LiveWindows(beam.PTransform):
     def expand(self, inputs):
         summaries, runs, actions = inputs
         configs = self.configs
+
+        def windowed_rank(summary: MessageSummary) -> bool:
+            """Rank 0 (or no rank) of a test with windows; other ranks only where a tag needs every rank."""
+            config = configs.for_test(summary.test, summary.last_time)
+            if not config.windows.tags:
+                return False
+            return not summary.rank or any(ranks_matter(config, tag) for tag in config.windows.tags)
+
         windowed = (summaries
-                    | "OfWindowedTests" >> beam.Filter(lambda s: bool(configs.for_test(s.test, s.last_time).windows.tags))
-                    | "KeyByRun" >> beam.Map(lambda s: ((s.test, s.run), s)).with_output_types(
-                        beam.typehints.KV[beam.typehints.Tuple[str, str], MessageSummary])
+                    | "OfWindowedTests" >> beam.Filter(windowed_rank)
+                    | "KeyByRun" >> beam.Map(lambda s: ((s.test, s.run, effective_rank(s.rank)), s)).with_output_types(
+                        beam.typehints.KV[beam.typehints.Tuple[str, str, int], MessageSummary])
                     | "Windows" >> beam.ParDo(self.fn).with_outputs(ALERTS.name, DEAD_LETTER.name, main="results"))
-        results = windowed.results
+        by_rank = windowed.results | "RankOrRun" >> beam.Partition(
+            lambda result, _: int(result[0].rank is not None), 2)
+        combined, straggler_alerts, failed_combines = (by_rank[1], runs) | "CombineRanks" >> CombineRankWindows(
+            configs, self.seed, self.streaming)
+        results = (by_rank[0], combined) | "RunWindows" >> beam.Flatten()
         rows = results | "Rows" >> beam.MapTuple(window_row)
         check_alerts, failed_checks = (results, runs, actions) | "Checks" >> CheckWindows(
             configs, self.seed, self.streaming)
-        alerts = (windowed[ALERTS.name], check_alerts) | "WindowAlerts" >> beam.Flatten()
-        dead_letters = (windowed[DEAD_LETTER.name], failed_checks) | "WindowDeadLetters" >> beam.Flatten()
+        alerts = (windowed[ALERTS.name], check_alerts, straggler_alerts) | "WindowAlerts" >> beam.Flatten()
+        dead_letters = ((windowed[DEAD_LETTER.name], failed_checks, failed_combines)
+                        | "WindowDeadLetters" >> beam.Flatten())
         return rows, alerts, dead_letters

@@ -88,3 +88,49 @@ def test_distributed_runs_in_a_stream_give_the_same_rows():
         stream = stream.add_elements(today).advance_watermark_to(Timestamp.of(T0 + (day + 1) * DAY))
     with streaming_pipeline() as p:
         check(detect(p | stream.advance_watermark_to_infinity(), GraphSettings(CONFIGS, LIFECYCLE, streaming=True)))
+
+
+STRAGGLER_CONFIGS = configs(slow={
+    "metric_collection_config": {"tag_to_rank_reduction": {"step_time": "max"}},
+    "window_config": {"tags": {"step_time": {"count": 10, "aggregations": ["mean"], "rank_check": {
+        "aggregation": "mean", "min_effect_rel": 0.1, "debounce": {"windows": 3, "out_of_bounds": 2},
+        "condition": {"comparison": "less", "success_threshold": {"mads_from_median": 5}}}}}}})
+
+
+def straggler_messages():
+    """One run of 4 ranks, 60 steps each; rank 1 slows down by half from step 30 on."""
+    messages = []
+    for rank in range(WORLD):
+        send = lambda mid, points=(), events=(), rank=rank: RawMessage(wire.encode_message(  # noqa: E731
+            "slow", "run", points, events, f"{rank}/{mid}", rank=rank, world_size=WORLD), "test")
+        messages.append(send("start", events=[wire.event_dict("run_started", T0, {"host": f"gpu-host-{rank}"})]))
+        for first in range(0, 60, 10):
+            messages.append(send(f"p{first}", [wire.point_dict(
+                "step_time", (1.5 if rank == 1 and step >= 30 else 1.0) + 0.01 * ((step + rank) % 3),
+                T0 + 1 + step, step) for step in range(first, first + 10)]))
+        messages.append(send("end", events=[wire.event_dict("run_finished", T0 + 100, {"status": "success"})]))
+    return messages + messages[:3]
+
+
+def check_straggler(outputs):
+    assert_that(outputs[ALERTS.name] | beam.Map(lambda a: (a["kind"], json.loads(a["details"])["rank"],
+                                                           json.loads(a["details"])["host"],
+                                                           json.loads(a["details"])["window"]["index"])),
+                equal_to([("rank_straggler", 1, "gpu-host-1", 4)]), label="straggler")
+    assert_that(outputs["metric_windows"] | beam.Map(lambda r: (r["window_index"], round(r["mean"], 1), r["n"])),
+                equal_to([(i, 1.0 if i < 3 else 1.5, 40) for i in range(6)]), label="the slowest rank's windows")
+    assert_that(outputs[DEAD_LETTER.name], equal_to([]), label="nothing dead")
+
+
+def test_a_straggling_rank_is_named_with_its_host_in_a_replay_and_in_a_stream():
+    messages = straggler_messages()
+    random.Random(3).shuffle(messages)
+    with batch_pipeline() as p:
+        check_straggler(detect(p | beam.Create(messages), GraphSettings(STRAGGLER_CONFIGS, LIFECYCLE)))
+    stream = TestStream().advance_watermark_to(Timestamp.of(T0))
+    for first in range(0, len(messages), 7):
+        stream = stream.add_elements(messages[first:first + 7])
+    stream = stream.advance_watermark_to(Timestamp.of(T0 + 50)).advance_watermark_to(Timestamp.of(T0 + 1000))
+    with streaming_pipeline() as p:
+        check_straggler(detect(p | stream.advance_watermark_to_infinity(),
+                               GraphSettings(STRAGGLER_CONFIGS, LIFECYCLE, streaming=True)))

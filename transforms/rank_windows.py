@@ -1,0 +1,70 @@
+"""The live windows of a distributed run's ranks as a Beam stage: each rank's windows in; the run's windows and
+straggler alerts out.
+
+The logic is the Beam-free state machine of ``core.rank_windows``, fed in
+event-time order per (test, run, tag) by ``transforms.ordered``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, List
+
+import apache_beam as beam
+
+from core.config import ranks_matter
+from core.rank_windows import RankWindows, add_rank_window, close_rank_windows
+from core.runs import RunResult
+from core.schema import ALERTS, DEAD_LETTER
+from core.window_checks import RunEnded
+from transforms.ordered import ConfiguredMachine, OrderedCheck, in_event_time_order
+
+
+class _RankWindowMachine(ConfiguredMachine):
+    def initial(self, key, seed) -> RankWindows:
+        return RankWindows()
+
+    def step(self, state: RankWindows, item: Any) -> Iterable[Any]:
+        config = self.configs.for_test(item.test, item.order[0])
+        tag_config = config.windows.tags.get(item.tag)
+        if tag_config is None:  # its windows were removed from the config since
+            return
+        reduction = config.metric_collection.rank_reduction_for(item.tag)
+        if isinstance(item, RunEnded):
+            windows, alerts = close_rank_windows(state, tag_config, reduction)
+        else:
+            windows, alerts = add_rank_window(state, item, tag_config, reduction)
+        for window in windows:
+            yield window, 0
+        for alert in alerts:
+            yield beam.pvalue.TaggedOutput(ALERTS.name, alert)
+
+
+class CombineRankWindows(OrderedCheck):
+    """((WindowResult of one rank, revision), RunResult) -> ((the run's WindowResult, 0), rank_straggler alerts,
+    dead letters).
+
+    Keyed by (test, run, tag), in event-time order. Each rank's windows of an index
+    are combined once every rank below the world size has one, or when the run ends;
+    later revisions of a rank's window (late points) do not change a combined window.
+    The state of a run is dropped when it ends: no history is kept.
+    """
+
+    def expand(self, inputs):
+        rank_results, runs = inputs
+        configs = self.configs
+
+        def run_ends(run: RunResult) -> List[RunEnded]:
+            config = configs.for_test(run.test, run.finalized_at)
+            return [RunEnded(run.test, run.run, run.status, run.finalized_at, tag, tag_config.spec.kind)
+                    for tag, tag_config in config.windows.tags.items() if ranks_matter(config, tag)]
+
+        firsts = rank_results | "FirstRevisions" >> beam.FlatMapTuple(
+            lambda result, revision: [result] if revision == 0 else [])
+        ends = runs | "RunEnds" >> beam.FlatMap(run_ends)
+        outputs = ((firsts, ends) | "RankInputs" >> beam.Flatten()
+                   | "KeyByRunTag" >> beam.Map(lambda i: ((i.test, i.run, i.tag), i)).with_output_types(
+                       beam.typehints.KV[beam.typehints.Tuple[str, str, str], beam.typehints.Any])
+                   | "CombineInOrder" >> beam.ParDo(
+                       in_event_time_order(_RankWindowMachine(configs), "rank_windows", self.streaming),
+                       self.seed).with_outputs(ALERTS.name, DEAD_LETTER.name, main="windows"))
+        return outputs.windows, outputs[ALERTS.name], outputs[DEAD_LETTER.name]

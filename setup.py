@@ -69,6 +69,7 @@ setup(
             "trainguard-ship=trainguard.shipper:main",
             "trainguard-email=notifier.cli:main",
             "trainguard-triage=pipeline.triage:main",
+            "trainguard-backtest=pipeline.backtest:main",
         ],
     },
 )

@@ -6,14 +6,17 @@ they wrote. The queries and the rows -> seed step live here, once; a store
 only says how to run SQL and how its dialect spells three things (identifier
 quoting, table names, seconds since the epoch). ``DuckDBStore`` and
 ``BigQueryStore`` both call :func:`read_history_seed`, so a DuckDB file and a
-BigQuery dataset holding the same rows give the same seed.
+BigQuery dataset holding the same rows give the same seed. The row readers
+(:func:`read_job_rows`, :func:`read_metric_rows`, :func:`read_latest_windows`)
+are shared with the backtest (``sinks/stored_history.py``), and read one row
+per key (:func:`one_per_key`): BigQuery keeps a row inserted twice twice.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from core.config import ConfigSet
 from core.history import HistorySeed, history_policy, seed_job_history, seed_metric_history
@@ -39,20 +42,13 @@ Query = Callable[[str], Sequence[Sequence]]  # SQL -> rows (tuples in SELECT ord
 def read_history_seed(configs: ConfigSet, query: Query, sql: SqlDialect) -> HistorySeed:
     """The history state that earlier invocations left behind in a store's tables."""
     actions = read_triage_actions(query, sql)
-    q, epoch = sql.quote, sql.epoch_seconds
-    jobs = query(f"SELECT {q('test_name')}, {epoch(q('processed_at'))}, {q('run_id')}, {q('job_status')} "
-                 f"FROM {sql.table(JOB_HISTORY)}")
+    jobs = read_job_rows(query, sql)
     runs_by_test = collections.defaultdict(list)
-    for test, finalized_at, run, status in jobs:
-        runs_by_test[test].append((finalized_at, run, status))
-    metrics = query(
-        f"SELECT m.{q('test_name')}, m.{q('metric_name')}, {epoch('j.' + q('processed_at'))}, m.{q('run_id')}, "
-        f"m.{q('metric_value')}, m.{q('within_bounds')}, j.{q('job_status')} "
-        f"FROM {sql.table(METRIC_HISTORY)} m JOIN {sql.table(JOB_HISTORY)} j "
-        f"USING ({q('test_name')}, {q('run_id')})")
+    for job in jobs:
+        runs_by_test[job.test].append((job.finalized_at, job.run, job.status))
     rows_by_metric = collections.defaultdict(list)
-    for test, metric, *row in metrics:
-        rows_by_metric[(test, metric)].append(tuple(row))
+    for m in read_metric_rows(query, sql):
+        rows_by_metric[(m.test, m.metric)].append((m.finalized_at, m.run, m.value, m.within, m.status))
     metric_actions = collections.defaultdict(list)
     for action in actions:
         if reaches_metric_history(action):
@@ -64,7 +60,7 @@ def read_history_seed(configs: ConfigSet, query: Query, sql: SqlDialect) -> Hist
             metric_actions.get(key, ()))
                  for key in set(rows_by_metric) | set(metric_actions)},
         jobs={test: seed_job_history(rows) for test, rows in runs_by_test.items()},
-        stored_runs=frozenset((test, run) for test, _, run, _ in jobs),
+        stored_runs=frozenset((job.test, job.run) for job in jobs),
         stored_actions=frozenset(action.id for action in actions),
         ledgers=_ledgers(query, sql, actions))
 
@@ -79,6 +75,93 @@ def read_triage_actions(query: Query, sql: SqlDialect) -> List[TriageItem]:
     actions = [TriageItem.from_row({**dict(zip(names, row)), "until": row[-2], "created_at": row[-1]})
                for row in rows]
     return sorted(actions, key=lambda action: action.order)
+
+
+class JobRow(NamedTuple):
+    """One ``job_history`` row; the columns after ``finalized_at`` only ``with_details``."""
+    test: str
+    run: str
+    status: str
+    finalized_at: float  # processed_at, epoch seconds
+    num_failures: Optional[int] = None
+    start_time: Optional[float] = None
+    end_time: Optional[float] = None
+    events: Optional[str] = None  # JSON
+
+
+class MetricRow(NamedTuple):
+    """One ``metric_history`` row joined to its run's ``job_history`` row."""
+    test: str
+    metric: str
+    run: str
+    finalized_at: float
+    value: float
+    within: Optional[bool]
+    status: str
+    step: Optional[int]
+
+
+def one_per_key(sql: SqlDialect, table: Table, columns: Sequence[str], latest: Optional[str] = None) -> str:
+    """A subquery of ``columns`` of ``table`` with one row per key: BigQuery has no keys, so a row written twice
+    (an at-least-once insert) is there twice. With ``latest``, the key is the table's key without that column
+    and the row with its highest value is kept (the latest revision of a window)."""
+    q = sql.quote
+    key = ", ".join(q(column) for column in table.key if column != latest)
+    order = f" ORDER BY {q(latest)} DESC" if latest else ""
+    # WHERE TRUE: BigQuery wants a WHERE, GROUP BY or HAVING beside a QUALIFY.
+    return (f"(SELECT {', '.join(q(column) for column in columns)} FROM {sql.table(table)} WHERE TRUE "
+            f"QUALIFY ROW_NUMBER() OVER (PARTITION BY {key}{order}) = 1)")
+
+
+def read_job_rows(query: Query, sql: SqlDialect, with_details: bool = False) -> List[JobRow]:
+    """Every stored run, once."""
+    q, epoch = sql.quote, sql.epoch_seconds
+    columns = ["test_name", "run_id", "job_status", "processed_at"]
+    selected = f"{q('test_name')}, {q('run_id')}, {q('job_status')}, {epoch(q('processed_at'))}"
+    if with_details:
+        columns += ["num_failures", "start_time", "timestamp", "events"]
+        selected += (f", {q('num_failures')}, {epoch(q('start_time'))}, {epoch(q('timestamp'))}, {q('events')}")
+    return [JobRow(*row) for row in query(f"SELECT {selected} FROM {one_per_key(sql, JOB_HISTORY, columns)} j")]
+
+
+def read_metric_rows(query: Query, sql: SqlDialect) -> List[MetricRow]:
+    """Every stored metric value of a stored run, once, with its run's finalization time and status."""
+    q, epoch = sql.quote, sql.epoch_seconds
+    metrics = one_per_key(sql, METRIC_HISTORY, ("test_name", "run_id", "metric_name", "metric_value",
+                                                "within_bounds", "step"))
+    jobs = one_per_key(sql, JOB_HISTORY, ("test_name", "run_id", "job_status", "processed_at"))
+    rows = query(
+        f"SELECT m.{q('test_name')}, m.{q('metric_name')}, m.{q('run_id')}, {epoch('j.' + q('processed_at'))}, "
+        f"m.{q('metric_value')}, m.{q('within_bounds')}, j.{q('job_status')}, m.{q('step')} "
+        f"FROM {metrics} m JOIN {jobs} j USING ({q('test_name')}, {q('run_id')})")
+    return [MetricRow(*row) for row in rows]
+
+
+def read_latest_windows(query: Query, sql: SqlDialect, successful_only: bool = True
+                        ) -> List[Tuple[Optional[float], Optional[str], WindowResult]]:
+    """(finalized_at, status, window) for the latest revision of each stored window.
+
+    ``successful_only``: the windows of runs that finished ``success``; else every
+    window, with None for the time and status of a run not finalized yet.
+    """
+    q, epoch = sql.quote, sql.epoch_seconds
+    windows = one_per_key(sql, METRIC_WINDOWS, ("test_name", "run_id", "tag", "window_kind", "window_index",
+                                                "revision", "start_time", "end_time", "start_step", "end_step",
+                                                "n", "partial", *NUMERIC_AGGREGATIONS), latest="revision")
+    jobs = one_per_key(sql, JOB_HISTORY, ("test_name", "run_id", "job_status", "processed_at"))
+    aggregations = ", ".join(f"w.{q(name)}" for name in NUMERIC_AGGREGATIONS)
+    rows = query(
+        f"SELECT w.{q('test_name')}, w.{q('tag')}, w.{q('window_kind')}, {epoch('j.' + q('processed_at'))}, "
+        f"j.{q('job_status')}, w.{q('run_id')}, w.{q('window_index')}, {epoch('w.' + q('start_time'))}, "
+        f"{epoch('w.' + q('end_time'))}, w.{q('start_step')}, w.{q('end_step')}, w.{q('n')}, w.{q('partial')}, "
+        f"{aggregations} FROM {windows} w {'' if successful_only else 'LEFT '}JOIN {jobs} j "
+        f"USING ({q('test_name')}, {q('run_id')})"
+        + (f" WHERE j.{q('job_status')} = 'success'" if successful_only else ""))
+    return [(finalized_at, status,
+             WindowResult(test, run, tag, kind, index, start, end, start_step, end_step, n, partial,
+                          {a: v for a, v in zip(NUMERIC_AGGREGATIONS, values) if v is not None}))
+            for test, tag, kind, finalized_at, status, run, index, start, end, start_step, end_step, n, partial,
+            *values in rows]
 
 
 def _ledgers(query: Query, sql: SqlDialect, actions: Sequence[TriageItem]) -> Dict[str, AlertLedger]:
@@ -100,22 +183,9 @@ def _ledgers(query: Query, sql: SqlDialect, actions: Sequence[TriageItem]) -> Di
 
 def _window_seed(configs: ConfigSet, query: Query, sql: SqlDialect, actions: Sequence[TriageItem]):
     """Step-aligned window history: the latest revision of each window of successful runs."""
-    q, epoch = sql.quote, sql.epoch_seconds
-    aggregations = ", ".join(f"w.{q(name)}" for name in NUMERIC_AGGREGATIONS)
-    window_key = ", ".join(f"w.{q(c)}" for c in ("test_name", "run_id", "tag", "window_kind", "window_index"))
-    rows = query(
-        f"SELECT w.{q('test_name')}, w.{q('tag')}, w.{q('window_kind')}, {epoch('j.' + q('processed_at'))}, "
-        f"w.{q('run_id')}, w.{q('window_index')}, {epoch('w.' + q('start_time'))}, {epoch('w.' + q('end_time'))}, "
-        f"w.{q('start_step')}, w.{q('end_step')}, w.{q('n')}, w.{q('partial')}, {aggregations} "
-        f"FROM {sql.table(METRIC_WINDOWS)} w JOIN {sql.table(JOB_HISTORY)} j "
-        f"USING ({q('test_name')}, {q('run_id')}) "
-        f"WHERE j.{q('job_status')} = 'success' "
-        f"QUALIFY w.{q('revision')} = max(w.{q('revision')}) OVER (PARTITION BY {window_key})")
     runs = collections.defaultdict(lambda: collections.defaultdict(list))
-    for test, tag, kind, finalized_at, run, index, start, end, start_step, end_step, n, partial, *values in rows:
-        result = WindowResult(test, run, tag, kind, index, start, end, start_step, end_step, n, partial,
-                              {a: v for a, v in zip(NUMERIC_AGGREGATIONS, values) if v is not None})
-        runs[(test, tag, kind)][(finalized_at, run)].append(result)
+    for finalized_at, _, result in read_latest_windows(query, sql, successful_only=True):
+        runs[(result.test, result.tag, result.kind)][(finalized_at, result.run)].append(result)
     window_actions = collections.defaultdict(list)
     for action in actions:
         for target in window_triage_targets(action, configs.for_test(action.test).windows):

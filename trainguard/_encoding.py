@@ -120,17 +120,25 @@ class MessageEncoder:
     """
 
     def __init__(self, test: str, run: str, max_points: int = 1000,
-                 max_bytes: int = 900_000, on_warning: Optional[Callable[[str], None]] = None):
+                 max_bytes: int = 900_000, on_warning: Optional[Callable[[str], None]] = None,
+                 rank: Optional[int] = None, world_size: Optional[int] = None):
         wire.check_name(test, "test")
         wire.check_name(run, "run")
+        wire._parse_rank({"rank": rank, "world_size": world_size})  # the contract's rule; raises a ValueError
         if not 1 <= max_points <= wire.MAX_POINTS_PER_MESSAGE:
             raise ValueError(f"max_points must be 1..{wire.MAX_POINTS_PER_MESSAGE}, got {max_points}")
         if not 4096 <= max_bytes <= wire.MAX_MESSAGE_BYTES:
             raise ValueError(f"max_bytes must be 4096..{wire.MAX_MESSAGE_BYTES}, got {max_bytes}")
         self.test, self.run = test, run
+        self.rank, self.world_size = rank, world_size
         self.max_points, self.max_bytes = max_points, max_bytes
         self._head = f'{{"schema":{json.dumps(wire.SCHEMA)},"id":'
+        # Everything fixed per handler is encoded once here, rank and world_size included.
         self._envelope = f',"test":{json.dumps(test)},"run":{json.dumps(run)}'
+        if rank is not None:
+            self._envelope += f',"rank":{rank:d}'
+        if world_size is not None:
+            self._envelope += f',"world_size":{world_size:d}'
         self._tag_prefix: Dict[str, Optional[str]] = {}
         self._last_ms = -1
         self._last_time = ""

@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Any, Dict, Optional
 
-from . import _lifecycle, wire
+from . import _lifecycle, distributed, wire
 from ._encoding import MessageEncoder
 from .intake import Intake
 from .metrics.api import MetricData, MetricHandler
@@ -140,16 +140,25 @@ class WireHandler(MetricHandler):
     ``$TRAINGUARD_TEST``/``$TRAINGUARD_RUN`` or from the first ``Run`` that
     uses this handler. Values logged before the handler knows its run wait in
     the buffer.
+
+    ``rank`` and ``world_size`` name the worker of a distributed job; when
+    not given they come from ``$RANK``/``$WORLD_SIZE`` (torchrun,
+    torchelastic; see ``trainguard.distributed``) or, for a handler that has
+    neither them nor its run yet, from the first ``Run``. Every message
+    carries them when known. They are fixed per handler, so the encoder
+    writes them once into its message envelope: logging costs nothing more.
     """
 
     kind = "wire"
 
     def __init__(self, transport: Transport, test: Optional[str] = None, run: Optional[str] = None,
-                 config: Optional[PublisherConfig] = None):
+                 config: Optional[PublisherConfig] = None, *, rank: Optional[int] = None,
+                 world_size: Optional[int] = None):
         self.config = config or PublisherConfig()
         self.config.validate()
         self._test: Optional[str] = None
         self._run: Optional[str] = None
+        self._rank = distributed.resolve(rank, world_size)  # explicit, else $RANK/$WORLD_SIZE, read once
         test = test or os.environ.get(ENV_TEST) or None
         run = run or os.environ.get(ENV_RUN) or None
         if (test is None) != (run is None):
@@ -189,16 +198,40 @@ class WireHandler(MetricHandler):
     def run(self) -> Optional[str]:
         return self._run
 
-    def bind(self, test: str, run: str) -> None:
-        """Sets the run this handler publishes for; it cannot change afterwards."""
+    @property
+    def rank(self) -> Optional[int]:
+        return self._rank.rank
+
+    @property
+    def world_size(self) -> Optional[int]:
+        return self._rank.world_size
+
+    def bind(self, test: str, run: str, rank: Optional[int] = None, world_size: Optional[int] = None) -> None:
+        """Sets the run this handler publishes for; it cannot change afterwards.
+
+        A ``rank``/``world_size`` given here is taken when the handler is not
+        bound yet and knows no rank of its own; one that contradicts the
+        handler's known rank is refused, as another run is.
+        """
         wire.check_name(test, "test")
         wire.check_name(run, "run")
+        offered = distributed.check_rank(rank, world_size)
+        if self._rank.known and offered.known and offered != self._rank:
+            raise ValueError(f"handler already publishes for rank={self._rank.rank} "
+                             f"world_size={self._rank.world_size}, not rank={offered.rank} "
+                             f"world_size={offered.world_size}")
         if self._test is None:
-            self._test, self._run = test, run
+            if not self._rank.known:
+                self._rank = offered
+            self._run = run
+            self._test = test  # last: the background thread starts encoding once it sees a test
             self._wake.set()
         elif (self._test, self._run) != (test, run):
             raise ValueError(f"handler already publishes for test={self._test!r} run={self._run!r}, "
                              f"not test={test!r} run={run!r}")
+        elif offered.known and not self._rank.known:
+            self._warn_once(f"handler was created for test={test!r} run={run!r} without a rank; its messages "
+                            f"go without rank={offered.rank} (give rank to the handler, or test and run to Run only)")
 
     # -- the training thread's side --------------------------------------------
 
@@ -293,6 +326,8 @@ class WireHandler(MetricHandler):
     def _log_summary(self) -> None:
         s = self.stats()
         identity = f"test={self._test!r} run={self._run!r}"
+        if self._rank.known:
+            identity += f" rank={self._rank.rank}"
         line = (f"trainguard: {self.kind} handler {identity}: delivered {s.points_delivered} points and "
                 f"{s.events_delivered} events in {s.messages_delivered} messages ({s.bytes_delivered} bytes); "
                 f"dropped {s.points_dropped} points (buffer full {s.points_dropped_buffer_full}, "
@@ -367,7 +402,8 @@ class WireHandler(MetricHandler):
             return
         if self._encoder is None:
             self._encoder = MessageEncoder(self._test, self._run, self.config.max_points_per_message,
-                                           self.config.max_message_bytes, self._warn_once)
+                                           self.config.max_message_bytes, self._warn_once,
+                                           self._rank.rank, self._rank.world_size)
         self._encoding = True
         try:
             events = intake.take_events()
@@ -407,6 +443,7 @@ class JsonlMetricHandler(WireHandler):
     kind = "jsonl"
 
     def __init__(self, path: str, test: Optional[str] = None, run: Optional[str] = None,
-                 config: Optional[PublisherConfig] = None):
+                 config: Optional[PublisherConfig] = None, *, rank: Optional[int] = None,
+                 world_size: Optional[int] = None):
         self.path = os.fspath(path)
-        super().__init__(JsonlTransport(self.path), test, run, config)
+        super().__init__(JsonlTransport(self.path), test, run, config, rank=rank, world_size=world_size)

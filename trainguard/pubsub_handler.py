@@ -79,13 +79,16 @@ class PubSubMetricHandler(WireHandler):
     """Publishes metric points and events to a Pub/Sub topic in wire contract v1.
 
     ``PubSubMetricHandler("projects/p/topics/t", test="resnet50", run="2026-11-21.1")``;
-    ``client_factory`` may build a ``PublisherClient`` with custom credentials.
+    ``client_factory`` may build a ``PublisherClient`` with custom credentials. ``rank`` and
+    ``world_size`` default to ``$RANK``/``$WORLD_SIZE`` (see ``WireHandler``).
     """
 
     kind = "pubsub"
 
     def __init__(self, topic: str, test: Optional[str] = None, run: Optional[str] = None,
                  config: Optional[PublisherConfig] = None,
-                 client_factory: Optional[Callable[[], Any]] = None):
+                 client_factory: Optional[Callable[[], Any]] = None, *, rank: Optional[int] = None,
+                 world_size: Optional[int] = None):
         self.topic = check_topic(topic)
-        super().__init__(PubSubTransport(topic, client_factory), test, run, config)
+        super().__init__(PubSubTransport(topic, client_factory), test, run, config,
+                         rank=rank, world_size=world_size)

@@ -11,6 +11,13 @@ or None counts as success), then flushes the handler for at most
 ``flush_timeout`` seconds. The events go to ``handler`` or, by default, to
 the configured default handler; a wire handler without a test/run is bound
 to this run's.
+
+In a distributed job (torchrun, torchelastic) every worker runs its own
+``Run``: ``run_started`` names the worker's ``host`` and ``rank`` (given, or
+``$RANK``/``$WORLD_SIZE``; see ``trainguard.distributed``). When the elastic
+agent has restarted the workers (``$TORCHELASTIC_RESTART_COUNT`` > 0), an
+``elastic_restart`` event ``{"restart_count": n}`` follows ``run_started``,
+and ``run_finished`` reports ``num_failures`` = n unless the caller sets it.
 """
 
 from __future__ import annotations
@@ -23,7 +30,8 @@ import threading
 import time
 from typing import Any, Dict, Optional
 
-from . import wire
+from . import distributed, wire
+from .handlers import WireHandler
 from .metrics import api
 
 _MAX_ERROR_CHARS = 2000
@@ -34,15 +42,19 @@ class Run:
     """Context manager (or ``start()``/``finish()``) publishing a run's lifecycle events."""
 
     def __init__(self, test: str, run_id: str, handler: Optional[api.MetricHandler] = None,
-                 data: Optional[Dict[str, Any]] = None, flush_timeout: float = 10.0):
+                 data: Optional[Dict[str, Any]] = None, flush_timeout: float = 10.0, *,
+                 rank: Optional[int] = None, world_size: Optional[int] = None):
         wire.check_name(test, "test")
         wire.check_name(run_id, "run")
         self.test = test
         self.run_id = run_id
         self.data = dict(data or {})
         self.flush_timeout = flush_timeout
-        self.num_failures = 0
-        """Reported in ``run_finished`` (e.g. the restarts an elastic agent made)."""
+        self._rank = distributed.resolve(rank, world_size)  # explicit, else $RANK/$WORLD_SIZE, read once
+        self.restart_count = distributed.restart_count()
+        """How often torchelastic restarted this job's workers before this attempt ($TORCHELASTIC_RESTART_COUNT)."""
+        self.num_failures = self.restart_count
+        """Reported in ``run_finished``: the elastic restarts unless set (or passed to ``finish``)."""
         self.status: Optional[str] = None
         self._handler = handler
         self._started_at: Optional[float] = None
@@ -61,13 +73,31 @@ class Run:
                 return self
             handler = self.handler
             bind = getattr(handler, "bind", None)
-            if bind is not None:
+            if isinstance(handler, WireHandler):
+                handler.bind(self.test, self.run_id, *self._rank)  # without a rank of its own, it takes this one
+            elif bind is not None:  # another handler's bind(test, run)
                 bind(self.test, self.run_id)
             self._started_at = time.time()
-        data = {"host": socket.gethostname(), "pid": os.getpid(),
-                "python": sys.version.split()[0], **self.data}
-        handler.emit_event(wire.RUN_STARTED, data, self._started_at)
+        data: Dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid(), "python": sys.version.split()[0]}
+        rank = self.rank_of(handler)
+        if rank.known:
+            data["rank"] = rank.rank
+            if rank.world_size is not None:
+                data["world_size"] = rank.world_size
+        handler.emit_event(wire.RUN_STARTED, {**data, **self.data}, self._started_at)
+        if self.restart_count > 0:
+            handler.emit_event(wire.ELASTIC_RESTART, {"restart_count": self.restart_count}, self._started_at)
         return self
+
+    def rank_of(self, handler: api.MetricHandler) -> distributed.Rank:
+        """This worker's rank: the one given or read at creation, else the handler's."""
+        if self._rank.known:
+            return self._rank
+        rank = getattr(handler, "rank", None)
+        if isinstance(rank, int) and not isinstance(rank, bool):
+            world_size = getattr(handler, "world_size", None)
+            return distributed.Rank(rank, world_size if isinstance(world_size, int) else None)
+        return distributed.UNKNOWN
 
     def finish(self, status: str = wire.STATUS_SUCCESS, **data: Any) -> None:
         """Publishes ``run_finished`` (once) and flushes the handler."""

@@ -17,6 +17,14 @@ derived from file and offset, so a chunk re-sent after a crash carries the
 same ids. ``run_started`` is sent once; ``run_finished`` when the wrapped
 command exits (with its status; the shipper then exits with the command's
 code) or after ``--finish-on-idle`` seconds without new data.
+
+Distributed jobs: ``--rank``/``--world-size`` go on every message. A
+subdirectory named ``rank<N>``, ``rank_<N>`` or ``rank-<N>`` holds rank N's
+logs: its files are shipped with rank N (the flag's rank applies outside
+such directories) and its name is left out of the tag prefix
+(``rank_1/train/loss`` -> ``train/loss``). Each rank found this way gets its
+own ``run_started`` (when first seen) and ``run_finished``, so the pipeline
+hears every rank it has points from finish.
 """
 
 from __future__ import annotations
@@ -38,8 +46,9 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from . import wire
+from . import distributed, wire
 from ._encoding import EncodedMessage, MessageEncoder
+from .distributed import Rank
 from .handlers import ENV_RUN, ENV_TEST
 from .transports import JsonlTransport, Transport
 
@@ -70,10 +79,18 @@ class ShipperConfig:
     exit_timeout_s: float = 300.0
     """After the wrapped command exits, give up delivering after this long (progress is saved)."""
     command: Optional[List[str]] = None
+    rank: Optional[int] = None
+    """The rank of files outside ``rank<N>`` directories (and of the shipper's own run events)."""
+    world_size: Optional[int] = None
+    """The job's world size, on every message when given (needs ``rank`` or rank directories)."""
 
     def __post_init__(self):
         wire.check_name(self.test, "test")
         wire.check_name(self.run, "run")
+        if self.world_size is not None and self.rank is None:
+            distributed.check_rank(0, self.world_size)  # rank directories will give the rank
+        else:
+            distributed.check_rank(self.rank, self.world_size)
         if self.state_path is None:
             safe = re.sub(r"[^A-Za-z0-9._-]", "_", f"{self.test}.{self.run}")[:200]
             self.state_path = os.path.join(self.logdir, f".trainguard-ship.{safe}.json")
@@ -105,13 +122,13 @@ def _message_id(*parts: Any) -> str:
 
 
 class ShipState:
-    """Persisted progress: delivered offsets per file, tag kinds per run, run events sent."""
+    """Persisted progress: delivered offsets per file, tag kinds per run, run events sent (and to which ranks)."""
 
     def __init__(self, path: str, test: str, run: str):
         self.path = path
         self.data: Dict[str, Any] = {"version": STATE_VERSION, "test": test, "run": run,
                                      "started": False, "finished": False, "files": {}, "kinds": {},
-                                     "last_data_time": None}
+                                     "last_data_time": None, "ranks_started": []}
         if os.path.exists(path):
             with open(path, encoding="utf-8") as f:
                 loaded = json.load(f)
@@ -141,8 +158,11 @@ class Shipper:
         self.config = config
         self.transport = transport
         self.state = ShipState(config.state_path, config.test, config.run)
-        self.encoder = MessageEncoder(config.test, config.run, config.max_points_per_message,
-                                      on_warning=lambda text: logger.warning("trainguard-ship: %s", text))
+        # The rank of files outside rank directories; world_size alone (every file in a rank
+        # directory) leaves them without either.
+        self.rank = Rank(config.rank, config.world_size) if config.rank is not None else distributed.UNKNOWN
+        self._encoders: Dict[Rank, MessageEncoder] = {}
+        self._layouts: Dict[str, Tuple[str, Rank]] = {}
         self._readers: Dict[str, Any] = {}
         self._ignored: Dict[str, bool] = {}
         self._wakeup = threading.Event()
@@ -189,10 +209,54 @@ class Shipper:
         self._wakeup.wait(seconds)
         self._wakeup.clear()
 
-    def _send_event(self, event_type: str, timestamp: float, data: Dict[str, Any]) -> None:
+    def _encoder(self, rank: Rank) -> MessageEncoder:
+        """The encoder of one rank's messages (each writes its rank into its envelope once)."""
+        encoder = self._encoders.get(rank)
+        if encoder is None:
+            encoder = self._encoders[rank] = MessageEncoder(
+                self.config.test, self.config.run, self.config.max_points_per_message,
+                on_warning=lambda text: logger.warning("trainguard-ship: %s", text),
+                rank=rank.rank, world_size=rank.world_size)
+        return encoder
+
+    def _id_parts(self, rank: Rank, *parts: Any) -> Tuple[Any, ...]:
+        """A message's id parts: ranks' messages must differ (the pipeline processes an id once)."""
+        return (self.config.test, self.config.run, *parts) + ((("rank", rank.rank),) if rank.known else ())
+
+    def _send_event(self, event_type: str, timestamp: float, data: Dict[str, Any],
+                    rank: Optional[Rank] = None) -> None:
+        rank = self.rank if rank is None else rank
         event = wire.event_dict(event_type, timestamp, data)
-        ident = _message_id(self.config.test, self.config.run, event_type)
-        self._deliver(self.encoder.encode([], [event], next_id=lambda: ident))
+        ident = _message_id(*self._id_parts(rank, event_type))
+        self._deliver(self._encoder(rank).encode([], [event], next_id=lambda: ident))
+
+    # -- layout ----------------------------------------------------------------
+
+    def _layout(self, run_dir: str) -> Tuple[str, Rank]:
+        """A log subdirectory's tag prefix and rank (see the module docstring)."""
+        layout = self._layouts.get(run_dir)
+        if layout is None:
+            prefix, rank = distributed.split_rank_directory(run_dir)
+            layout = (run_dir, self.rank)
+            if rank is not None:
+                try:
+                    layout = (prefix, distributed.check_rank(rank, self.config.world_size))
+                except ValueError as e:
+                    logger.warning("trainguard-ship: %s is not read as a rank directory (%s); its files are "
+                                   "shipped as an ordinary subdirectory", run_dir, e)
+            self._layouts[run_dir] = layout
+        return layout
+
+    def _start_rank(self, rank: Rank, path: str) -> None:
+        """Sends run_started for a rank directory's rank the first time one of its files is shipped."""
+        started = self.state.data["ranks_started"]
+        if rank == self.rank or rank.rank in started:
+            return
+        first = self._tb.first_wall_time(path)
+        timestamp = first if first is not None and first >= wire.MIN_TIME else time.time()
+        self._send_event(wire.RUN_STARTED, timestamp, self._started_data(rank), rank)
+        started.append(rank.rank)
+        self.state.save()
 
     # -- reading -------------------------------------------------------------
 
@@ -227,8 +291,10 @@ class Shipper:
             start = entry["offset"] = 0
         return start if size > start else None
 
-    def _read_points(self, run: str, rel: str, path: str, start: int) -> Optional[_Chunk]:
-        """The points in the records after ``start``, up to ``max_records_per_read`` records; None if unreadable."""
+    def _read_points(self, run: str, prefix: str, rel: str, path: str, start: int) -> Optional[_Chunk]:
+        """The points in the records after ``start``, up to ``max_records_per_read`` records; None if unreadable.
+
+        ``run`` is the file's directory (whose tags' kinds are remembered), ``prefix`` its tags' prefix."""
         reader = self._reader(run)
         chunk = _Chunk(start=start, end=start)
         try:
@@ -240,7 +306,7 @@ class Shipper:
                     logger.warning("trainguard-ship: %s: unreadable event before offset %d: %s", rel, chunk.end, e)
                     continue
                 for tag, value, step, wall_time in found:
-                    full = f"{run}/{tag}" if run else tag
+                    full = f"{prefix}/{tag}" if prefix else tag
                     if not self._is_ignored(full):
                         chunk.points.append((full, value, step, wall_time))
         except self._tb.CorruptRecord as e:
@@ -251,11 +317,11 @@ class Shipper:
             return None
         return chunk
 
-    def _ship_chunk(self, rel: str, chunk: _Chunk) -> None:
+    def _ship_chunk(self, rel: str, chunk: _Chunk, rank: Rank) -> None:
         """Delivers a chunk's points, then moves the file's offset past it (in the state file)."""
         ids = iter(range(1 << 62))
-        messages = self.encoder.encode(
-            chunk.points, next_id=lambda: _message_id(self.config.test, self.config.run, rel, chunk.start, next(ids)))
+        messages = self._encoder(rank).encode(
+            chunk.points, next_id=lambda: _message_id(*self._id_parts(rank, rel, chunk.start, next(ids))))
         self._deliver(messages)
         entry = self.state.data["files"][rel]
         entry["offset"] = chunk.end
@@ -277,10 +343,12 @@ class Shipper:
         start = self._unread_start(rel, path)
         if start is None:
             return 0, False
-        chunk = self._read_points(run, rel, path, start)
+        prefix, rank = self._layout(run)
+        chunk = self._read_points(run, prefix, rel, path, start)
         if chunk is None or (chunk.end == start and not chunk.corrupt):
             return 0, False
-        self._ship_chunk(rel, chunk)
+        self._start_rank(rank, path)
+        self._ship_chunk(rel, chunk, rank)
         return chunk.records, chunk.records >= self.config.max_records_per_read
 
     def poll(self) -> int:
@@ -306,19 +374,27 @@ class Shipper:
             first = self._tb.first_wall_time(path)
             if first is not None and first >= wire.MIN_TIME:
                 times.append(first)
-        data = {"source": "tensorboard", "logdir": os.path.abspath(self.config.logdir),
-                "host": socket.gethostname()}
-        if self.config.command:
-            data["command"] = " ".join(self.config.command)[:1000]
-        self._send_event(wire.RUN_STARTED, min(times), data)
+        self._send_event(wire.RUN_STARTED, min(times), self._started_data(self.rank))
         self.state.data["started"] = True
         self.state.save()
 
+    def _started_data(self, rank: Rank) -> Dict[str, Any]:
+        data: Dict[str, Any] = {"source": "tensorboard", "logdir": os.path.abspath(self.config.logdir),
+                                "host": socket.gethostname()}
+        if rank.known:
+            data["rank"] = rank.rank
+        if self.config.command:
+            data["command"] = " ".join(self.config.command)[:1000]
+        return data
+
     def finish(self, status: str, timestamp: float, **data: Any) -> None:
-        """Sends run_finished once per run."""
+        """Sends run_finished once per run: for the shipper's rank and for each rank directory's."""
         if self.state.data["finished"]:
             return
-        self._send_event(wire.RUN_FINISHED, timestamp, {"status": status, **data})
+        ranks = [self.rank] + [Rank(rank, self.config.world_size)
+                               for rank in sorted(self.state.data["ranks_started"])]
+        for rank in ranks:
+            self._send_event(wire.RUN_FINISHED, timestamp, {"status": status, **data}, rank)
         self.state.data["finished"] = True
         self.state.save()
 
@@ -416,6 +492,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--exit-timeout", type=float, default=300.0, metavar="SECONDS",
                         help="after the command exits, stop retrying delivery after this long (default 300); "
                              "progress is saved, so a later run ships the rest")
+    parser.add_argument("--rank", type=int, metavar="N",
+                        help="this worker's rank in a distributed job, on every message (files in rank<N>, "
+                             "rank_<N> or rank-<N> subdirectories get their directory's rank instead)")
+    parser.add_argument("--world-size", type=int, metavar="N", help="the job's number of workers (ranks)")
     parser.add_argument("--max-points-per-message", type=int, default=1000)
     parser.add_argument("-q", "--quiet", action="store_true", help="log warnings only")
     return parser
@@ -438,7 +518,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                ignore_tags=args.ignore_tag, poll_interval_s=args.poll_interval,
                                finish_on_idle_s=args.finish_on_idle, idle_status=args.idle_status,
                                max_points_per_message=args.max_points_per_message,
-                               exit_timeout_s=args.exit_timeout, command=command)
+                               exit_timeout_s=args.exit_timeout, command=command, rank=args.rank,
+                               world_size=args.world_size)
         if args.topic:
             from .pubsub_handler import PubSubTransport
 

@@ -154,3 +154,14 @@ def test_the_same_rows_in_bigquery_give_the_same_backtest_even_when_inserted_twi
                            f"--bigquery_dataset={tables.dataset}", f"--bigquery_endpoint={tables.endpoint}")
     assert remote["store"] == f"{tables.project}.{tables.dataset}"
     assert comparable(remote) == comparable(local) and not remote["changed"]
+
+
+def test_the_readme_backtest_commands_run_as_shown(demo_store, tmp_path):
+    from tests.support import readme_block, run_shell_line
+
+    shutil.copytree(CONFIGS, tmp_path / "configs")
+    shutil.copy(demo_store, tmp_path / "trainguard.duckdb")
+    for command in readme_block("## Backtest"):
+        done = run_shell_line(command, str(tmp_path))
+        assert done.returncode == 0, (command, done.stderr)
+    assert "no change" in done.stdout  # the copy is unchanged: it fires what fired

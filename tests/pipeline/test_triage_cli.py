@@ -3,9 +3,6 @@
 import glob
 import json
 import pathlib
-import shlex
-import subprocess
-import sys
 
 import pytest
 from google.cloud import pubsub_v1
@@ -14,7 +11,7 @@ from core.records import Alert
 from pipeline import triage as cli
 from pipeline.main import main as pipeline_main
 from sinks.duckdb_store import DuckDBStore
-from tests.support import REPO_ROOT
+from tests.support import REPO_ROOT, readme_block, run_shell_line
 from trainguard import wire
 
 CIFAR = "pt-cifar-tpu-v3-8"
@@ -164,19 +161,9 @@ def test_help_shows_every_command_and_the_defaults(capsys):
     assert "(default: triage.jsonl)" in out and "--until" in out
 
 
-def readme_block(heading):
-    """The first ```sh block after ``heading`` in the README, one command per line."""
-    text = pathlib.Path(REPO_ROOT, "README.md").read_text()
-    section = text[text.index(heading):]
-    block = section[section.index("```sh\n") + len("```sh\n"):]
-    return [line for line in block[:block.index("```")].splitlines() if line.strip()]
-
-
 def test_the_readme_triage_commands_run_as_shown(demo):
-    bin_dir = pathlib.Path(sys.executable).parent
     for command in readme_block("## Triage"):
-        argv = shlex.split(command)
-        assert argv[0] == "trainguard-triage"
-        done = subprocess.run([str(bin_dir / argv[0]), *argv[1:]], capture_output=True, text=True, cwd=demo)
+        assert command.startswith("trainguard-triage ")
+        done = run_shell_line(command, str(demo))
         assert done.returncode == 0, (command, done.stderr)
     assert len((demo / "triage.jsonl").read_text().splitlines()) == 3

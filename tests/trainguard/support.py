@@ -57,6 +57,17 @@ def expected_ts(message: wire.Message) -> str:
                                       [e._asdict() for e in message.events]))
 
 
+def received(server, topic: str) -> List[wire.Message]:
+    """The messages on a topic of the Pub/Sub test server, checked as the pipeline will see them."""
+    raw = server.published_messages(topic)
+    messages = parse_all([m.data for m in raw])
+    for stored, message in zip(raw, messages):
+        assert dict(stored.attributes) == wire.message_attributes(message.test, message.run,
+                                                                  int(expected_ts(message)), message.id)
+    assert len({m.id for m in messages}) == len(messages)
+    return messages
+
+
 def wait_until(condition: Callable[[], Any], timeout: float = 20.0, interval: float = 0.01) -> Any:
     """Polls ``condition`` until it is truthy (a liveness wait, not a timing assertion)."""
     give_up = time.monotonic() + timeout

@@ -20,18 +20,24 @@ values = st.one_of(st.floats(allow_nan=False, allow_infinity=False),
 steps = st.one_of(st.none(), st.integers(min_value=0, max_value=wire.MAX_STEP))
 times = st.floats(min_value=wire.MIN_TIME, max_value=wire.MAX_TIME - 1)
 points = st.lists(st.tuples(tags.filter(str.isprintable), values, steps, times), min_size=1, max_size=60)
+# (rank, world_size) as a worker may know them: neither, the rank alone, or both with rank < world_size
+ranks = st.one_of(st.just((None, None)),
+                  st.tuples(st.integers(min_value=0, max_value=wire.MAX_WORLD_SIZE), st.none()),
+                  st.integers(min_value=1, max_value=wire.MAX_WORLD_SIZE).flatmap(
+                      lambda size: st.tuples(st.integers(min_value=0, max_value=size - 1), st.just(size))))
 
 
-def reference(test, run, message_id, batch, events=()):
+def reference(test, run, message_id, batch, events=(), rank=None, world_size=None):
     """The same message built with the wire module's own helpers (times kept to the millisecond)."""
     dicts = [wire.point_dict(tag, value, int(time * 1000) / 1000, step) for tag, value, step, time in batch]
-    return wire.encode_message(test, run, dicts, list(events), message_id=message_id)
+    return wire.encode_message(test, run, dicts, list(events), message_id=message_id, rank=rank,
+                               world_size=world_size)
 
 
 @settings(max_examples=150, deadline=None)
-@given(points)
-def test_messages_equal_wire_encode_message(batch):
-    encoder = MessageEncoder("my-test", "run \u00e9 1", max_points=25)
+@given(points, ranks)
+def test_messages_equal_wire_encode_message(batch, rank):
+    encoder = MessageEncoder("my-test", "run \u00e9 1", max_points=25, rank=rank[0], world_size=rank[1])
     ids = iter(f"id{i}" for i in range(1000))
     messages = encoder.encode(batch, next_id=lambda: next(ids))
     assert sum(m.points for m in messages) == len(batch)
@@ -40,8 +46,10 @@ def test_messages_equal_wire_encode_message(batch):
     for index, message in enumerate(messages):
         chunk = batch[offset:offset + message.points]
         offset += message.points
-        assert json.loads(message.payload) == json.loads(reference("my-test", "run \u00e9 1", f"id{index}", chunk))
+        expected = reference("my-test", "run \u00e9 1", f"id{index}", chunk, rank=rank[0], world_size=rank[1])
+        assert json.loads(message.payload) == json.loads(expected)
         [parsed] = parse_all([message.payload])
+        assert (parsed.rank, parsed.world_size) == rank
         assert message.attributes == wire.message_attributes("my-test", "run \u00e9 1", int(expected_ts(parsed)),
                                                              f"id{index}")
 
@@ -55,6 +63,13 @@ def test_point_values_round_trip_exactly():
     got = {p.tag: (p.value, p.step) for p in points_of(parse_all([message.payload]))}
     assert got == {"a": (0.1, None), "b": (1e-300, 5), "c": (12345678901234567.0, None), "d": (-0.0, 0),
                    "e": (3.0, 1), "f": (0.25, 7), "g": (2.5, None), "h": (1.0, None), "i": (float(1 << 60), None)}
+
+
+def test_rank_and_events_share_the_envelope_and_leave_the_attributes_alone():
+    encoder = MessageEncoder("t", "r", rank=3, world_size=8)
+    [message] = encoder.encode([("x", 1.0, None, T0)], [wire.event_dict("run_started", T0, {})], next_id=lambda: "i")
+    assert message.payload.startswith(b'{"schema":"trainguard/v1","id":"i","test":"t","run":"r","rank":3,"world_size":8,')
+    assert message.attributes == wire.message_attributes("t", "r", int(T0 * 1000), "i")
 
 
 def test_time_is_kept_to_the_millisecond_and_ts_matches_the_payload():
@@ -120,7 +135,9 @@ def test_more_than_100_events_are_split_across_messages():
 
 
 @pytest.mark.parametrize("kwargs", [{"max_points": 0}, {"max_points": 10_001}, {"max_bytes": 100},
-                                    {"max_bytes": wire.MAX_MESSAGE_BYTES + 1}])
+                                    {"max_bytes": wire.MAX_MESSAGE_BYTES + 1}, {"rank": -1},
+                                    {"rank": wire.MAX_WORLD_SIZE + 1}, {"world_size": 4}, {"rank": 4, "world_size": 4},
+                                    {"rank": True}])
 def test_limits_outside_the_contract_are_refused(kwargs):
     with pytest.raises(ValueError):
         MessageEncoder("t", "r", **kwargs)

@@ -16,10 +16,10 @@ import trainguard as tg
 from tests.trainguard.support import (
     ROOT,
     events_of,
-    expected_ts,
     jsonl_payloads,
     parse_all,
     points_of,
+    received,
     run_python,
     wait_until,
 )
@@ -34,17 +34,6 @@ def topic(pubsub_server):
     name = pubsub_server.topic_path("metrics")
     pubsub_v1.PublisherClient().create_topic(name=name)
     return name
-
-
-def received(server, topic):
-    """The messages on the topic, checked as the pipeline will see them."""
-    raw = server.published_messages(topic)
-    messages = parse_all([m.data for m in raw])
-    for stored, message in zip(raw, messages):
-        assert dict(stored.attributes) == wire.message_attributes(message.test, message.run,
-                                                                  int(expected_ts(message)), message.id)
-    assert len({m.id for m in messages}) == len(messages)
-    return messages
 
 
 def closed_port() -> str:

@@ -260,3 +260,134 @@ def test_corrupt_file_is_reported_and_skipped(tmp_path, caplog):
     shipper.poll()
     assert triples(output) == [("loss", 0.0, 0)]
     assert "bad length CRC" in caplog.text
+
+
+def ship_cli(logdir, output, *options):
+    """``trainguard-ship`` in-process, finishing as soon as the log directory is idle."""
+    return main(["--logdir", str(logdir), "--test", "ddp", "--run", "d1", "--output", str(output), "-q",
+                 "--finish-on-idle", "0.1", "--poll-interval", "0.02", *options])
+
+
+def by_rank(messages):
+    """{rank: (sorted point tags, event types)}."""
+    ranks = {}
+    for message in messages:
+        tags, types = ranks.setdefault(message.rank, (set(), []))
+        tags.update(p[0] for p in message.points)
+        types.extend(e.type for e in message.events)
+    return {rank: (sorted(tags), types) for rank, (tags, types) in ranks.items()}
+
+
+def test_the_rank_flag_goes_on_every_message(tmp_path):
+    logdir = tmp_path / "logs"
+    writer = TF1Writer(str(logdir / "train"))
+    for step in range(5):
+        writer.scalar("loss", float(step), step)
+    writer.close()
+    output = tmp_path / "out.jsonl"
+    assert ship_cli(logdir, output, "--rank", "1", "--world-size", "2") == 0
+    messages = shipped(output)
+    assert {(m.rank, m.world_size) for m in messages} == {(1, 2)}
+    assert [s for _, _, s in triples(output)] == list(range(5))
+    started, finished = events_of(messages)
+    assert started.data["rank"] == 1 and finished.data["status"] == "success"
+
+
+def test_rank_directories_ship_their_files_with_their_rank_and_without_a_tag_prefix(tmp_path):
+    logdir = tmp_path / "logs"
+    for directory, tag, writer_class in (("rank0/train", "loss", TF1Writer), ("rank_1", "loss", TF2Writer),
+                                         ("rank-2/eval", "acc", TF1Writer), ("summary", "throughput", TF1Writer)):
+        writer = writer_class(str(logdir / directory))
+        for step in range(3):
+            writer.scalar(tag, float(step), step)
+        writer.close()
+    output = tmp_path / "out.jsonl"
+    assert ship_cli(logdir, output, "--rank", "3", "--world-size", "4") == 0
+    messages = shipped(output)
+    assert {m.world_size for m in messages} == {4}
+    assert len({m.id for m in messages}) == len(messages)  # each rank's run events are its own messages
+    assert by_rank(messages) == {
+        0: (["train/loss"], ["run_started", "run_finished"]),
+        1: (["loss"], ["run_started", "run_finished"]),
+        2: (["eval/acc"], ["run_started", "run_finished"]),
+        3: (["summary/throughput"], ["run_started", "run_finished"]),  # the flag's rank: outside rank dirs
+    }
+    starts = {m.rank: e for m in messages for e in m.events if e.type == "run_started"}
+    assert {rank: e.data["rank"] for rank, e in starts.items()} == {0: 0, 1: 1, 2: 2, 3: 3}
+
+
+def test_rank_directories_without_the_flag_leave_other_files_and_run_events_rankless(tmp_path):
+    logdir = tmp_path / "logs"
+    writer = TF1Writer(str(logdir / "rank_1"))
+    writer.scalar("loss", 1.0, 1)
+    writer.close()
+    output = tmp_path / "out.jsonl"
+    assert ship_cli(logdir, output) == 0
+    assert by_rank(shipped(output)) == {None: ([], ["run_started", "run_finished"]),
+                                        1: (["loss"], ["run_started", "run_finished"])}
+
+
+def test_a_restarted_shipper_starts_new_ranks_and_no_rank_twice(tmp_path):
+    logdir = tmp_path / "logs"
+    writer = TF1Writer(str(logdir / "rank0"))
+    writer.scalar("loss", 1.0, 1)
+    writer.flush()
+    output = tmp_path / "out.jsonl"
+    first = make_shipper(logdir, output, rank=0, world_size=2)
+    first.ensure_started()
+    first.poll()
+    writer.scalar("loss", 2.0, 2)
+    writer.close()
+    TF1Writer(str(logdir / "rank1")).close()  # a rank that has written nothing but its file header yet
+    second = make_shipper(logdir, output, rank=0, world_size=2)
+    second.ensure_started()
+    second.poll()
+    second.finish("success", T0 + 10)
+    assert by_rank(shipped(output)) == {0: (["loss"], ["run_started", "run_finished"]),
+                                        1: ([], ["run_started", "run_finished"])}
+    assert [s for _, _, s in triples(output)] == [1, 2]
+
+
+def test_a_rank_directory_outside_the_world_size_is_an_ordinary_directory(tmp_path, caplog):
+    logdir = tmp_path / "logs"
+    writer = TF1Writer(str(logdir / "rank7"))
+    writer.scalar("loss", 1.0, 1)
+    writer.close()
+    output = tmp_path / "out.jsonl"
+    make_shipper(logdir, output, rank=0, world_size=4).poll()
+    assert [(m.rank, [p[0] for p in m.points]) for m in shipped(output)] == [(0, ["rank7/loss"])]
+    assert "rank7 is not read as a rank directory" in caplog.text
+
+
+@pytest.mark.parametrize("options, error", [
+    (["--ranks", "3"], "unrecognized arguments: --ranks 3"),
+    (["--rank", "two"], "argument --rank: invalid int value: 'two'"),
+    (["--rank", "4", "--world-size", "4"], "rank 4 is not below world_size 4"),
+    (["--rank", "1", "--world-size", "0"], "world_size must be an integer from 1"),
+    (["--rank", "-1"], "rank must be an integer from 0"),
+])
+def test_bad_rank_options_exit_2_naming_the_problem(tmp_path, capsys, options, error):
+    with pytest.raises(SystemExit) as exit_info:
+        ship_cli(tmp_path, tmp_path / "out.jsonl", *options)
+    assert exit_info.value.code == 2
+    assert error in capsys.readouterr().err
+
+
+def test_the_documented_distributed_shipper_command_ships_every_rank(tmp_path):
+    with open(os.path.join(ROOT, "docs", "trainer.md"), encoding="utf-8") as f:
+        docs = f.read()
+    start = docs.index("trainguard-ship --logdir runs/ --test bert-ddp")
+    command = docs[start:docs.index("\n```", start)]
+    for rank in range(4):
+        writer = TF1Writer(str(tmp_path / "runs" / f"rank{rank}" / "train"))
+        writer.scalar("loss", float(rank), 1)
+        writer.close()
+    env = dict(os.environ, PYTHONPATH=ROOT, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    # As documented, but not waiting 600 s for the log directory to go idle.
+    result = subprocess.run(["bash", "-c", f"{command} --finish-on-idle 0.2 --poll-interval 0.05 -q"],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    messages = shipped(tmp_path / "metrics.jsonl")
+    assert {m.world_size for m in messages if m.rank is not None} == {4}
+    assert by_rank(messages) == {None: ([], ["run_started", "run_finished"]),
+                                 **{rank: (["train/loss"], ["run_started", "run_finished"]) for rank in range(4)}}

@@ -177,3 +177,40 @@ def test_missing_directory_is_an_error(tmp_path):
 
 def test_built_in_default_when_no_default_json(tmp_path):
     assert load_config_dir(str(tmp_path)).for_test("x") == TestConfig()
+
+
+def readme_json_after(heading):
+    with open(os.path.join(REPO_ROOT, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    section = text[text.index(heading):]
+    block = section[section.index("```json\n") + len("```json\n"):]
+    return block[:block.index("```")]
+
+
+def test_the_readme_straggler_check_is_a_valid_window_config():
+    config = parse_test_config(json.loads("{" + readme_json_after("## Distributed jobs") + "}"), "readme")
+    check = config.windows.tags["step_time"].rank_check
+    assert check.aggregation == "mean" and check.condition.mads_from_median == 5
+    assert (check.debounce_windows, check.debounce_out_of_bounds) == (3, 2) and check.condition.min_effect_rel == 0.1
+
+
+def test_rank_reductions_are_read_strictly():
+    config = parse_test_config({"metric_collection_config": {
+        "default_rank_reduction": "mean", "tag_to_rank_reduction": {"loss": "max"}}}, "t.json")
+    assert config.metric_collection.rank_reduction_for("loss") == "max"
+    assert config.metric_collection.rank_reduction_for("acc") == "mean"
+    with pytest.raises(ConfigError, match="tag_to_rank_reduction.loss: 'median' is not one of"):
+        parse_test_config({"metric_collection_config": {"tag_to_rank_reduction": {"loss": "median"}}}, "t.json")
+
+
+@pytest.mark.parametrize("rank_check, reason", [
+    ({"aggregation": "p50", "condition": {"comparison": "less", "success_threshold": {"mads_from_median": 5}}},
+     "'p50' is not a numeric aggregation"),
+    ({"aggregation": "mean"}, "rank_check.condition: is required"),
+    ({"aggregation": "mean", "condition": {"comparison": "less", "success_threshold": {"fixed_value": 5}}},
+     "compares ranks with each other"),
+])
+def test_bad_rank_checks_name_the_key(rank_check, reason):
+    raw = {"window_config": {"tags": {"step_time": {"count": 10, "aggregations": ["mean"], "rank_check": rank_check}}}}
+    with pytest.raises(ConfigError, match=reason):
+        parse_test_config(raw, "t.json")

@@ -23,13 +23,12 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from core import locations
 from core.backtest import NOT_RE_EVALUATED, BacktestResult, KindDiff, backtest
 from core.config import ConfigError, load_config_dir
 from core.records import iso_utc
 from core.triage import AlertFacts
 from sinks.stored_history import read_stored_history
-from sinks.stores import StoreReader, open_bigquery, open_duckdb
+from sinks.stores import add_store_options, open_store
 
 PROG = "trainguard-backtest"
 USAGE_ERROR, RUNTIME_ERROR = 2, 1  # argparse's exit status for a bad command line, and anything else
@@ -55,23 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config_dir", required=True, default=argparse.SUPPRESS,
                         help="directory of per-test JSON configs (and default.json) to re-evaluate under")
     store = parser.add_argument_group("the store (a DuckDB file, or a BigQuery dataset with --bigquery_dataset)")
-    store.add_argument("--local_store", default=locations.LOCAL_STORE, help="DuckDB store the replay wrote")
-    store.add_argument("--bigquery_project", default=None, help="project of --bigquery_dataset (none: the client's default project)")
-    store.add_argument("--bigquery_dataset", default=None, help="read this BigQuery dataset instead")
-    store.add_argument("--bigquery_endpoint", default=None,
-                       help="another BigQuery API endpoint, e.g. an emulator (anonymous credentials)")
+    add_store_options(store)
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     return parser
-
-
-def open_store(args: argparse.Namespace) -> StoreReader:
-    if args.bigquery_dataset:
-        return open_bigquery(args.bigquery_project, args.bigquery_dataset, args.bigquery_endpoint)
-    try:
-        return open_duckdb(args.local_store)
-    except FileNotFoundError:
-        raise UsageError(f"no store at {args.local_store!r}: run the pipeline first, or name it with "
-                         "--local_store (or --bigquery_dataset)") from None
 
 
 def run(argv: Optional[List[str]] = None) -> Dict[str, Any]:
@@ -89,7 +74,10 @@ def run_with(args: argparse.Namespace) -> Dict[str, Any]:
         configs = load_config_dir(args.config_dir)
     except ConfigError as e:
         raise UsageError(str(e)) from None
-    store = open_store(args)
+    try:
+        store = open_store(args)
+    except FileNotFoundError as e:
+        raise UsageError(str(e)) from None
     try:
         history = read_stored_history(store.query, store.dialect)
     finally:

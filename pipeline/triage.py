@@ -35,7 +35,7 @@ from core.schema import ALERTS
 from core.triage import TriageItem, alert_states
 from core.vocabulary import AlertState, TriageAction
 from sinks.seed import read_triage_actions
-from sinks.stores import StoreReader, open_bigquery, open_duckdb
+from sinks.stores import StoreReader, add_store_options, open_store
 from trainguard import wire
 
 PROG = "trainguard-triage"
@@ -70,14 +70,11 @@ def parse_time(text: str, now: float) -> float:
 # -- reading the store -----------------------------------------------------------------------------
 
 
-def open_store(args: argparse.Namespace) -> StoreReader:
-    if args.bigquery_dataset:
-        return open_bigquery(args.bigquery_project, args.bigquery_dataset, args.bigquery_endpoint)
+def open_store_or_fail(args: argparse.Namespace) -> StoreReader:
     try:
-        return open_duckdb(args.local_store)
-    except FileNotFoundError:
-        raise TriageError(f"no store at {args.local_store!r}: run the pipeline first, or name it with "
-                          "--local_store (or --bigquery_dataset)") from None
+        return open_store(args)
+    except FileNotFoundError as e:
+        raise TriageError(str(e)) from None
 
 
 def read_alerts(store: StoreReader) -> List[AlertRecord]:
@@ -153,7 +150,7 @@ def accept(args: argparse.Namespace) -> str:
 
 
 def dismiss(args: argparse.Namespace) -> str:
-    store = open_store(args)
+    store = open_store_or_fail(args)
     try:
         alert = find_alert(read_alerts(store), args.alert_id)
     finally:
@@ -176,7 +173,7 @@ def mute(args: argparse.Namespace) -> str:
 
 
 def list_alerts(args: argparse.Namespace) -> str:
-    store = open_store(args)
+    store = open_store_or_fail(args)
     try:
         alerts = read_alerts(store)
         stored = read_triage_actions(store.query, store.dialect)
@@ -222,10 +219,7 @@ def build_parser(now: float) -> argparse.ArgumentParser:
     where.add_argument("--topic", default=None,
                        help="publish to this Pub/Sub topic (the pipeline's input: projects/P/topics/T) instead")
     where.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for Pub/Sub to take a message")
-    where.add_argument("--local_store", default=locations.LOCAL_STORE, help="DuckDB store to read alerts from")
-    where.add_argument("--bigquery_project", default=None, help="project of --bigquery_dataset")
-    where.add_argument("--bigquery_dataset", default=None, help="read alerts from this BigQuery dataset instead")
-    where.add_argument("--bigquery_endpoint", default=None, help="another BigQuery API endpoint (an emulator)")
+    add_store_options(where)
     said = argparse.ArgumentParser(add_help=False, formatter_class=formatter)
     words = said.add_argument_group("the action")
     words.add_argument("--note", default="", help="why (shown with the alert)")

@@ -8,10 +8,12 @@ spells names and times. Nothing here imports Apache Beam, so the tools start fas
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
-from typing import Callable, List, Optional
+from typing import Any, Callable, List, Optional
 
+from core import locations
 from sinks.seed import Query, SqlDialect
 
 DUCKDB_SQL = SqlDialect(quote=lambda name: f'"{name}"', table=lambda table: f'"{table.name}"',
@@ -70,3 +72,24 @@ def open_bigquery(project: Optional[str], dataset: str, endpoint: Optional[str] 
 
     return StoreReader(query, bigquery_dialect(client.project, dataset), client.close,
                        f"{client.project}.{dataset}")
+
+
+def add_store_options(group: Any) -> None:
+    """The command-line options that name a store, one spelling for every tool (an argparse parser or group)."""
+    group.add_argument("--local_store", default=locations.LOCAL_STORE, help="DuckDB store the replay wrote")
+    group.add_argument("--bigquery_project", default=None,
+                       help="project of --bigquery_dataset (none: the client's default project)")
+    group.add_argument("--bigquery_dataset", default=None, help="read this BigQuery dataset instead")
+    group.add_argument("--bigquery_endpoint", default=None,
+                       help="another BigQuery API endpoint, e.g. an emulator (anonymous credentials)")
+
+
+def open_store(args: argparse.Namespace) -> StoreReader:
+    """The store the options of :func:`add_store_options` name; FileNotFoundError with a line for the user."""
+    if args.bigquery_dataset:
+        return open_bigquery(args.bigquery_project, args.bigquery_dataset, args.bigquery_endpoint)
+    try:
+        return open_duckdb(args.local_store)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no store at {args.local_store!r}: run the pipeline first, or name it with "
+                                "--local_store (or --bigquery_dataset)") from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Optional, Sequence, Union
 
 import apache_beam as beam
@@ -67,4 +68,10 @@ class ReadReplayFiles(beam.PTransform):
         lines = reads[0] if len(reads) == 1 else reads | "AllLines" >> beam.Flatten()
         return (lines
                 | "SkipBlank" >> beam.Filter(lambda named_line: named_line[1].strip() != b"")
-                | "ToRawMessage" >> beam.MapTuple(lambda filename, line: RawMessage(line, f"file:{filename}")))
+                | "ToRawMessage" >> beam.MapTuple(lambda filename, line: RawMessage(line, file_source(filename))))
+
+
+def file_source(filename: str) -> str:
+    """The source of a replay file's lines: its real absolute path, whatever glob or spelling named it, so that a
+    dead letter's key (source, reason, payload) is the same every time the same file is replayed."""
+    return f"file:{os.path.realpath(filename)}"

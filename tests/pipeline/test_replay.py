@@ -1,6 +1,7 @@
 """End-to-end tests of ``python -m pipeline`` on replay files."""
 
 import json
+import os
 import random
 import subprocess
 import sys
@@ -77,6 +78,17 @@ def test_rerun_on_the_same_files_adds_nothing(tmp_path, capsys):
     assert "runs finalized           0" in capsys.readouterr().out
     assert table_contents(tmp_path / "store.duckdb") == before
     assert (tmp_path / "alerts.jsonl").read_text() == alerts_before
+
+
+def test_the_same_files_named_another_way_add_nothing_either(tmp_path, monkeypatch):
+    """Dead letters are keyed by the file's real path: a relative glob and an absolute one store them once."""
+    monkeypatch.chdir(REPO)
+    assert replay(tmp_path, "data/demo/*.jsonl") == 0
+    before = table_contents(tmp_path / "store.duckdb")
+    assert replay(tmp_path, f"{REPO}/data/../data/demo/*.jsonl") == 0
+    assert table_contents(tmp_path / "store.duckdb") == before
+    [(sources,)] = DuckDBStore(str(tmp_path / "store.duckdb")).query("SELECT list(DISTINCT source) FROM dead_letter")
+    assert all(source.startswith(f"file:{os.path.realpath(REPO)}/data/demo/") for source in sources)
 
 
 def cifar_lines():

@@ -19,26 +19,27 @@ deploy creates, idempotently ("describe || create"), everything the job needs:
 then launches the streaming job from setup.py: python -m pipeline --runner=DataflowRunner --streaming
 with Streaming Engine, the Storage Write API for BigQuery and autoscaling up to MAX_WORKERS.
 
-Options (each also settable as an environment variable, in brackets):
+Options (each also settable as an environment variable, in brackets; --name=value or --name value;
+multi-word options may also be spelled with dashes, --job-name for --job_name):
   --project ID              Google Cloud project [TRAINGUARD_PROJECT, else GOOGLE_CLOUD_PROJECT]
   --region REGION           Dataflow region, bucket and dataset location [TRAINGUARD_REGION] (us-central1)
   --dataset NAME            BigQuery dataset [TRAINGUARD_DATASET] (trainguard)
   --bucket NAME             bucket for temp/staging files [TRAINGUARD_BUCKET] (PROJECT-trainguard)
   --prefix NAME             prefix of the Pub/Sub topic/subscription names [TRAINGUARD_PREFIX] (trainguard)
-  --job-name NAME           Dataflow job name [TRAINGUARD_JOB_NAME] (PREFIX-streaming)
-  --service-account EMAIL   worker service account [TRAINGUARD_SERVICE_ACCOUNT] (the default compute one)
-  --max-workers N           autoscaling limit [TRAINGUARD_MAX_WORKERS] (4)
-  --machine-type TYPE       worker machine type [TRAINGUARD_MACHINE_TYPE] (n2-standard-2)
-  --write-method METHOD     storage_write_api or streaming_inserts [TRAINGUARD_WRITE_METHOD] (storage_write_api)
-  --config-dir DIR          per-test configs, read at launch [TRAINGUARD_CONFIG_DIR] (configs/ here)
-  --id-attribute NAME       Pub/Sub attribute for Dataflow's de-duplication (id_label), only when every
+  --job_name NAME           Dataflow job name [TRAINGUARD_JOB_NAME] (PREFIX-streaming)
+  --service_account EMAIL   worker service account [TRAINGUARD_SERVICE_ACCOUNT] (the default compute one)
+  --max_workers N           autoscaling limit [TRAINGUARD_MAX_WORKERS] (4)
+  --machine_type TYPE       worker machine type [TRAINGUARD_MACHINE_TYPE] (n2-standard-2)
+  --write_method METHOD     storage_write_api or streaming_inserts [TRAINGUARD_WRITE_METHOD] (storage_write_api)
+  --config_dir DIR          per-test configs, read at launch [TRAINGUARD_CONFIG_DIR] (configs/ here)
+  --id_attribute NAME       Pub/Sub attribute for Dataflow's de-duplication (id_label), only when every
                             publisher sets it [TRAINGUARD_ID_ATTRIBUTE] (id; empty: off)
   --python PATH             interpreter with the pipeline installed [PYTHON] (.venv/bin/python here if it
                             exists, else python3)
   --update                  replace the running job of the same name in place (Dataflow --update):
                             in-flight runs, de-duplication ids and history state carry over. Needed to
                             roll out new code or new configs without losing state.
-  --dry-run                 print every command instead of running it (only the schema files are
+  --dry_run                 print every command instead of running it (only the schema files are
                             written, to a temporary directory)
   -h, --help                this help
 demo options: --rate N (messages per second) and any of the above.
@@ -91,6 +92,11 @@ while [[ $# -gt 0 ]]; do
   elif [[ $# -gt 1 ]]; then
     value=$2
   fi
+  given=$option
+  if [[ $option == --?* ]]; then  # --job-name is --job_name: one spelling in the case below
+    name=${option#--}
+    option=--${name//-/_}
+  fi
   takes_value=true
   case $option in
     --project) PROJECT=$value ;;
@@ -98,24 +104,24 @@ while [[ $# -gt 0 ]]; do
     --dataset) DATASET=$value ;;
     --bucket) BUCKET=$value ;;
     --prefix) PREFIX=$value ;;
-    --job-name) JOB_NAME=$value ;;
-    --service-account) SERVICE_ACCOUNT=$value ;;
-    --max-workers) MAX_WORKERS=$value ;;
-    --machine-type) MACHINE_TYPE=$value ;;
-    --write-method) WRITE_METHOD=$value ;;
-    --config-dir) CONFIG_DIR=$value ;;
-    --id-attribute) ID_ATTRIBUTE=$value ;;
+    --job_name) JOB_NAME=$value ;;
+    --service_account) SERVICE_ACCOUNT=$value ;;
+    --max_workers) MAX_WORKERS=$value ;;
+    --machine_type) MACHINE_TYPE=$value ;;
+    --write_method) WRITE_METHOD=$value ;;
+    --config_dir) CONFIG_DIR=$value ;;
+    --id_attribute) ID_ATTRIBUTE=$value ;;
     --python) PYTHON=$value ;;
     --rate) RATE=$value ;;
     --update) UPDATE=true; takes_value=false ;;
-    --dry-run) DRY_RUN=true; takes_value=false ;;
+    --dry_run) DRY_RUN=true; takes_value=false ;;
     -h|--help) usage; exit 0 ;;
-    *) die "unknown option $option (see --help)" ;;
+    *) die "unknown option $given (see --help)" ;;
   esac
   if [[ $takes_value == true ]]; then
-    [[ -n $value ]] || die "$option needs a value"
+    [[ -n $value ]] || die "$given needs a value"
     if [[ $1 != *=* ]]; then
-      [[ $value != -* ]] || die "$option needs a value"
+      [[ $value != -* ]] || die "$given needs a value"
       shift
     fi
   fi
@@ -124,8 +130,8 @@ done
 
 [[ -n $PROJECT ]] || die "no project: pass --project or set TRAINGUARD_PROJECT"
 [[ $WRITE_METHOD == storage_write_api || $WRITE_METHOD == streaming_inserts ]] \
-  || die "--write-method must be storage_write_api or streaming_inserts, not $WRITE_METHOD"
-[[ $MAX_WORKERS =~ ^[1-9][0-9]*$ ]] || die "--max-workers must be a positive integer, not $MAX_WORKERS"
+  || die "--write_method must be storage_write_api or streaming_inserts, not $WRITE_METHOD"
+[[ $MAX_WORKERS =~ ^[1-9][0-9]*$ ]] || die "--max_workers must be a positive integer, not $MAX_WORKERS"
 BUCKET=${BUCKET:-$PROJECT-trainguard}
 JOB_NAME=${JOB_NAME:-$PREFIX-streaming}
 [[ $CONFIG_DIR == /* ]] || CONFIG_DIR=$PWD/$CONFIG_DIR

@@ -11,12 +11,11 @@ real store. Then times, each best of ``--repeat``:
 - in one process, ``pipeline.backtest.run`` (read + checks), and its phases;
 - the import of ``pipeline.backtest`` (against a bare ``python -c pass``).
 
-    python bench/bench_backtest.py [--tests 100] [--runs 100] [--workdir bench/out/backtest] [--repeat 3]
+    python bench/bench_backtest.py [--tests 100] [--runs 100] [--out_dir bench/out/backtest] [--repeat 3]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -33,6 +32,7 @@ from core.records import iso_utc, window_row
 from core.runs import MetricValue
 from core.schema import ALERTS, JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS
 from core.windows import WindowResult
+from trainguard.cli import DASHES_NOTE, StrictArgumentParser
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DAY = 86400.0
@@ -155,16 +155,15 @@ def timed_process(argv: List[str]) -> float:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = StrictArgumentParser(description=__doc__.split("\n\n")[0], epilog=DASHES_NOTE)
     parser.add_argument("--tests", type=int, default=100)
     parser.add_argument("--runs", type=int, default=100, help="per test")
-    parser.add_argument("--workdir", default=os.path.join(REPO, "bench", "out", "backtest"))
+    parser.add_argument("--out_dir", "--workdir", default=os.path.join(REPO, "bench", "out", "backtest"))
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args(argv)
-    os.makedirs(args.workdir, exist_ok=True)
-    store = build_store(args.workdir, args.tests, args.runs)
-    cli = ["--config_dir", os.path.join(args.workdir, "configs"), "--local_store", store]
+    os.makedirs(args.out_dir, exist_ok=True)
+    store = build_store(args.out_dir, args.tests, args.runs)
+    cli = ["--config_dir", os.path.join(args.out_dir, "configs"), "--local_store", store]
 
     python = [sys.executable, "-c", "pass"]
     bare = min(timed_process(python) for _ in range(args.repeat))
@@ -189,7 +188,7 @@ def main(argv=None) -> None:
           f"read {seconds['read']:.2f} s, checks {seconds['backtest']:.2f} s")
     print(f"  import pipeline.backtest                           {imported - bare:6.2f} s   "
           f"(python -c pass: {bare:.2f} s)")
-    with open(os.path.join(args.workdir, "results.json"), "w") as f:
+    with open(os.path.join(args.out_dir, "results.json"), "w") as f:
         json.dump({"runs": summary["runs"], "values": summary["values"], "windows": summary["windows"],
                    "whole_process_s": whole, "in_process_s": in_process, "phases_s": seconds,
                    "import_s": imported - bare}, f, indent=1)

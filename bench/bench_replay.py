@@ -8,12 +8,11 @@ files. The pipeline runs twice: with the run-level checks only, and with live
 windows (count windows of 100 points, checked step-aligned) on every tag.
 Prints the rates and their ratio to the reference.
 
-    python bench/bench_replay.py [--points 1000000] [--workdir bench/out]
+    python bench/bench_replay.py [--points 1000000] [--out_dir bench/out]
 """
 
 from __future__ import annotations
 
-import argparse
 import glob
 import json
 import math
@@ -25,8 +24,10 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pipeline.demo import synthetic_plans, write_lines
-from pipeline.main import run
+from pipeline.main import checked_argv
 from pipeline.options import DEFAULT_CONFIG_DIR
+from pipeline.replay import run
+from trainguard.cli import DASHES_NOTE, StrictArgumentParser
 from trainguard.wire import decode_json
 
 TAGS_PER_STEP = 3
@@ -78,14 +79,14 @@ def reference(pattern: str):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = StrictArgumentParser(description=__doc__.replace("``", ""), epilog=DASHES_NOTE)
     parser.add_argument("--points", type=int, default=1_000_000)
-    parser.add_argument("--workdir", default=os.path.join(os.path.dirname(__file__), "out", "replay"))
+    parser.add_argument("--out_dir", "--workdir", default=os.path.join(os.path.dirname(__file__), "out", "replay"))
     parser.add_argument("--extra", nargs="*", default=[], help="extra pipeline options")
     args, pipeline_args = parser.parse_known_args()
-    args.extra += pipeline_args
-    shutil.rmtree(args.workdir, ignore_errors=True)
-    pattern = generate(args.workdir, args.points)
+    args.extra = checked_argv(args.extra + pipeline_args)  # Beam would ignore a mistyped option
+    shutil.rmtree(args.out_dir, ignore_errors=True)
+    pattern = generate(args.out_dir, args.points)
     messages = 0
     for path in glob.glob(pattern):
         with open(path, "rb") as lines:
@@ -97,7 +98,7 @@ def main() -> None:
 
     print(f"input: {points:,} points in {messages:,} messages, {len(results):,} (test, run, tag) aggregates")
     print(f"plain Python reference: {reference_seconds:6.2f} s  {points / reference_seconds:>12,.0f} points/s")
-    windowed_configs = os.path.join(args.workdir, "configs-windowed")
+    windowed_configs = os.path.join(args.out_dir, "configs-windowed")
     os.makedirs(windowed_configs)
     with open(os.path.join(windowed_configs, "default.json"), "w") as f:
         json.dump(WINDOWED_CONFIG, f)
@@ -105,8 +106,8 @@ def main() -> None:
         name = label.split()[0]
         started = time.perf_counter()
         summary = run([f"--input_files={pattern}", f"--config_dir={config_dir}",
-                       f"--local_store={os.path.join(args.workdir, name + '.duckdb')}",
-                       f"--alerts_file={os.path.join(args.workdir, name + '-alerts.jsonl')}", *args.extra])
+                       f"--local_store={os.path.join(args.out_dir, name + '.duckdb')}",
+                       f"--alerts_file={os.path.join(args.out_dir, name + '-alerts.jsonl')}", *args.extra])
         seconds = time.perf_counter() - started
         assert summary.counters["messages_read"] == messages, summary.counters
         assert summary.rows_added["job_history"] == len({k[:2] for k in results})

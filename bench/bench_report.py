@@ -7,12 +7,11 @@ runs that never finish scattered over the tests. Then times the report on it, pe
 (read, prepare, draw, write), in one process and in two (``--jobs``), and writes them to
 ``results.json`` in the work directory.
 
-    python bench/bench_report.py [--tests 50] [--runs 100] [--workdir bench/out/report] [--repeat N] [--all_runs]
+    python bench/bench_report.py [--tests 50] [--runs 100] [--out_dir bench/out/report] [--repeat N] [--all_runs]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -22,9 +21,10 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pipeline.demo import daily_runs, write_lines
-from pipeline.main import run as replay
 from pipeline.options import DEFAULT_CONFIG_DIR
+from pipeline.replay import run as replay
 from report.cli import run as report
+from trainguard.cli import DASHES_NOTE, StrictArgumentParser
 
 
 def story(test_index: int, runs: int) -> dict:
@@ -72,22 +72,22 @@ def measure(label: str, argv: list, repeat: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = StrictArgumentParser(description=__doc__.replace("``", ""), epilog=DASHES_NOTE)
     parser.add_argument("--tests", type=int, default=50)
     parser.add_argument("--runs", type=int, default=100)
-    parser.add_argument("--workdir", default=os.path.join(os.path.dirname(__file__), "out", "report"))
+    parser.add_argument("--out_dir", "--workdir", default=os.path.join(os.path.dirname(__file__), "out", "report"))
     parser.add_argument("--all_runs", action="store_true", help="also time a picture of every run (slow)")
     parser.add_argument("--repeat", type=int, default=1, help="report the fastest of this many runs")
     args = parser.parse_args()
-    store = build_store(args.workdir, args.tests, args.runs)
-    out = os.path.join(args.workdir, "html")
-    common = [f"--local_store={store}", f"--out={out}", "--no_progress"]
+    store = build_store(args.out_dir, args.tests, args.runs)
+    out = os.path.join(args.out_dir, "html")
+    common = [f"--local_store={store}", f"--out_dir={out}", "--no_progress"]
     results = [measure("5 runs/test, --jobs=1", common + ["--jobs=1"], args.repeat),
                measure("5 runs/test, --jobs=2", common + ["--jobs=2"], args.repeat)]
     if args.all_runs:
         results.append(measure("every run (--runs_per_test=0), --jobs=2",
                                common + ["--runs_per_test=0", "--jobs=2"], 1))
-    with open(os.path.join(args.workdir, "results.json"), "w") as f:
+    with open(os.path.join(args.out_dir, "results.json"), "w") as f:
         json.dump({"tests": args.tests, "runs": args.runs, "results": results}, f, indent=1)
     print(f"report: {os.path.join(out, 'index.html')}")
 

@@ -23,7 +23,6 @@ Writes bench/out/streaming.json.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -44,6 +43,7 @@ from scripts.publish_demo import publish  # noqa: E402
 from tests.servers.bigquery import BigQueryEmulator  # noqa: E402
 from tests.servers.pubsub import PubSubServer  # noqa: E402
 from trainguard import wire  # noqa: E402
+from trainguard.cli import DASHES_NOTE, StrictArgumentParser  # noqa: E402
 
 CONFIG = {
     "//": "Every metric recorded with four aggregations and a bound; every failed run alerts.",
@@ -150,7 +150,7 @@ def measure_throughput(publisher, server, topic: str, subscription: str, alerts:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = StrictArgumentParser(description=__doc__.replace("``", ""), epilog=DASHES_NOTE)
     parser.add_argument("--samples", type=int, default=30)
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--messages_per_run", type=int, default=10)

@@ -13,7 +13,7 @@ Modules, in the order an alert passes through them:
 * ``grouping``: per-run groups that close a configurable wait after their first alert;
 * ``render``: subject, HTML body and plain-text alternative (everything escaped);
 * ``notifier``: dedup, daily budget and summary folding, retries, acks;
-* ``sending``: SendGrid (or ``--dry-run`` files) and the retry policy;
+* ``sending``: SendGrid (or ``--dry_run`` files) and the retry policy;
 * ``deadletter``: where alerts go when SendGrid refuses them for good;
 * ``state``: the persisted sent ids, daily budget and file offsets (SQLite);
 * ``config`` / ``api_key`` / ``cli``: configuration, the API key, the entry point.

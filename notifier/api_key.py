@@ -41,7 +41,7 @@ def secret_version_name(secret: str, project: Optional[str]) -> str:
     if secret.startswith("projects/"):
         return secret if "/versions/" in secret else f"{secret}/versions/latest"
     if not project:
-        raise SecretError(f"--sendgrid-key-secret {secret!r} is not a full resource name and no project is set "
+        raise SecretError(f"--sendgrid_key_secret {secret!r} is not a full resource name and no project is set "
                           "(--project or GOOGLE_CLOUD_PROJECT)")
     return f"projects/{project}/secrets/{secret}/versions/latest"
 
@@ -61,7 +61,7 @@ def key_from_secret_manager(name: str) -> Secret:
 def key_from_env(environ: Mapping[str, str], var: str = DEFAULT_ENV_VAR) -> Secret:
     value = environ.get(var, "").strip()
     if not value:
-        raise SecretError(f"no SendGrid API key: set ${var} or pass --sendgrid-key-secret")
+        raise SecretError(f"no SendGrid API key: set ${var} or pass --sendgrid_key_secret")
     return Secret(value)
 
 

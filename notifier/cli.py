@@ -1,10 +1,12 @@
 """``python -m notifier`` / ``trainguard-email``: the notifier as a long-lived process.
 
     python -m notifier --config email.json --subscription projects/P/subscriptions/trainguard-alerts-email
-    python -m notifier --config email.json --alerts-file alerts.jsonl --dry-run --once
+    python -m notifier --config email.json --alerts_file alerts.jsonl --dry_run --out_dir email-dry-run --once
 
 Runs until SIGTERM/SIGINT (then releases unsent alerts for redelivery), or
-with ``--once`` until the alerts file is handled. See docs/email.md.
+with ``--once`` until the alerts file is handled. See docs/email.md. Options are
+spelled with underscores; the dashed spellings of earlier versions
+(``--alerts-file``, ``--dry-run DIR``) still work.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from notifier.notifier import Notifier
 from notifier.sending import DEFAULT_HOST, DryRunSender, SendGridSender
 from notifier.sources import FileSource, PubSubSource, SourceError
 from notifier.state import NotifierState
+from trainguard.cli import DASHES_NOTE, RUNTIME_ERROR, StrictArgumentParser, cloud_failure, fail
 
 PROG = "trainguard-email"
 DEFAULT_DRY_RUN_DIR = "email-dry-run"
@@ -63,42 +66,46 @@ class Options:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description="Mail trainguard alerts through SendGrid, one digest "
-                                                            "per run, without losing or repeating an alert.")
+    parser = StrictArgumentParser(prog=PROG, description="Mail trainguard alerts through SendGrid, one digest "
+                                                         "per run, without losing or repeating an alert.",
+                                  epilog=DASHES_NOTE)
     parser.add_argument("--config", required=True, help="JSON configuration (see notifier/example-config.json).")
     source = parser.add_argument_group("alert source (exactly one)").add_mutually_exclusive_group(required=True)
     source.add_argument("--subscription", help="Pub/Sub subscription of the alerts topic "
                                                "(projects/<p>/subscriptions/<s>).")
-    source.add_argument("--alerts-file", help="Alerts JSONL file to tail (the pipeline's --alerts_file).")
+    source.add_argument("--alerts_file", help="Alerts JSONL file to tail (the pipeline's --alerts_file).")
     parser.add_argument("--state", help="SQLite state file: sent alert ids, daily budget, file offsets "
-                                        "(default email-state.sqlite; <dry-run dir>/state.sqlite with --dry-run).")
+                                        "(default email-state.sqlite; <out_dir>/state.sqlite with --dry_run).")
     dead = parser.add_mutually_exclusive_group()
-    dead.add_argument("--dead-letter-file", default=Options.dead_letter_file,
+    dead.add_argument("--dead_letter_file", default=Options.dead_letter_file,
                       help="JSONL file for alerts SendGrid refused for good (default %(default)s).")
-    dead.add_argument("--dead-letter-topic", help="Pub/Sub topic for them instead (projects/<p>/topics/<t>).")
-    parser.add_argument("--dry-run", nargs="?", const=DEFAULT_DRY_RUN_DIR, metavar="DIR",
-                        help=f"Render e-mails to DIR (default {DEFAULT_DRY_RUN_DIR}) as .html/.txt instead of sending.")
+    dead.add_argument("--dead_letter_topic", help="Pub/Sub topic for them instead (projects/<p>/topics/<t>).")
+    parser.add_argument("--dry_run", nargs="?", const=DEFAULT_DRY_RUN_DIR, metavar="DIR",
+                        help="Render e-mails as .html/.txt files to --out_dir instead of sending (--dry_run DIR, "
+                             "the older form, names the directory too).")
+    parser.add_argument("--out_dir", default=None, metavar="DIR",
+                        help=f"Where --dry_run renders the e-mails (default {DEFAULT_DRY_RUN_DIR}).")
     parser.add_argument("--once", action="store_true",
-                        help="With --alerts-file: mail what the file holds now, then exit.")
+                        help="With --alerts_file: mail what the file holds now, then exit.")
     key = parser.add_argument_group("SendGrid")
-    key.add_argument("--sendgrid-key-secret", help="Secret Manager secret holding the API key "
+    key.add_argument("--sendgrid_key_secret", help="Secret Manager secret holding the API key "
                                                    "(projects/<p>/secrets/<s>[/versions/<v>] or <s> with --project).")
-    key.add_argument("--sendgrid-key-env", default=DEFAULT_ENV_VAR,
+    key.add_argument("--sendgrid_key_env", default=DEFAULT_ENV_VAR,
                      help="Environment variable holding the API key otherwise (default %(default)s).")
-    key.add_argument("--sendgrid-host", default=DEFAULT_HOST,
+    key.add_argument("--sendgrid_host", default=DEFAULT_HOST,
                      help="API base URL (default %(default)s; https://api.eu.sendgrid.com for EU residency).")
     parser.add_argument("--project", help="Google Cloud project for a bare secret name (else $GOOGLE_CLOUD_PROJECT).")
     pubsub = parser.add_argument_group("Pub/Sub")
-    pubsub.add_argument("--max-outstanding", type=int, default=Options.max_outstanding,
+    pubsub.add_argument("--max_outstanding", type=int, default=Options.max_outstanding,
                         help="Flow control: most unacknowledged messages held (default %(default)s).")
-    pubsub.add_argument("--max-lease-seconds", type=float, default=Options.max_lease_seconds,
+    pubsub.add_argument("--max_lease_seconds", type=float, default=Options.max_lease_seconds,
                         help="How long the client extends a held message's lease before Pub/Sub redelivers it "
                              "(default %(default)s).")
-    parser.add_argument("--poll-seconds", type=float, default=Options.poll_seconds,
+    parser.add_argument("--poll_seconds", type=float, default=Options.poll_seconds,
                         help="Longest idle wait between checks (default %(default)s).")
-    parser.add_argument("--health-port", type=int, default=None,
+    parser.add_argument("--health_port", type=int, default=None,
                         help="Serve GET / -> 200 on this port (default $PORT when set, as on Cloud Run).")
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument("--log_level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return parser
 
 
@@ -106,7 +113,13 @@ def parse_options(argv: Optional[Sequence[str]], environ: Mapping[str, str] = os
     parser = _parser()
     args = parser.parse_args(argv)
     if args.once and not args.alerts_file:
-        parser.error("--once needs --alerts-file")
+        parser.error("--once needs --alerts_file")
+    if args.out_dir is not None:
+        if args.dry_run is None:
+            parser.error("--out_dir is where --dry_run renders the e-mails: add --dry_run (or leave --out_dir out)")
+        if args.dry_run not in (DEFAULT_DRY_RUN_DIR, args.out_dir):
+            parser.error(f"--dry_run {args.dry_run} and --out_dir {args.out_dir} name two directories: keep one")
+        args.dry_run = args.out_dir
     values = {field.name: getattr(args, field.name) for field in dataclasses.fields(Options)}
     if values["health_port"] is None and environ.get("PORT", "").isdigit():
         values["health_port"] = int(environ["PORT"])
@@ -233,8 +246,19 @@ def _install_signal_handlers(loop: Loop) -> None:
 
 def run(argv: Optional[Sequence[str]] = None, environ: Mapping[str, str] = os.environ) -> int:
     """Parse ``argv``, run the notifier, return the exit status (2: bad configuration or no API key,
-    1: the source failed, e.g. a missing subscription)."""
+    1: the source failed, e.g. a missing subscription, or Google Cloud is out of reach: no credentials,
+    an endpoint that does not answer; one line on stderr, no traceback)."""
     options = parse_options(argv, environ)
+    try:
+        return _run(options, environ)
+    except Exception as e:
+        line = cloud_failure(e)
+        if line is None:
+            raise
+        return fail(PROG, line, RUNTIME_ERROR)
+
+
+def _run(options: Options, environ: Mapping[str, str]) -> int:
     logging.basicConfig(level=options.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = load_config(options.config)

@@ -8,7 +8,7 @@ unacknowledged.
 
 Both sinks keep the alert payload as it was received, so the alerts can be
 mailed again once the problem is fixed: the dead-letter file is itself a valid
-``--alerts-file`` input (each line's ``alert`` object), and a subscription on
+``--alerts_file`` input (each line's ``alert`` object), and a subscription on
 the dead-letter topic a valid ``--subscription``.
 """
 

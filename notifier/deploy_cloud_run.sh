@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Deploys the e-mail notifier (notifier) to Cloud Run as one always-on instance; see docs/email.md.
 #
-#   TRAINGUARD_PROJECT=my-project EMAIL_CONFIG=email.json notifier/deploy_cloud_run.sh [--dry-run]
+#   TRAINGUARD_PROJECT=my-project EMAIL_CONFIG=email.json notifier/deploy_cloud_run.sh [--dry_run]
 #
 # Creates what is missing ("describe || create"): the subscription PREFIX-alerts-email on the alerts topic
 # that run_dataflow.sh creates (PREFIX-alerts), the dead-letter topic PREFIX-alerts-email-dead-letter with
@@ -17,7 +17,7 @@
 #   EMAIL_KEY_SECRET        existing Secret Manager secret with the SendGrid API key [sendgrid-api-key]
 #   EMAIL_SERVICE_ACCOUNT   existing service account to run as [PREFIX-email@PROJECT.iam.gserviceaccount.com]
 #   EMAIL_IMAGE             image [REGION-docker.pkg.dev/PROJECT/PREFIX/PREFIX-email:latest]
-# --dry-run prints every command instead of running it.
+# --dry_run (or --dry-run) prints every command instead of running it; -h, --help prints this.
 set -euo pipefail
 
 SCRIPT_NAME=deploy_cloud_run.sh
@@ -27,9 +27,10 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 source "$REPO/scripts/gcloud_helpers.sh"
 for arg in "$@"; do
   case $arg in
-    --dry-run) DRY_RUN=true ;;
+    --dry_run|--dry-run) DRY_RUN=true ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) die "unknown argument: $arg" ;;
+    -*) die "unknown option $arg (--dry_run and --help are the only ones; settings are environment variables)" ;;
+    *) die "unexpected argument $arg (see --help)" ;;
   esac
 done
 
@@ -97,8 +98,8 @@ deploy() {
   local args=(
     --config=/config/email.json
     "--subscription=projects/$PROJECT/subscriptions/$SUBSCRIPTION"
-    "--dead-letter-topic=projects/$PROJECT/topics/$DEAD_LETTER_TOPIC"
-    "--sendgrid-key-secret=projects/$PROJECT/secrets/$KEY_SECRET"
+    "--dead_letter_topic=projects/$PROJECT/topics/$DEAD_LETTER_TOPIC"
+    "--sendgrid_key_secret=projects/$PROJECT/secrets/$KEY_SECRET"
     --state=/state/email-state.sqlite
   )
   local joined

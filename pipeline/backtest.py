@@ -29,6 +29,7 @@ from core.records import iso_utc
 from core.triage import AlertFacts
 from sinks.stored_history import read_stored_history
 from sinks.stores import add_store_options, open_store
+from trainguard.cli import DASHES_NOTE, HelpFormatter, StrictArgumentParser, cloud_failure
 
 PROG = "trainguard-backtest"
 USAGE_ERROR, RUNTIME_ERROR = 2, 1  # argparse's exit status for a bad command line, and anything else
@@ -39,18 +40,10 @@ class UsageError(Exception):
     """A store or config dir that cannot be used as named: one line for the user, exit status 2."""
 
 
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Defaults shown in --help, except the empty ones (None, False), which say nothing."""
-
-    def _get_help_string(self, action: argparse.Action) -> Optional[str]:
-        if action.default in (None, False):
-            return action.help
-        return super()._get_help_string(action)
-
-
 def build_parser() -> argparse.ArgumentParser:
     description = __doc__.split("\n\n", 1)[1].rsplit("\n\n", 1)[0]
-    parser = argparse.ArgumentParser(prog=PROG, description=description, formatter_class=_HelpFormatter)
+    parser = StrictArgumentParser(prog=PROG, description=description.replace("``", ""),
+                                  formatter_class=HelpFormatter, epilog=DASHES_NOTE)
     parser.add_argument("--config_dir", required=True, default=argparse.SUPPRESS,
                         help="directory of per-test JSON configs (and default.json) to re-evaluate under")
     store = parser.add_argument_group("the store (a DuckDB file, or a BigQuery dataset with --bigquery_dataset)")
@@ -158,7 +151,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return USAGE_ERROR
     except Exception as e:  # noqa: BLE001 - a store or network failure: one line, not a traceback
-        print(f"{PROG}: error: {type(e).__name__}: {e}", file=sys.stderr)
+        print(f"{PROG}: error: {cloud_failure(e) or f'{type(e).__name__}: {e}'}", file=sys.stderr)
         return RUNTIME_ERROR
     print(json.dumps(summary, indent=1) if args.json else render(summary))
     return 0

@@ -37,6 +37,7 @@ from core.vocabulary import AlertState, TriageAction
 from sinks.seed import read_triage_actions
 from sinks.stores import StoreReader, add_store_options, open_store
 from trainguard import wire
+from trainguard.cli import DASHES_NOTE, StrictArgumentParser, cloud_failure
 
 PROG = "trainguard-triage"
 MIN_ID_PREFIX = 8
@@ -209,9 +210,10 @@ def list_alerts(args: argparse.Namespace) -> str:
 
 def build_parser(now: float) -> argparse.ArgumentParser:
     formatter = argparse.ArgumentDefaultsHelpFormatter
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0].split(": ", 1)[1],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="\n\n".join(__doc__.split("\n\n")[1:3]))
+    parser = StrictArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0].split(": ", 1)[1],
+                                  formatter_class=argparse.RawDescriptionHelpFormatter,
+                                  epilog="\n\n".join(__doc__.split("\n\n")[1:3]).replace("``", "")
+                                  + "\n\n" + DASHES_NOTE)
     common = argparse.ArgumentParser(add_help=False, formatter_class=formatter)
     where = common.add_argument_group("where actions go and alerts are read")
     where.add_argument("--triage_file", default=locations.TRIAGE_FILE,
@@ -235,7 +237,7 @@ def build_parser(now: float) -> argparse.ArgumentParser:
     accept_parser = command("accept", "An intended change: the metric's baseline restarts from a run.", said, common)
     accept_parser.add_argument("test")
     accept_parser.add_argument("metric")
-    accept_parser.add_argument("--from_run", "--from-run", required=True, help="the first run at the new level")
+    accept_parser.add_argument("--from_run", required=True, help="the first run at the new level")
     accept_parser.set_defaults(handler=accept)
     dismiss_parser = command("dismiss", "A false positive: the alert's value joins the history as normal.",
                              said, common)
@@ -265,7 +267,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 1
     except Exception as e:  # noqa: BLE001 - a store or network failure: one line, not a traceback
-        print(f"{PROG}: error: {type(e).__name__}: {e}", file=sys.stderr)
+        print(f"{PROG}: error: {cloud_failure(e) or f'{type(e).__name__}: {e}'}", file=sys.stderr)
         return 1
     return 0
 

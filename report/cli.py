@@ -2,8 +2,8 @@
 
 ::
 
-    python -m report --local_store=trainguard.duckdb --out=trainguard-report/
-    python -m report --bigquery_project=P --bigquery_dataset=D --out=trainguard-report/
+    python -m report --local_store=trainguard.duckdb --out_dir=trainguard-report/
+    python -m report --bigquery_project=P --bigquery_dataset=D --out_dir=trainguard-report/
     python -m report ... --run=RUN_ID --copy_to='gs://models/{test}/{run}/trainguard'
 
 :func:`write_report` is the same for a DuckDB file, from Python (the end of ``python -m pipeline``).
@@ -15,6 +15,7 @@ import argparse
 import concurrent.futures
 import contextlib
 import dataclasses
+import difflib
 import math
 import multiprocessing
 import os
@@ -27,10 +28,27 @@ from report import page
 from report.data import ReportData, ReportSettings, prepare_report
 from report.publish import copy_run_pictures
 from report.source import ReportSource, bigquery_source, duckdb_source
+from trainguard.cli import DASHES_NOTE, RUNTIME_ERROR, USAGE_ERROR, StrictArgumentParser, cloud_failure, fail
+
+PROG = "python -m report"
 
 LONG_REPORT = 40  # figures from which a progress bar shows (on a terminal)
 CHUNK = 16        # figures per task of a worker (and between progress updates); layouts are reused within one
 MAX_AUTO_JOBS = 4  # --jobs=0 (auto): one process per core up to this, for long reports only
+
+
+class UnknownTestError(ValueError):
+    """A ``--test`` that names no test of the store: one line naming the nearest, or the known ones."""
+
+
+def check_tests(wanted: Sequence[str], known: Sequence[str], label: str) -> None:
+    """Raises :class:`UnknownTestError` for the first wanted test the store does not hold."""
+    for test in wanted:
+        if test not in known:
+            nearest = difflib.get_close_matches(test, known, n=1)
+            hint = (f"did you mean {nearest[0]!r}?" if nearest
+                    else f"known tests: {', '.join(known[:20]) or 'none'}{' ...' if len(known) > 20 else ''}")
+            raise UnknownTestError(f"--test={test} matches no test in {label}; {hint}")
 
 
 @dataclasses.dataclass
@@ -135,6 +153,7 @@ def build_report(source: ReportSource, out_dir: str, settings: ReportSettings, s
     finally:
         source.close()
     lap("read")
+    check_tests(settings.tests, sorted({row.test for table in rows[:3] for row in table}), source_label)
     data = prepare_report(*rows, settings)
     lap("prepare")
     os.makedirs(out_dir, exist_ok=True)
@@ -177,8 +196,8 @@ def positive(text: str) -> float:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m report",
+    p = StrictArgumentParser(
+        prog=PROG, epilog=DASHES_NOTE + " --out is the former name of --out_dir.",
         description="Pictures of the history in a trainguard store (a DuckDB file or a BigQuery dataset): metric "
                     "history per test, each run's curves against the step-aligned band of earlier runs, a status "
                     "grid, and one index.html linking them with the alerts. See docs/report.md.")
@@ -192,9 +211,10 @@ def parser() -> argparse.ArgumentParser:
     source.add_argument("--since", default=None, metavar="YYYY-MM-DD",
                         help="Only rows from this UTC day on (default: all).")
     what = p.add_argument_group("what to draw")
-    what.add_argument("--out", default=locations.REPORT_DIR, help="Directory of the PNG files and index.html "
-                                                      "(default: %(default)s).")
-    what.add_argument("--test", action="append", default=[], help="Only this test (repeatable; default: all).")
+    what.add_argument("--out_dir", "--out", default=locations.REPORT_DIR,
+                      help="Directory of the PNG files and index.html (default: %(default)s).")
+    what.add_argument("--test", action="append", default=[],
+                      help="Only this test (repeatable; default: all); a test the store does not hold is an error.")
     what.add_argument("--run", action="append", default=[], help="Also draw this run, however old (repeatable).")
     what.add_argument("--runs_per_test", type=non_negative, default=5,
                       help="Latest runs of each test with a picture; 0: all (default: %(default)s).")
@@ -207,7 +227,7 @@ def parser() -> argparse.ArgumentParser:
     what.add_argument("--max_alerts", type=non_negative, default=200,
                       help="Rows of the alert list (default: %(default)s).")
     out = p.add_argument_group("output")
-    out.add_argument("--copy_to", "--copy-to", default=None, metavar="PATH",
+    out.add_argument("--copy_to", default=None, metavar="PATH",
                      help="Also copy each run's picture to PATH, a local directory or gs://bucket/prefix. {test} "
                           "and {run} in PATH become the (file-safe) names; without them the files go to "
                           "PATH/<test>/<run>/.")
@@ -237,7 +257,7 @@ def open_source(args: argparse.Namespace):
 def run(argv: Optional[List[str]] = None) -> ReportResult:
     args = parser().parse_args(argv)
     source, label = open_source(args)
-    return build_report(source, args.out, settings_from(args), label, jobs=args.jobs, progress=args.progress,
+    return build_report(source, args.out_dir, settings_from(args), label, jobs=args.jobs, progress=args.progress,
                         copy_to=args.copy_to)
 
 
@@ -245,8 +265,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         result = run(sys.argv[1:] if argv is None else argv)
     except (FileNotFoundError, ImportError, ValueError) as e:
-        print(f"trainguard report: error: {e}", file=sys.stderr)
-        return 2
+        return fail(PROG, str(e), USAGE_ERROR)
+    except Exception as e:
+        line = cloud_failure(e)
+        if line is None:
+            raise
+        return fail(PROG, line, RUNTIME_ERROR)
     copies = f", {len(result.copies)} copied" if result.copies else ""
     print(f"trainguard: report of {len(result.figures)} figures{copies} in {result.seconds:.1f} s: {result.index}")
     return 0

@@ -17,7 +17,6 @@ future: runs finalize as the clock passes their end (+ ``--run_grace_seconds``).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -29,6 +28,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pipeline.demo import RunPlan, demo_plans, run_messages
 from trainguard import wire
+from trainguard.cli import DASHES_NOTE, RUNTIME_ERROR, HelpFormatter, StrictArgumentParser, cloud_failure, fail
+
+PROG = "publish_demo.py"
 
 
 def message_attributes(payload: bytes) -> Dict[str, str]:
@@ -71,7 +73,8 @@ def demo_payloads(start: float, run_spacing_seconds: float, step_seconds: float,
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = StrictArgumentParser(prog=PROG, description=__doc__.replace("``", ""), formatter_class=HelpFormatter,
+                                  epilog=DASHES_NOTE)
     parser.add_argument("--topic", required=True, help="projects/<project>/topics/<topic> to publish to")
     parser.add_argument("--start", type=float, default=None,
                         help="Event time (unix seconds) of the first run's start. Default: now + --lead_seconds")
@@ -87,7 +90,13 @@ def main(argv=None) -> int:
 
     start = args.start if args.start is not None else time.time() + args.lead_seconds
     payloads = demo_payloads(start, args.run_spacing_seconds, args.step_seconds)
-    ids = publish(pubsub_v1.PublisherClient(), args.topic, payloads, args.rate)
+    try:
+        ids = publish(pubsub_v1.PublisherClient(), args.topic, payloads, args.rate)
+    except Exception as e:
+        line = cloud_failure(e)
+        if line is None:
+            raise
+        return fail(PROG, line, RUNTIME_ERROR)
     print(f"published {len(ids)} messages to {args.topic}; event times from {start:.0f}")
     return 0
 

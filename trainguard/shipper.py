@@ -3,7 +3,7 @@
 ::
 
     trainguard-ship --logdir runs/ --test resnet50 --run 2026-11-21.3 \\
-        --topic projects/P/topics/T [--finish-on-idle 600]
+        --topic projects/P/topics/T [--finish_on_idle 600]
     trainguard-ship --logdir runs/ --test resnet50 --run 2026-11-21.3 \\
         --output metrics.jsonl -- python train.py --epochs 90
 
@@ -16,7 +16,10 @@ so a restarted shipper neither re-sends nor skips points; message ids are
 derived from file and offset, so a chunk re-sent after a crash carries the
 same ids. ``run_started`` is sent once; ``run_finished`` when the wrapped
 command exits (with its status; the shipper then exits with the command's
-code) or after ``--finish-on-idle`` seconds without new data.
+code) or after ``--finish_on_idle`` seconds without new data. A run the shipper
+found no point of is never reported a success: its ``run_finished`` says
+``failure`` (reason ``no_data``) and the shipper exits with status 1. Without a
+wrapped command the log directory must exist (the command may create it).
 
 Distributed jobs: ``--rank``/``--world-size`` go on every message. A
 subdirectory named ``rank<N>``, ``rank_<N>`` or ``rank-<N>`` holds rank N's
@@ -48,11 +51,13 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import distributed, wire
 from ._encoding import EncodedMessage, MessageEncoder
+from .cli import DASHES_NOTE, RUNTIME_ERROR, USAGE_ERROR, StrictArgumentParser, cloud_failure, fail, missing_credentials
 from .distributed import Rank
 from .handlers import ENV_RUN, ENV_TEST
 from .transports import JsonlTransport, Transport
 
 logger = logging.getLogger("trainguard.shipper")
+PROG = "trainguard-ship"
 
 STATE_VERSION = 1
 RETRY_INITIAL_BACKOFF_S = 0.5  # delivery retries back off from this...
@@ -60,6 +65,8 @@ RETRY_MAX_BACKOFF_S = 30.0  # ...up to this, and never give up (the state file k
 LOG_EVERY_NTH_FAILURE = 10  # a failing delivery logs its first attempt and every tenth
 MAX_REMEMBERED_TAGS = 100_000  # --ignore_tags verdicts cached per tag, up to this many tags
 EXIT_CANNOT_RUN = 127  # as a shell reports a command it cannot run
+EXIT_NO_DATA = 1  # the run ended without a single point: nothing shipped is not a success
+NO_DATA_REASON = "no_data"
 
 
 @dataclasses.dataclass
@@ -181,6 +188,8 @@ class Shipper:
             failed = [(m, r) for m, r in zip(remaining, results) if r is not None]
             if not failed:
                 return
+            if missing_credentials(failed[0][1]):  # retrying cannot find credentials: stop, in one line
+                raise failed[0][1]
             attempt += 1
             backoff = min(RETRY_INITIAL_BACKOFF_S * 2 ** (attempt - 1), RETRY_MAX_BACKOFF_S)
             if attempt == 1 or attempt % LOG_EVERY_NTH_FAILURE == 0:
@@ -421,8 +430,12 @@ class Shipper:
             logger.warning("trainguard-ship: stopped before everything was delivered; run it again with the "
                            "same --state to ship the rest")
             return self._child_code(1)
-        except Exception:
-            logger.exception("trainguard-ship: shipping stopped; progress up to the last delivered chunk is saved")
+        except Exception as e:
+            line = cloud_failure(e)
+            if line is None:
+                logger.exception("trainguard-ship: shipping stopped; progress up to the last delivered chunk is saved")
+            else:  # no credentials or no endpoint: a traceback would hide the one line that matters
+                logger.error("trainguard-ship: error: %s; progress up to the last delivered chunk is saved", line)
             if self.child is not None:
                 logger.error("trainguard-ship: waiting for the command to finish without shipping")
             return self._child_code(1)
@@ -451,11 +464,17 @@ class Shipper:
             if self.poll():
                 idle_since = time.monotonic()
             if exit_code is not None:
+                if exit_code == 0 and not self.saw_data():
+                    self.finish(wire.STATUS_FAILURE, time.time(), exit_code=exit_code, reason=NO_DATA_REASON)
+                    return self._no_data()
                 status = wire.STATUS_SUCCESS if exit_code == 0 else wire.STATUS_FAILURE
                 self.finish(status, time.time(), exit_code=exit_code)
                 return _shell_code(exit_code)
             idle = time.monotonic() - idle_since
             if self.config.finish_on_idle_s is not None and idle >= self.config.finish_on_idle_s:
+                if not self.saw_data():
+                    self.finish(wire.STATUS_FAILURE, time.time(), reason=NO_DATA_REASON, idle_s=round(idle, 1))
+                    return self._no_data()
                 last = self.state.data.get("last_data_time") or time.time()
                 self.finish(self.config.idle_status, last, reason="idle", idle_s=round(idle, 1))
                 return 0
@@ -464,6 +483,15 @@ class Shipper:
                 return 0
             self._sleep(self.config.poll_interval_s)
 
+    def saw_data(self) -> bool:
+        """Whether any point of this run was shipped, by this process or an earlier one (the state file)."""
+        return bool(self.points_shipped or self.state.data.get("last_data_time"))
+
+    def _no_data(self) -> int:
+        logger.error("trainguard-ship: error: no scalar point found under %s; run_finished sent as %s (reason %s), "
+                     "not success", self.config.logdir, wire.STATUS_FAILURE, NO_DATA_REASON)
+        return EXIT_NO_DATA
+
     def _child_code(self, default: int) -> int:
         if self.child is None:
             return default
@@ -471,32 +499,36 @@ class Shipper:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="trainguard-ship",
+    parser = StrictArgumentParser(
+        prog=PROG,
         description="Ship TensorBoard scalars to Pub/Sub (or a JSONL file) in trainguard's wire format. "
-                    "Anything after -- is a training command to run and watch.")
-    parser.add_argument("--logdir", required=True, help="TensorBoard log directory to tail")
+                    "Anything after -- is a training command to run and watch. A run without a single point "
+                    "is reported as failed (reason no_data) and the shipper exits with status 1.",
+        epilog=DASHES_NOTE)
+    parser.add_argument("--logdir", required=True,
+                        help="TensorBoard log directory to tail; it must exist unless a command is wrapped")
     parser.add_argument("--test", required=True, help="test (benchmark) name")
     parser.add_argument("--run", required=True, help="run id")
     sink = parser.add_mutually_exclusive_group(required=True)
     sink.add_argument("--topic", help="Pub/Sub topic, projects/P/topics/T (honours PUBSUB_EMULATOR_HOST)")
     sink.add_argument("--output", help="append wire messages to this JSONL file instead")
     parser.add_argument("--state", help="progress file (default: <logdir>/.trainguard-ship.<test>.<run>.json)")
-    parser.add_argument("--ignore-tag", action="append", default=[], metavar="GLOB",
+    parser.add_argument("--ignore_tag", action="append", default=[], metavar="GLOB",
                         help="skip tags matching this glob (full tag, e.g. 'train/*' or '*/lr'); repeatable")
-    parser.add_argument("--poll-interval", type=float, default=2.0, metavar="SECONDS")
-    parser.add_argument("--finish-on-idle", type=float, metavar="SECONDS",
+    parser.add_argument("--poll_interval", type=float, default=2.0, metavar="SECONDS",
+                        help="seconds between looks for new data")
+    parser.add_argument("--finish_on_idle", type=float, metavar="SECONDS",
                         help="send run_finished and exit after this long without new data")
-    parser.add_argument("--idle-status", choices=wire.FINISHED_STATUSES, default=wire.STATUS_SUCCESS,
+    parser.add_argument("--idle_status", choices=wire.FINISHED_STATUSES, default=wire.STATUS_SUCCESS,
                         help="run_finished status when finishing on idle (default: success)")
-    parser.add_argument("--exit-timeout", type=float, default=300.0, metavar="SECONDS",
+    parser.add_argument("--exit_timeout", type=float, default=300.0, metavar="SECONDS",
                         help="after the command exits, stop retrying delivery after this long (default 300); "
                              "progress is saved, so a later run ships the rest")
     parser.add_argument("--rank", type=int, metavar="N",
                         help="this worker's rank in a distributed job, on every message (files in rank<N>, "
                              "rank_<N> or rank-<N> subdirectories get their directory's rank instead)")
-    parser.add_argument("--world-size", type=int, metavar="N", help="the job's number of workers (ranks)")
-    parser.add_argument("--max-points-per-message", type=int, default=1000)
+    parser.add_argument("--world_size", type=int, metavar="N", help="the job's number of workers (ranks)")
+    parser.add_argument("--max_points_per_message", type=int, default=1000, help="points per wire message")
     parser.add_argument("-q", "--quiet", action="store_true", help="log warnings only")
     return parser
 
@@ -510,7 +542,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if command and args.finish_on_idle is not None:
-        parser.error("--finish-on-idle and a wrapped command exclude each other")
+        parser.error("--finish_on_idle and a wrapped command exclude each other")
+    if not command and not os.path.isdir(args.logdir):
+        return fail(PROG, f"no log directory {args.logdir!r} (--logdir): nothing to ship", USAGE_ERROR)
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
                         format="%(asctime)s %(levelname)s %(message)s")
     try:
@@ -531,6 +565,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error(f"{e}: trainguard-ship needs tensorboard (pip install 'trainguard[shipper]')")
     except (ValueError, OSError) as e:
         parser.error(str(e))
+    except Exception as e:
+        line = cloud_failure(e)
+        if line is None:
+            raise
+        return fail(PROG, line, RUNTIME_ERROR)
     return shipper.run()
 
 

@@ -8,6 +8,7 @@ import shlex
 import subprocess
 import sys
 
+import pytest
 from google.cloud import pubsub_v1
 
 from core.schema import TABLES
@@ -104,8 +105,8 @@ def test_update_takes_settings_from_the_environment(tmp_path):
 
 
 def test_bad_invocations_stop_before_any_command(tmp_path):
-    for args, problem in [((), "no project"), (("--project=p", "--max-workers=many"), "--max-workers"),
-                          (("--project=p", "--write-method=batch"), "--write-method"),
+    for args, problem in [((), "no project"), (("--project=p", "--max-workers=many"), "--max_workers"),
+                          (("--project=p", "--write-method=batch"), "--write_method"),
                           (("--project", "--dry-run"), "--project needs a value"),
                           (("--project=p", "--frobnicate"), "unknown option --frobnicate"),
                           (("deploi", "--project=p"), "unknown command deploi")]:
@@ -118,8 +119,8 @@ def test_help_explains_every_option(tmp_path):
     result, _ = run_script(tmp_path, "--help")
     assert result.returncode == 0
     script = pathlib.Path(SCRIPT).read_text()
-    parsed = set(re.findall(r"^\s+(--[a-z-]+)\)", script, re.M))
-    assert parsed >= {"--project", "--update", "--dry-run", "--max-workers", "--service-account"}
+    parsed = set(re.findall(r"^\s+(--[a-z_]+)\)", script, re.M))
+    assert parsed >= {"--project", "--update", "--dry_run", "--max_workers", "--service_account"}
     for option in parsed:
         assert option in result.stdout, option
     assert "drain" in result.stdout and "demo" in result.stdout
@@ -150,3 +151,39 @@ def test_publish_demo_sends_the_demo_workload_with_wire_attributes(pubsub_server
                       if '"run_started"' in p.decode())
     assert first_start == 1795000000
     subscriber.delete_subscription(subscription=subscription)
+
+
+def test_both_spellings_of_a_multi_word_option_are_accepted(tmp_path):
+    launches = []
+    for spelling in (["--dry_run", "--job_name=tg-a", "--max_workers", "7"],
+                     ["--dry-run", "--job-name=tg-a", "--max-workers", "7"]):
+        result, called = run_script(tmp_path, "--project=proj", *spelling)
+        assert result.returncode == 0 and called == "", result.stderr
+        launches.append(commands(result.stdout)[-1])
+    assert launches[0] == launches[1]
+    assert "--job_name=tg-a" in launches[0] and "--max_num_workers=7" in launches[0]
+
+
+def test_an_unknown_option_names_it_as_given(tmp_path):
+    result, called = run_script(tmp_path, "--project=p", "--job-nmae=x")
+    assert result.returncode == 2 and called == ""
+    assert result.stderr == "run_dataflow.sh: error: unknown option --job-nmae (see --help)\n"
+
+
+def test_the_demo_publisher_rejects_an_unknown_option_naming_the_nearest(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        publish_demo.main(["--topic=projects/p/topics/t", "--lead-second=5"])
+    assert exit_info.value.code == 2
+    assert "unknown option --lead-second (did you mean --lead_seconds?)" in capsys.readouterr().err
+
+
+def test_the_demo_publisher_without_credentials_says_so_in_one_line(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GOOGLE_", "CLOUDSDK_", "PUBSUB_EMULATOR"))}
+    env.update(HOME=str(tmp_path), CLOUDSDK_CONFIG=str(tmp_path / "gcloud"), GCE_METADATA_HOST="127.0.0.1:9",
+               NO_GCE_CHECK="True")
+    result = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "publish_demo.py"),
+                             "--topic=projects/p/topics/t"], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "publish_demo.py: error: no Google Cloud credentials: run 'gcloud auth application-default login' or "
+        "set GOOGLE_APPLICATION_CREDENTIALS (or point the tool at an emulator)"]

@@ -193,3 +193,26 @@ def test_health_endpoint_answers_200():
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_underscore_options_and_out_dir_render_where_the_dry_run_is_told(files):
+    append(files["alerts.jsonl"], alert(test="t", run="r1"))
+    assert run(["--config", files["email.json"], "--alerts_file", files["alerts.jsonl"],
+                "--dead_letter_file", files["dead.jsonl"], "--once", "--dry_run", "--out_dir", files["out"]],
+               environ={}) == 0
+    assert "0001-t-r1.html" in os.listdir(files["out"])
+
+
+def test_out_dir_without_a_dry_run_is_a_usage_error(files, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        run(["--config", files["email.json"], "--alerts_file", files["alerts.jsonl"], "--out_dir", files["out"]],
+            environ={})
+    assert exit_info.value.code == 2 and "add --dry_run" in capsys.readouterr().err
+
+
+def test_an_unknown_notifier_option_exits_2_naming_the_nearest(files, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        run(["--config", files["email.json"], "--alerts_file", files["alerts.jsonl"], "--dead_leter_file=x"],
+            environ={})
+    assert exit_info.value.code == 2
+    assert "unknown option --dead_leter_file (did you mean --dead_letter_file?)" in capsys.readouterr().err

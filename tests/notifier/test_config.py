@@ -60,7 +60,7 @@ def test_api_key_from_the_environment_is_never_shown():
 
 
 def test_missing_api_key_says_where_it_looked():
-    with pytest.raises(SecretError, match=r"\$SENDGRID_API_KEY or pass --sendgrid-key-secret"):
+    with pytest.raises(SecretError, match=r"\$SENDGRID_API_KEY or pass --sendgrid_key_secret"):
         resolve_api_key(None, None, {})
 
 

@@ -57,3 +57,14 @@ def test_missing_config_is_an_error(tmp_path):
     result, printed = dry_run(tmp_path, TRAINGUARD_PROJECT="proj")
     assert result.returncode == 2 and printed == []
     assert "EMAIL_CONFIG" in result.stderr
+
+
+def test_an_unknown_option_of_the_deploy_script_exits_2_in_one_line(tmp_path):
+    for option in ("--dry_run", "--dry-run"):  # both spellings are known
+        result = subprocess.run(["bash", SCRIPT, option, "--help"], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+    result = subprocess.run(["bash", SCRIPT, "--dryrun"], capture_output=True, text=True, cwd=tmp_path, timeout=60,
+                            env={"PATH": os.environ["PATH"], "HOME": str(tmp_path)})
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith("deploy_cloud_run.sh: error: unknown option --dryrun") and \
+        result.stderr.count("\n") == 1

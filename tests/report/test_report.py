@@ -393,3 +393,26 @@ def test_the_alert_list_shows_each_alert_s_triage_state_and_note_escaped():
     assert [a.state.value for a in marked] == ["dismissed", "open"]
     html = alert_row(marked[0], set())
     assert "<td>dismissed<br><span class=\"note\">&lt;b&gt;flaky&lt;/b&gt; host</span></td>" in html
+
+
+def test_a_test_filter_that_matches_nothing_is_an_error_naming_the_nearest(store, tmp_path, capsys):
+    assert report_main([f"--local_store={store}", f"--out_dir={tmp_path / 'r'}", "--test=does-not-exist"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--test=does-not-exist matches no test" in err and "known tests:" in err
+    assert report_main([f"--local_store={store}", f"--out_dir={tmp_path / 'r'}", "--test=pt-smal"]) == 2
+    assert "did you mean 'pt-small'?" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+def test_the_output_directory_is_out_dir_and_out_still_works(store, tmp_path):
+    assert run([f"--local_store={store}", f"--out_dir={tmp_path / 'a'}", "--jobs=1"]).index == str(
+        tmp_path / "a" / "index.html")
+    assert run([f"--local-store={store}", f"--out={tmp_path / 'b'}", "--jobs=1"]).index == str(
+        tmp_path / "b" / "index.html")
+
+
+def test_an_unknown_report_option_exits_2_naming_the_nearest(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        report_main(["--runs_per_tset=3"])
+    assert exit_info.value.code == 2
+    assert "unknown option --runs_per_tset (did you mean --runs_per_test?)" in capsys.readouterr().err

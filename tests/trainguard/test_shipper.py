@@ -360,7 +360,7 @@ def test_a_rank_directory_outside_the_world_size_is_an_ordinary_directory(tmp_pa
 
 
 @pytest.mark.parametrize("options, error", [
-    (["--ranks", "3"], "unrecognized arguments: --ranks 3"),
+    (["--ranks", "3"], "unknown option --ranks (did you mean --rank?)"),
     (["--rank", "two"], "argument --rank: invalid int value: 'two'"),
     (["--rank", "4", "--world-size", "4"], "rank 4 is not below world_size 4"),
     (["--rank", "1", "--world-size", "0"], "world_size must be an integer from 1"),
@@ -391,3 +391,44 @@ def test_the_documented_distributed_shipper_command_ships_every_rank(tmp_path):
     assert {m.world_size for m in messages if m.rank is not None} == {4}
     assert by_rank(messages) == {None: ([], ["run_started", "run_finished"]),
                                  **{rank: (["train/loss"], ["run_started", "run_finished"]) for rank in range(4)}}
+
+
+def test_a_missing_log_directory_fails_in_one_line_and_is_not_created(tmp_path, capsys):
+    missing = tmp_path / "nonexistent"
+    assert main(["--logdir", str(missing), "--test", "t", "--run", "r", "--output", str(tmp_path / "o.jsonl"),
+                 "--finish-on-idle", "2"]) == 2
+    assert f"no log directory '{missing}'" in capsys.readouterr().err
+    assert not missing.exists() and not (tmp_path / "o.jsonl").exists()
+
+
+def test_a_run_without_a_single_point_is_never_reported_a_success(tmp_path, caplog):
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    output = tmp_path / "out.jsonl"
+    assert ship_cli(logdir, output) == 1
+    finished = events_of(shipped(output))[-1]
+    assert finished.type == "run_finished" and finished.data["status"] == "failure"
+    assert finished.data["reason"] == "no_data"
+    assert "no scalar point found" in caplog.text
+
+
+def test_a_wrapped_command_that_succeeds_without_writing_a_point_is_not_a_success(tmp_path):
+    logdir, output = tmp_path / "logs", tmp_path / "out.jsonl"
+    result = subprocess.run(
+        [sys.executable, "-m", "trainguard.shipper", "--logdir", str(logdir), "--test", "t", "--run", "r",
+         "--output", str(output), "--poll_interval", "0.05", "-q", "--", sys.executable, "-c", "pass"],
+        env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stderr
+    assert "no scalar point found" in result.stderr
+    assert events_of(shipped(output))[-1].data["status"] == "failure"
+
+
+def test_underscore_and_dashed_spellings_of_an_option_are_the_same(tmp_path):
+    writer = TF1Writer(str(tmp_path / "logs"))
+    writer.scalar("loss", 1.0, 1)
+    writer.close()
+    for spelling in ("--finish_on_idle", "--finish-on-idle"):
+        output = tmp_path / f"{spelling}.jsonl"
+        assert main(["--logdir", str(tmp_path / "logs"), "--test", "t", "--run", spelling.strip("-"), "--output",
+                     str(output), "-q", spelling, "0.1", "--poll_interval", "0.02"]) == 0
+        assert events_of(shipped(output))[-1].data["status"] == "success"

@@ -3,27 +3,42 @@
 Runs against the in-process Pub/Sub server of the test suite (real
 google-cloud-pubsub client, real gRPC on loopback)::
 
-    .venv/bin/python bench/bench_publisher.py            # ~1 minute
+    .venv/bin/python bench/bench_publisher.py            # ~3 minutes
     .venv/bin/python bench/bench_publisher.py --quick    # smoke run
 
 Reports (and writes to bench/out/publisher.json):
 
-1. ``add_value`` cost without a network, for reference: torchelastic's code
-   path (a ``MetricData`` per value) into a NullMetricHandler and into a
-   handler that appends to a list, and our fast path into a handler whose
-   background thread is not draining.
+1. ``add_value`` cost without a network, for reference: the real torchelastic
+   (``torch.distributed.elastic.metrics`` with its ``NullMetricHandler``) when
+   torch is importable (the row is skipped, and the output says so,
+   otherwise); trainguard.metrics' torchelastic-compatible path (a
+   ``MetricData`` per value, our re-implementation of torchelastic's API) into
+   a NullMetricHandler and into a handler that appends to a list; and our
+   fast path into a handler whose background thread is not draining.
+   torchelastic's ``add_value(name, value)`` takes no step, so it is called
+   without one; trainguard's fast path is measured both with and without.
 2. ``add_value`` through ``PubSubMetricHandler`` while it publishes, under a
    steady load shaped like a training loop: each step releases the GIL (as
-   CUDA/NCCL calls and numpy do) and then logs a few metrics. Every call is
+   CUDA/NCCL calls and numpy do) and then logs a few metrics. The same load
+   goes through an empty function, the real torchelastic into its
+   NullMetricHandler (when torch is importable) and trainguard's compatible
+   path into a NullMetricHandler, for comparison. Every call is
    timed (``perf_counter_ns``, its own overhead subtracted): mean (the
    amortized cost), p50/p99/p99.9/max, and the process CPU spent per point
    including the background thread's encoding and publishing. The lateness
    of each step's start (p99, max) shows how long the training thread waits
    for the GIL after its pause, i.e. what the background thread costs it
    outside ``add_value``.
-3. A tight loop with no pause (saturation): calls/s the training thread can
+3. The first batch of a new handler, in a fresh interpreter that imports
+   only trainguard (as a training job does): 20,000 points/s for 0.3 s right
+   after creating a ``PubSubMetricHandler``, so that its first message goes
+   out while the training thread logs. The longest ``add_value`` and the
+   latest step start (waiting for the GIL included), median and worst of
+   the repeats: this is where building the Pub/Sub client used to stall
+   training for 12-18 ms.
+4. A tight loop with no pause (saturation): calls/s the training thread can
    make, and points/s the background thread sustains before the buffer drops.
-4. Wire efficiency against the naive one-message-per-point design (one
+5. Wire efficiency against the naive one-message-per-point design (one
    ``wire.encode_message`` per point, published with the client's default
    batching): bytes of PublishRequest per point and Publish RPCs per 1,000
    points, counted by a gRPC client interceptor.
@@ -55,6 +70,22 @@ from trainguard import wire  # noqa: E402
 from trainguard.metrics.api import MetricData, MetricHandler, MetricStream, NullMetricHandler  # noqa: E402
 
 TAGS = ["loss", "lr", "grad_norm", "throughput", "step_time_ms"]
+
+
+def load_torchelastic():
+    """``torch.distributed.elastic.metrics`` and torch's version, or (None, why not)."""
+    try:
+        import torch
+        from torch.distributed.elastic import metrics
+    except Exception as e:  # noqa: BLE001 - any failure to import means: no torchelastic row
+        return None, f"{type(e).__name__}: {e}"
+    return metrics, torch.__version__
+
+
+def torchelastic_null_stream(metrics):
+    """A real torchelastic stream whose group is configured with torchelastic's NullMetricHandler."""
+    metrics.configure(metrics.NullMetricHandler(), "g")
+    return metrics.getStream("g")
 
 
 SERVER_SCRIPT = """
@@ -127,12 +158,16 @@ def timer_overhead_ns(samples: int = 200_000) -> float:
     return statistics.median(deltas)
 
 
-def tight_loop_ns(add_value, calls: int) -> float:
+def tight_loop_ns(add_value, calls: int, with_step: bool = True) -> float:
     """Mean ns per call of a plain loop of add_value calls (loop overhead subtracted)."""
     names = TAGS
     start = time.perf_counter_ns()
-    for i in range(calls):
-        add_value(names[i % 5], 0.5, i)
+    if with_step:
+        for i in range(calls):
+            add_value(names[i % 5], 0.5, i)
+    else:
+        for i in range(calls):
+            add_value(names[i % 5], 0.5)
     elapsed = time.perf_counter_ns() - start
     start = time.perf_counter_ns()
     for i in range(calls):
@@ -151,9 +186,11 @@ def percentiles(values: List[float]) -> Dict[str, float]:
     return {"mean": sum(ordered) / n, "p50": at(0.50), "p99": at(0.99), "p99.9": at(0.999), "max": ordered[-1]}
 
 
-def steady_load(add_value, rate: int, seconds: float, per_step: int, overhead: float) -> Dict[str, Any]:
+def steady_load(add_value, rate: int, seconds: float, per_step: int, overhead: float,
+                with_step: bool = True) -> Dict[str, Any]:
     """Training-loop-shaped load: each step sleeps (GIL released, as while the
-    GPU works), then logs ``per_step`` values, every call timed."""
+    GPU works), then logs ``per_step`` values, every call timed (without a
+    step for torchelastic, whose ``add_value`` takes none)."""
     clock = time.perf_counter_ns
     step_period = per_step / rate
     steps = int(seconds / step_period)
@@ -167,10 +204,16 @@ def steady_load(add_value, rate: int, seconds: float, per_step: int, overhead: f
     next_step = time.perf_counter()
     for step in range(steps):
         lateness.append(time.perf_counter() - next_step)  # includes waiting for the GIL after the pause
-        for k in range(per_step):
-            start = clock()
-            add_value(names[k % 5], 0.001 * k, step)
-            record(clock() - start)
+        if with_step:
+            for k in range(per_step):
+                start = clock()
+                add_value(names[k % 5], 0.001 * k, step)
+                record(clock() - start)
+        else:
+            for k in range(per_step):
+                start = clock()
+                add_value(names[k % 5], 0.001 * k)
+                record(clock() - start)
         next_step += step_period
         pause = next_step - time.perf_counter()
         if pause > 0:
@@ -188,19 +231,23 @@ def steady_load(add_value, rate: int, seconds: float, per_step: int, overhead: f
 
 
 def steady_load_comparison(server: ServerProcess, topic: str, rate: int, per_step: int, seconds: float,
-                           overhead: float) -> Dict[str, Any]:
-    """The same load through an empty function, torchelastic's path into a
-    NullMetricHandler, and PubSubMetricHandler (publishing)."""
+                           overhead: float, torchelastic) -> Dict[str, Any]:
+    """The same load through an empty function, the real torchelastic into its
+    NullMetricHandler (if torch is importable), trainguard's compatible path
+    into a NullMetricHandler, and PubSubMetricHandler (publishing)."""
 
     def noop(metric_name, metric_value, step=None):
         pass
 
     out: Dict[str, Any] = {"rate_per_s": rate, "per_step": per_step}
     out["empty_function"] = steady_load(noop, rate, seconds, per_step, overhead)
-    out["torchelastic_path_null_handler"] = steady_load(MetricStream("g", NullMetricHandler()).add_value,
-                                                        rate, seconds, per_step, overhead)
-    handler = tg.PubSubMetricHandler(topic, "bench", f"steady-{rate}")
-    handler.flush(timeout=30)  # client created, connection up
+    if torchelastic is not None:
+        out["torchelastic_null_handler"] = steady_load(torchelastic_null_stream(torchelastic).add_value,
+                                                       rate, seconds, per_step, overhead, with_step=False)
+    out["trainguard_compat_path_null_handler"] = steady_load(MetricStream("g", NullMetricHandler()).add_value,
+                                                             rate, seconds, per_step, overhead)
+    handler = tg.PubSubMetricHandler(topic, "bench", f"steady-{rate}")  # its thread creates the client now
+    handler.flush(timeout=30)
     result = steady_load(MetricStream("train", handler).add_value, rate, seconds, per_step, overhead)
     cpu0 = time.process_time()
     result["all_delivered"] = handler.flush(timeout=60)
@@ -212,6 +259,48 @@ def steady_load_comparison(server: ServerProcess, topic: str, rate: int, per_ste
     result["added_process_cpu_us_per_point"] = round(
         result["process_cpu_us_per_call"] - out["empty_function"]["process_cpu_us_per_call"], 3)
     out["trainguard_pubsub_handler"] = result
+    return out
+
+
+FIRST_BATCH_SCRIPT = """
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+import trainguard as tg   # and nothing else: a fresh training process, Pub/Sub modules not imported yet
+handler = tg.PubSubMetricHandler(sys.argv[2], "bench", "first-batch")
+time.sleep(0.05)  # the rest of the job's setup
+add_value = tg.MetricStream("train", handler).add_value
+clock = time.perf_counter_ns
+worst_call = worst_late = 0
+next_step = time.perf_counter()
+for step in range(300):  # 20 values per 1 ms step: the first message goes out after 50 steps
+    worst_late = max(worst_late, time.perf_counter() - next_step)
+    for k in range(20):
+        start = clock()
+        add_value("loss", 0.001 * k, step)
+        worst_call = max(worst_call, clock() - start)
+    next_step += 0.001
+    pause = next_step - time.perf_counter()
+    if pause > 0:
+        time.sleep(pause)
+delivered = handler.flush(timeout=30)
+print(json.dumps({"max_add_value_us": worst_call / 1000, "step_late_max_us": worst_late * 1e6,
+                  "all_delivered": delivered}))
+"""
+
+
+def first_batch(server: ServerProcess, topic: str, repeats: int) -> Dict[str, Any]:
+    """The training thread's worst moments around a new handler's first batch, each repeat in a
+    fresh interpreter (so that, as in a training job, nothing of the Pub/Sub client is loaded yet)."""
+    runs = []
+    for _ in range(repeats):
+        output = subprocess.run([sys.executable, "-c", FIRST_BATCH_SCRIPT, ROOT, topic], check=True,
+                                capture_output=True, text=True, env=dict(os.environ, PUBSUB_EMULATOR_HOST=server.host),
+                                timeout=120).stdout
+        runs.append(json.loads(output))
+    out: Dict[str, Any] = {"repeats": repeats, "all_delivered": all(run["all_delivered"] for run in runs)}
+    for key in ("max_add_value_us", "step_late_max_us"):
+        values = [run[key] for run in runs]
+        out[key] = {"median": round(statistics.median(values), 1), "max": round(max(values), 1)}
     return out
 
 
@@ -285,16 +374,30 @@ def main() -> None:
     overhead = timer_overhead_ns()
     results["timer_overhead_ns"] = overhead
 
+    torchelastic, torch_version = load_torchelastic()
+    if torchelastic is None:
+        print(f"torchelastic rows skipped: torch is not importable ({torch_version})", file=sys.stderr)
+        results["torchelastic"] = {"skipped": f"torch is not importable ({torch_version})"}
+    else:
+        results["torchelastic"] = {"torch": torch_version}
+
     calls = int(1_000_000 * scale)
-    reference = {
-        "torchelastic_path_null_handler_ns": tight_loop_ns(MetricStream("g", NullMetricHandler()).add_value, calls),
-        "torchelastic_path_list_handler_ns": tight_loop_ns(MetricStream("g", ListHandler()).add_value, calls),
-    }
+    reference: Dict[str, float] = {}
+    if torchelastic is not None:
+        reference["torchelastic_null_handler_no_step_ns"] = tight_loop_ns(
+            torchelastic_null_stream(torchelastic).add_value, calls, with_step=False)
+    reference["trainguard_compat_path_null_handler_ns"] = tight_loop_ns(
+        MetricStream("g", NullMetricHandler()).add_value, calls)
+    reference["trainguard_compat_path_list_handler_ns"] = tight_loop_ns(MetricStream("g", ListHandler()).add_value,
+                                                                        calls)
     # A handler that does not know its run yet keeps everything buffered: the hot path alone.
     os.environ.pop("TRAINGUARD_TEST", None)
     os.environ.pop("TRAINGUARD_RUN", None)
     idle = tg.JsonlMetricHandler(os.devnull, config=tg.PublisherConfig(max_buffered_points=calls + 1))
     reference["trainguard_fast_path_no_draining_ns"] = tight_loop_ns(MetricStream("g", idle).add_value, calls)
+    idle.intake.points.clear()
+    reference["trainguard_fast_path_no_draining_no_step_ns"] = tight_loop_ns(MetricStream("g", idle).add_value,
+                                                                             calls, with_step=False)
     idle.intake.points.clear()
     idle.close(timeout=0)
     results["reference_no_network"] = {k: round(v, 1) for k, v in reference.items()}
@@ -306,8 +409,9 @@ def main() -> None:
         pubsub_v1.PublisherClient().create_topic(name=topic)
 
         results["steady_load"] = [
-            steady_load_comparison(server, topic, rate, per_step, seconds * scale, overhead)
+            steady_load_comparison(server, topic, rate, per_step, seconds * scale, overhead, torchelastic)
             for rate, per_step, seconds in ((1_000, 10, 15.0), (20_000, 20, 10.0), (100_000, 50, 10.0))]
+        results["first_batch"] = first_batch(server, topic, 3 if args.quick else 10)
         results["saturation"] = saturation(server, topic, int(2_000_000 * scale))
         results["wire"] = [wire_efficiency(server, topic, rate, int(n * scale))
                            for rate, n in ((10_000, 20_000), (200, 2_000))]

@@ -47,6 +47,14 @@ class _Invalid(ValueError):
     pass
 
 
+def wire_tag(tag: Any) -> Any:
+    """The tag as points carry it: ``(group, name)`` from a handler with
+    ``group_prefix`` becomes ``"group/name"``; anything else is unchanged."""
+    if type(tag) is tuple and len(tag) == 2 and all(isinstance(part, str) for part in tag):
+        return f"{tag[0]}/{tag[1]}"
+    return tag
+
+
 def _value_json(value: Any) -> str:
     kind = type(value)
     if kind is float:
@@ -154,9 +162,7 @@ class MessageEncoder:
             return self._tag_prefix[tag]
         except (KeyError, TypeError):
             pass
-        name = tag
-        if type(tag) is tuple and len(tag) == 2 and all(isinstance(part, str) for part in tag):
-            name = f"{tag[0]}/{tag[1]}"  # (group, name) from a handler with group_prefix
+        name = wire_tag(tag)
         try:
             wire.check_name(name, "tag")
             prefix = f'{{"tag":{json.dumps(name)},"value":'
@@ -194,7 +200,7 @@ class MessageEncoder:
             self.counters.nonfinite_points += 1
             if tag not in self._nonfinite_tags and pending_events is not None:
                 self._nonfinite_tags.add(tag)
-                data = {"tag": tag, "value": repr(e.args[0] if e.args else value)}
+                data = {"tag": wire_tag(tag), "value": repr(e.args[0] if e.args else value)}
                 if isinstance(step, int) and 0 <= step <= wire.MAX_STEP:
                     data["step"] = step
                 event_time = time if isinstance(time, (int, float)) else 0.0

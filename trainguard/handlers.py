@@ -11,8 +11,11 @@ full) and ``max_pending_bytes`` of encoded messages waiting to be delivered
 (the oldest are spilled to a JSONL file, if configured, or dropped and
 counted). Failed sends are retried with exponential backoff until
 ``retry_deadline_s``. At interpreter exit the handler flushes for at most
-``exit_flush_timeout_s`` and logs one line with what was delivered, dropped
-and spilled.
+``exit_flush_timeout_s``, shared with ``Run``'s flush and every other handler
+(``_lifecycle.exit_deadline``), and logs one line with what was delivered,
+dropped and spilled. The counts are exact on every way out: each value
+logged is delivered, dropped or spilled, including the batch in flight when
+a stuck send outlives the wait (see ``WireHandler.close``).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ GIL_YIELD_S = 0.00002  # see _yield_gil
 MIN_WAIT_S = 0.001  # the background thread never spins: it sleeps at least this long between cycles
 POLL_S = 0.05  # while stopping or flushing, how often the background thread looks again
 FLUSH_WAIT_SLICE_S = 0.1  # flush() wakes this often to see whether the thread died
-JOIN_GRACE_S = 1.0  # close() waits this long past its timeout for the thread to end
+JOIN_GRACE_S = 1.0  # close() waits this long past its timeout for a thread that is winding down, not sending
 MAX_DISTINCT_WARNINGS = 1000  # warnings are logged once each; this bounds the memory of which were
 
 
@@ -164,6 +167,9 @@ class WireHandler(MetricHandler):
         if (test is None) != (run is None):
             raise ValueError("give both test and run, or neither")
         self._wake = threading.Event()
+        # Held while values move between intake, encoder and outbox (never while sending), so that
+        # close() can take over the accounting from a thread that does not stop (see _seal).
+        self._handover = threading.RLock()
         if test is not None:
             self.bind(test, run)
         config = self.config
@@ -174,7 +180,7 @@ class WireHandler(MetricHandler):
             max_pending_bytes=config.max_pending_bytes, max_send_bytes=config.max_send_bytes,
             send_timeout_s=config.send_timeout_s, initial_backoff_s=config.retry_initial_backoff_s,
             max_backoff_s=config.retry_max_backoff_s, deadline_s=config.retry_deadline_s), spill, self.kind,
-            self._warn_once)
+            self._warn_once, self._handover)
         self._encoder: Optional[MessageEncoder] = None
         self._encoding = False  # values taken from the intake and not in the outbox yet
         self._cycle_done = threading.Condition()
@@ -298,21 +304,40 @@ class WireHandler(MetricHandler):
 
     def close(self, timeout: Optional[float] = None) -> None:
         """Flushes for at most ``timeout`` seconds (default ``exit_flush_timeout_s``),
-        stops the background thread, spills or counts what is left, and logs a summary."""
+        stops the background thread, spills or counts what is left, and logs a summary.
+
+        A thread still winding down (encoding the last values, spilling) gets
+        ``JOIN_GRACE_S`` more. One still waiting for a send (an endpoint that
+        accepts and never answers) is left behind: everything it holds, the
+        batch in flight included, is spilled or counted unsent at exit at once.
+        Values logged after ``close`` count as unsent at exit too.
+        """
         if self._closed or self._disabled:
             return
         self._closed = True
-        timeout = self.config.exit_flush_timeout_s if timeout is None else timeout
+        timeout = self.config.exit_flush_timeout_s if timeout is None else max(timeout, 0.0)
+        self.intake.closed = True
         self._stop_deadline = time.monotonic() + timeout
         self._wake.set()
-        self._thread.join(timeout + JOIN_GRACE_S)
+        self._thread.join(timeout)
+        if self._thread.is_alive() and not self.outbox.sending:
+            self._thread.join(JOIN_GRACE_S)
         if self._thread.is_alive():
-            logger.warning("trainguard: %s background thread did not stop within %.1fs", self.kind, timeout)
-            self.intake.count_unsent()
+            logger.warning("trainguard: %s background thread did not stop within %.1fs; what it holds counts "
+                           "as unsent", self.kind, timeout)
+            self._seal()
         self._log_summary()
 
     def _close_at_exit(self) -> None:
-        self.close()
+        """At interpreter exit: closes within what is left of the process's one exit deadline."""
+        self.close(_lifecycle.exit_deadline.remaining(self.config.exit_flush_timeout_s))
+
+    def _seal(self) -> None:
+        """Takes the accounting over from a background thread that did not stop:
+        it cannot move a value once this holds the hand-over lock, and finds
+        the outbox sealed when it comes back."""
+        with self._handover:
+            self.outbox.seal()
 
     def _after_fork_in_child(self) -> None:
         # The worker thread does not exist in a forked child, and sharing the
@@ -321,7 +346,8 @@ class WireHandler(MetricHandler):
         self._closed = True
         self.intake.muted = True
         self.intake.drop_all(count=False)
-        self.outbox.clear()
+        self._handover = threading.RLock()  # the parent's thread may have held it at the fork
+        self.outbox.forget_after_fork(self._handover)
 
     def _log_summary(self) -> None:
         s = self.stats()
@@ -344,14 +370,17 @@ class WireHandler(MetricHandler):
 
     def _worker(self) -> None:
         try:
+            # Connect now, before the first batch: creating a Pub/Sub client holds the GIL for
+            # 12-18 ms, which would otherwise stall the training thread's next add_value.
+            self.outbox.open()
             while True:
                 self._wake.clear()
                 stopping = self._stop_deadline is not None
                 self._cycle(force=stopping or self._flush_requests > 0)
                 with self._cycle_done:
                     self._cycle_done.notify_all()
-                if stopping and (self._drained() or self._test is None
-                                 or time.monotonic() >= self._stop_deadline):
+                if self.outbox.sealed or (stopping and (self._drained() or self._test is None
+                                                        or time.monotonic() >= self._stop_deadline)):
                     break
                 wait = self._wait_time()
                 if wait > 0:
@@ -406,21 +435,24 @@ class WireHandler(MetricHandler):
                                            self._rank.rank, self._rank.world_size)
         self._encoding = True
         try:
-            events = intake.take_events()
             chunk = self.config.max_points_per_message
             for start in range(0, max(n, 1), chunk):  # a backlog is handled a message at a time
                 if start:
                     _yield_gil()
-                batch = intake.take_points(min(chunk, n - start))
                 last = start + chunk >= n
-                for message in self._encoder.encode(batch, events if last else (), pause=_yield_gil):
-                    self.outbox.add(message)
+                with self._handover:  # values leave the intake and enter the outbox as one step
+                    if self.outbox.sealed:
+                        return
+                    batch = intake.take_points(min(chunk, n - start))
+                    events = intake.take_events() if last else ()  # events travel with the last points
+                    for message in self._encoder.encode(batch, events, pause=_yield_gil):
+                        self.outbox.add(message)
         finally:
             self._encoding = False
 
     def _abandon(self) -> None:
         """At stop: encode what is still buffered, spill or count all undelivered."""
-        if self._disabled:
+        if self._disabled or self.outbox.sealed:  # sealed: close() has counted everything
             return
         if self._test is not None and self.intake:
             self._encode_ready(force=True)

@@ -60,13 +60,19 @@ class Intake:
         self._counts = IntakeCounts()
         self._warned_full = False
         self.muted = False  # a forked child's handler: no warnings, no events
+        self.closed = False  # nothing takes values out any more: what it holds counts as unsent at exit
 
     def __bool__(self) -> bool:
         return bool(self.points or self.events)
 
     def counts(self) -> IntakeCounts:
+        """The counters; once closed, values still buffered (or logged since) count as unsent at exit."""
         with self._lock:
-            return dataclasses.replace(self._counts)
+            counts = dataclasses.replace(self._counts)
+            if self.closed:
+                counts.points_unsent_at_exit += len(self.points)
+                counts.events_unsent_at_exit += len(self.events)
+            return counts
 
     def adder(self, group: str, group_prefix: bool) -> Callable[..., None]:
         """The fast ``add_value(metric_name, metric_value, step=None)`` of a stream (see the module docstring)."""
@@ -155,16 +161,23 @@ class Intake:
         return [popleft() for _ in range(n)]
 
     def drop_all(self, count: bool) -> None:
-        """Empties both buffers; with ``count``, what was in them is counted unsent."""
-        if count:
-            with self._lock:
-                self._counts.points_unsent_at_exit += len(self.points)
-                self._counts.events_unsent_at_exit += len(self.events)
-        self.points.clear()
-        self.events.clear()
+        """Empties both buffers; with ``count``, what was in them is counted unsent.
 
-    def count_unsent(self) -> None:
-        """Counts what is buffered as unsent, leaving it in place (a thread that did not stop may still hold it)."""
-        with self._lock:
-            self._counts.points_unsent_at_exit += len(self.points)
-            self._counts.events_unsent_at_exit += len(self.events)
+        Values are taken out one by one, so one that another thread appends
+        meanwhile is either counted here or stays buffered, never lost uncounted.
+        """
+        points = self._empty(self.points)
+        events = self._empty(self.events)
+        if count:  # (a forked child does not count: it must not touch a lock the parent may have held)
+            with self._lock:
+                self._counts.points_unsent_at_exit += points
+                self._counts.events_unsent_at_exit += events
+
+    @staticmethod
+    def _empty(buffer: Deque[Any]) -> int:
+        popleft = buffer.popleft
+        taken = 0
+        while buffer:
+            popleft()
+            taken += 1
+        return taken

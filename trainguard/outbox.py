@@ -3,8 +3,13 @@
 It is the one owner of the pending queue and of its size in bytes: messages
 enter through :meth:`Outbox.add` and leave through a delivery or through
 :meth:`Outbox._give_up`, which spills them to a JSONL file (when configured) or
-counts them dropped, with the reason why. Only the handler's background thread
-calls it; its counters are read from other threads under a lock.
+counts them dropped, with the reason why. The handler's background thread
+calls it; its counters are read from other threads. Everything that moves a
+message happens under ``lock`` (the handler's), never the send itself: a
+closing handler whose thread is stuck in a send can :meth:`Outbox.seal` it,
+giving up everything pending, the batch in flight included, so that every
+point is counted exactly once (the stuck thread finds it sealed and counts
+nothing more).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import logging
 import random
 import threading
 import time
-from typing import Deque, List, Optional
+from typing import Any, Deque, List, Optional
 
 from ._encoding import EncodedMessage
 from .transports import JsonlWriter, Transport
@@ -79,7 +84,7 @@ class Outbox:
     """
 
     def __init__(self, transport: Transport, policy: RetryPolicy, spill: Optional[JsonlWriter], kind: str,
-                 warn_once):
+                 warn_once, lock: Any = None):
         self._transport = transport
         self._policy = policy
         self._spill = spill
@@ -91,8 +96,10 @@ class Outbox:
         self._consecutive_failures = 0
         self._last_failure_log = 0.0
         self.retry_at = 0.0  # time.monotonic() before which no send is tried
-        self._lock = threading.Lock()
+        self._lock = lock if lock is not None else threading.RLock()
         self._counts = OutboxCounts()
+        self.sending = False  # a send is in flight (the background thread is waiting for the transport)
+        self.sealed = False  # given up by a closing thread: nothing more is queued, sent or counted
 
     def __len__(self) -> int:
         return len(self._pending)
@@ -109,13 +116,27 @@ class Outbox:
         with self._lock:
             return dataclasses.replace(self._counts)
 
+    def open(self) -> None:
+        """Lets the transport connect before the first send (see ``Transport.open``); failures wait for it."""
+        open_transport = getattr(self._transport, "open", None)
+        if open_transport is None:
+            return
+        try:
+            open_transport()
+        except Exception as e:  # noqa: BLE001 - the first send tries again and reports it
+            logger.debug("trainguard: %s transport did not open: %s", self._kind, e)
+
     def add(self, message: EncodedMessage) -> None:
         """Queues a message; past ``max_pending_bytes`` the oldest are given up to make room."""
         size = len(message.payload)
-        while self._pending and self._pending_bytes + size > self._policy.max_pending_bytes:
-            self._give_up(self._pop_oldest(), GiveUp.OVERFLOW)
-        self._pending.append(_Pending(message))
-        self._pending_bytes += size
+        with self._lock:
+            if self.sealed:  # too late to queue: it is lost, and counted so
+                self._give_up(_Pending(message), GiveUp.EXIT)
+                return
+            while self._pending and self._pending_bytes + size > self._policy.max_pending_bytes:
+                self._give_up(self._pop_oldest(), GiveUp.OVERFLOW)
+            self._pending.append(_Pending(message))
+            self._pending_bytes += size
 
     def send_due(self, stop_deadline: Optional[float]) -> None:
         """Sends batches while messages are pending and no backoff is running."""
@@ -125,12 +146,24 @@ class Outbox:
 
     def give_up_all(self) -> None:
         """At stop: everything still pending is spilled or counted unsent."""
-        while self._pending:
-            self._give_up(self._pop_oldest(), GiveUp.EXIT)
+        with self._lock:
+            while self._pending:
+                self._give_up(self._pop_oldest(), GiveUp.EXIT)
 
-    def clear(self) -> None:
-        """Forgets everything pending without counting it (a forked child's copy)."""
-        self._pending.clear()
+    def seal(self) -> None:
+        """Called by a closing thread when the background thread did not stop in
+        time: everything pending, the batch in flight included, is spilled or
+        counted unsent at exit now, and whatever the background thread does
+        later (a late delivery, a failure) changes no count."""
+        with self._lock:
+            self.give_up_all()
+            self.sealed = True
+
+    def forget_after_fork(self, lock: Any) -> None:
+        """In a forked child: forgets everything pending without counting it, and
+        takes a fresh ``lock`` (the parent's thread may have held the old one at the fork)."""
+        self._lock = lock
+        self._pending = collections.deque()
         self._pending_bytes = 0
 
     def close(self) -> None:
@@ -154,12 +187,16 @@ class Outbox:
         return batch
 
     def _send_batch(self, stop_deadline: Optional[float]) -> bool:
-        """Sends the oldest pending messages once; False if any failed."""
-        batch = self._next_batch()
-        now = time.monotonic()
-        for item in batch:
-            if item.first_attempt is None:
-                item.first_attempt = now
+        """Sends the oldest pending messages once; False if any failed (or the outbox was sealed)."""
+        with self._lock:
+            if self.sealed:
+                return False
+            batch = self._next_batch()
+            now = time.monotonic()
+            for item in batch:
+                if item.first_attempt is None:
+                    item.first_attempt = now
+            self.sending = True
         timeout = self._policy.send_timeout_s
         if stop_deadline is not None:
             timeout = max(min(timeout, stop_deadline - now), MIN_SEND_TIMEOUT_S)
@@ -167,16 +204,21 @@ class Outbox:
             results = self._transport.send([item.message for item in batch], timeout)
         except Exception as e:  # noqa: BLE001 - a transport bug must not kill the thread
             results = [e] * len(batch)
-        delivered = {id(item) for item, result in zip(batch, results) if result is None}
-        failure = next((result for result in results if result is not None), None)
-        self._remove_delivered(delivered)
-        if failure is None:
-            self._on_success()
-            return True
-        if len(batch) > 1:
-            self._send_limit = max(self._send_limit // 2, 1)
-        self._on_failure(failure)
-        return False
+        finally:
+            self.sending = False
+        with self._lock:
+            if self.sealed:  # the closing thread has counted this batch already
+                return False
+            delivered = {id(item) for item, result in zip(batch, results) if result is None}
+            failure = next((result for result in results if result is not None), None)
+            self._remove_delivered(delivered)
+            if failure is None:
+                self._on_success()
+                return True
+            if len(batch) > 1:
+                self._send_limit = max(self._send_limit // 2, 1)
+            self._on_failure(failure)
+            return False
 
     def _remove_delivered(self, delivered: set) -> None:
         kept: Deque[_Pending] = collections.deque()

@@ -1,8 +1,10 @@
 """Publishing wire messages to Google Cloud Pub/Sub.
 
 Uses the official client (``google-cloud-pubsub``), so ``PUBSUB_EMULATOR_HOST``
-works as usual. The client is created in the background thread (looking up
-credentials may take seconds), and its own retries are turned off: retries,
+works as usual. The client is created in the background thread as soon as
+the handler starts, before the first batch (looking up credentials may take
+seconds, and building the client holds the GIL for 12-18 ms, which would stall
+the training thread if it happened mid-training), and its own retries are turned off: retries,
 backoff and giving up are the handler's (see ``trainguard.handlers``), so a
 Pub/Sub outage costs bounded memory and never blocks training.
 """
@@ -49,11 +51,15 @@ class PubSubTransport:
                 self._client = self._factory()
             return self._client
 
-    def send(self, messages: Sequence[EncodedMessage], timeout: float) -> List[Optional[BaseException]]:
-        from google.pubsub_v1 import types as gapic_types
-        from google.pubsub_v1.services.publisher import client as gapic_client
+    def open(self) -> None:
+        """Imports the client's modules and creates the client (the handler's thread calls this when it
+        starts). If it fails (no credentials yet), ``send`` tries again and reports the error."""
+        _gapic()
+        self.client()
 
+    def send(self, messages: Sequence[EncodedMessage], timeout: float) -> List[Optional[BaseException]]:
         try:
+            gapic_types, gapic_client = _gapic()
             client = self.client()
             request = [gapic_types.PubsubMessage(data=m.payload, attributes=m.attributes) for m in messages]
             gapic_client.PublisherClient.publish(client, topic=self.topic, messages=request,
@@ -67,6 +73,14 @@ class PubSubTransport:
             client, self._client = self._client, None
         if client is not None and self._factory is _default_client:
             client.transport.close()  # our own client: release its channel (a given one is the caller's)
+
+
+def _gapic():
+    """The GAPIC modules ``send`` uses (imported on first use: ``import trainguard`` stays light)."""
+    from google.pubsub_v1 import types as gapic_types
+    from google.pubsub_v1.services.publisher import client as gapic_client
+
+    return gapic_types, gapic_client
 
 
 def _default_client():

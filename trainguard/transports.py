@@ -16,7 +16,11 @@ from ._encoding import EncodedMessage
 
 
 class Transport(Protocol):
-    """Delivers encoded messages: one result per message, None for success."""
+    """Delivers encoded messages: one result per message, None for success.
+
+    A transport may also have ``open()``, which the handler's background
+    thread calls once when it starts, to connect before the first send.
+    """
 
     def send(self, messages: Sequence[EncodedMessage], timeout: float) -> List[Optional[BaseException]]:
         ...

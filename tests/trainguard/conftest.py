@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.trainguard.support import Handlers
+from tests.trainguard.support import Handlers, SilentServer
 from trainguard.metrics import api
 
 
@@ -22,3 +22,15 @@ def handlers():
     made = Handlers()
     yield made
     made.close_all()
+
+
+@pytest.fixture
+def silent_server(monkeypatch):
+    """A Pub/Sub endpoint that accepts connections and never answers; clients created in the test use it."""
+    from tests.servers.fixtures import _no_grpc_proxy_for_local_hosts
+
+    server = SilentServer()
+    monkeypatch.setenv("PUBSUB_EMULATOR_HOST", server.host)
+    monkeypatch.setenv("no_grpc_proxy", _no_grpc_proxy_for_local_hosts())
+    yield server
+    server.close()

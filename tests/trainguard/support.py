@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import selectors
+import socket
 import subprocess
 import sys
 import threading
@@ -120,6 +122,56 @@ class ScriptedTransport:
     @property
     def payloads(self) -> List[bytes]:
         return [m.payload for m in self.received]
+
+
+class SilentServer:
+    """A TCP listener on 127.0.0.1 that accepts connections, reads what it is
+    sent and never answers: an endpoint that hangs every request (a
+    black-holed load balancer). Closing it resets the connections."""
+
+    def __init__(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.host = f"127.0.0.1:{self._listener.getsockname()[1]}"
+        self.bytes_received = 0
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._listener, selectors.EVENT_READ)
+        self._connections: List[socket.socket] = []
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="silent-server", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stopped.is_set():
+            for key, _ in self._selector.select(timeout=0.05):
+                if key.fileobj is self._listener:
+                    connection, _ = self._listener.accept()
+                    self._connections.append(connection)
+                    self._selector.register(connection, selectors.EVENT_READ)
+                    continue
+                data = key.fileobj.recv(65536)
+                if data:
+                    self.bytes_received += len(data)
+                else:
+                    self._selector.unregister(key.fileobj)
+
+    def close(self) -> None:
+        self._stopped.set()
+        self._thread.join()
+        for connection in self._connections:
+            connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            connection.close()  # linger 0: a reset, so a waiting client fails at once
+        self._listener.close()
+        self._selector.close()
+
+
+class FakeClock:
+    """A monotonic clock that moves only when told to."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
 class Handlers:

@@ -182,6 +182,20 @@ def test_group_prefix_puts_the_group_in_the_tag(handlers, tmp_path):
     assert tags == ["train/loss", "torchelastic/rendezvous.ms", "eval/acc"]
 
 
+def test_a_nonfinite_value_event_names_the_tag_as_the_points_do(handlers, tmp_path):
+    path = str(tmp_path / "m.jsonl")
+    handler = handlers.jsonl(path, max_latency_ms=FAR, group_prefix=True)
+    stream = tg.MetricStream("train", handler)
+    stream.add_value("loss", 1.0, step=1)
+    stream.add_value("loss", float("nan"), step=2)
+    handler.emit(MetricData(1_790_000_000.0, "eval", "acc", float("inf"), step=3))
+    assert handler.flush(timeout=20)
+    messages = parse_all(jsonl_payloads(path))
+    assert [p.tag for p in points_of(messages)] == ["train/loss"]
+    assert [e.data for e in events_of(messages) if e.type == "nonfinite_value"] == [
+        {"tag": "train/loss", "value": "nan", "step": 2}, {"tag": "eval/acc", "value": "inf", "step": 3}]
+
+
 def test_many_training_threads_lose_nothing(handlers, tmp_path):
     path = str(tmp_path / "m.jsonl")
     handler = handlers.jsonl(path, max_latency_ms=20)

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 from google.cloud import pubsub_v1
@@ -65,6 +66,25 @@ def test_points_and_events_arrive_as_exact_wire_messages(pubsub_server, topic, h
                                       [e._asdict() for e in message.events], message_id=message.id)
         assert json.loads(stored.data) == json.loads(rebuilt)
     assert handler.stats().points_delivered == 2020
+
+
+def test_the_pubsub_client_is_made_by_the_background_thread_before_anything_is_logged(pubsub_server, topic,
+                                                                                      handlers):
+    made_in = []
+
+    def client_factory():
+        made_in.append(threading.current_thread())
+        return pubsub_v1.PublisherClient()
+
+    handler = handlers.add(tg.PubSubMetricHandler(topic, "t", "r", client_factory=client_factory))
+    wait_until(lambda: made_in)  # nothing logged, nothing flushed yet
+    stream = tg.MetricStream("train", handler)
+    for step in range(2500):
+        stream.add_value("loss", float(step), step=step)
+    assert handler.flush(timeout=30)
+    assert [thread.name for thread in made_in] == ["trainguard-pubsub"]
+    assert threading.main_thread() not in made_in
+    assert [p.step for p in points_of(received(pubsub_server, topic))] == list(range(2500))
 
 
 def test_publishing_is_retried_until_the_topic_exists(pubsub_server, handlers):

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import json
 import os
+import shlex
 import time
 from typing import Dict, List, Optional
 
@@ -20,6 +22,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from core.config import load_config_dir
 from core.schema import ALERT_UPDATES, ALERTS, TABLES
+from pipeline import IMPORTED_AT
 from pipeline.graph import DetectRegressions, GraphSettings
 from pipeline.options import DEFAULT_REPORT_DIR, DEMO_INPUT, TrainguardOptions, lifecycle_from
 from pipeline.runners import runner_for
@@ -27,6 +30,8 @@ from sinks.alerts_file import AppendAlertsToFile
 from sinks.duckdb_store import DuckDBStore, WriteToDuckDB
 from transforms.sources import ReadReplayFiles
 
+EXAMPLE_EMAIL_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "notifier",
+                                    "example-config.json")
 COUNTERS = ("messages_read", "messages_of_stored_runs", "runs_finalized")
 
 
@@ -120,14 +125,36 @@ def run(argv: Optional[List[str]] = None) -> ReplaySummary:
 
 
 def run_and_report(argv: List[str]) -> None:
-    """Runs the replay, prints its summary, then writes the HTML report unless ``--report_dir=`` is empty."""
+    """Runs the replay, prints its summary, then writes the HTML report unless ``--report_dir=`` is empty,
+    and says what to do next."""
     summary = run(argv)
     print(summary.render())
     report_dir = PipelineOptions(argv).view_as(TrainguardOptions).report_dir
     if report_dir is None:
         report_dir = os.path.join(os.path.dirname(summary.store), DEFAULT_REPORT_DIR)
-    if report_dir:
-        print(f"  report: {_write_report(summary.store, report_dir)}")
+    report = _write_report(summary.store, report_dir) if report_dir else None
+    if report is not None:
+        print(f"  report: {report}")
+    print(f"  total {time.monotonic() - IMPORTED_AT:.1f} s, start-up and report included")
+    print(next_steps(summary, report))
+
+
+def next_steps(summary: ReplaySummary, report: Optional[str]) -> str:
+    """The commands worth running after a replay, spelled for its own files."""
+    store, alerts = shlex.quote(summary.store), shlex.quote(summary.alerts_file)
+    lines = ["next:"]
+    if report and report.endswith(".html"):
+        lines.append(f"  python -m webbrowser -t {shlex.quote(report)}   # the pictures and the alert list")
+    lines += [
+        f"  trainguard-triage list --state open --local_store={store}   # accept, dismiss or mute what fired",
+        f"  python -m notifier --config {shlex.quote(os.path.relpath(EXAMPLE_EMAIL_CONFIG))} --alerts_file={alerts} "
+        "--dry_run --once   # the e-mails, rendered to files",
+    ]
+    if summary.rows_added.get("dead_letter"):
+        query = (f"import duckdb; duckdb.connect({json.dumps(summary.store)}, read_only=True)"
+                 '.sql("SELECT reason, source, payload FROM dead_letter").show()')
+        lines.append(f"  python -c {shlex.quote(query)}   # the dead letters: why, and the raw payload")
+    return "\n".join(lines)
 
 
 def _write_report(store: str, report_dir: str) -> str:

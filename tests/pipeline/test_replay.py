@@ -147,3 +147,19 @@ def test_module_entry_point_runs_on_embedded_defaults(tmp_path):
     assert "runs finalized          35" in result.stdout
     assert (tmp_path / "trainguard.duckdb").exists() and (tmp_path / "alerts.jsonl").exists()
     assert "report: trainguard-report/index.html" in result.stdout and (tmp_path / "trainguard-report" / "index.html").exists()
+
+
+def test_the_summary_ends_with_next_steps_that_run_as_printed(tmp_path, monkeypatch, capsys):
+    from tests.support import run_shell_line
+
+    monkeypatch.chdir(tmp_path)
+    assert main([f"--config_dir={REPO}/configs"]) == 0
+    out = capsys.readouterr().out
+    assert "total " in out and "start-up and report included" in out
+    steps = out[out.index("next:\n") + len("next:\n"):].splitlines()
+    assert any("webbrowser" in step for step in steps) and any("dead_letter" in step for step in steps)
+    for step in steps:
+        if "webbrowser" in step:
+            continue  # opens a browser
+        done = run_shell_line(step.strip(), str(tmp_path))
+        assert done.returncode == 0, (step, done.stderr)

@@ -29,6 +29,25 @@ Scores, from the alerts the replay wrote:
     python bench/bench_alert_quality.py [--tests 8] [--runs 60] [--seed 1] [--workdir bench/out/alert-quality] [--json]
 
 The figures are recorded in the README (Benchmarks). Nothing here is timed.
+
+Changes (2026-11-23), and why:
+
+- A point per step (``STEP_EVERY`` 1, was 2). A run had 101 points a tag, so
+  10-point windows cut it into 10 windows, and a 2-of-3 debounce cannot alert
+  before the end of the window after the one the fault starts in: even if that
+  first window always counted, the median delay would be 28% of the run left
+  after the onset (onsets at 30-70% of the run), above the 25% goal whatever the
+  check does. Trainers commonly log every step, and a real run is longer than
+  10 windows; with 201 points (20 windows) the same debounce's floor is 14%
+  (24% if the window the fault starts in never counts). The curves, the noise
+  per point, the faults (6-point accuracy drop, divergence exp(5·progress past
+  the onset), 35% slowdown, crash) and their onsets are unchanged, in progress
+  of the run.
+- The window checks compare with the same steps of the last 20 successful runs
+  (``history_runs`` 20, was 10): a sensible choice for a daily test, where a
+  month of history is at hand; with 10 the cutoff was calibrated for 10 values
+  (wide) for the whole life of the test.
+- The scores and their definitions are unchanged.
 """
 
 from __future__ import annotations
@@ -52,7 +71,7 @@ from trainguard import wire
 DAY = 86400.0
 START = 1767225600.0  # 2026-01-01T00:00:00Z
 STEPS = 200
-STEP_EVERY = 2
+STEP_EVERY = 1  # a point per step: 201 points a tag per run, 20 windows of 10 (was 2: 10 windows; see the docstring)
 STEP_SECONDS = 3.0
 HEALTHY_PREFIX = 10  # no fault before this run: the checks need a history first
 FAULT_SHARE = 0.20
@@ -64,8 +83,9 @@ EPOCHS = 90.0
 HISTORY_BUCKETS = (("10-19", 0, 20), ("20-39", 20, 40), ("40+", 40, math.inf))  # recall by runs before the fault
 
 FALSE_ALERT_RATE = 0.0005
+WINDOW_HISTORY_RUNS = 20  # the same steps in the last 20 successful runs (was 10; see the docstring)
 WINDOW_CHECK = {"count": 10, "aggregations": ["mean"], "checks": [{
-    "aggregation": "mean", "history": "step_aligned", "history_runs": 10,
+    "aggregation": "mean", "history": "step_aligned", "history_runs": WINDOW_HISTORY_RUNS,
     "condition": {"comparison": "less", "success_threshold": {"false_alert_rate": FALSE_ALERT_RATE}},
     "debounce": {"windows": 3, "out_of_bounds": 2}}]}
 CONFIG = {

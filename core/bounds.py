@@ -5,8 +5,10 @@ One condition language for run-level conditions and window checks:
 ``fixed_value`` v:        greater* -> (v, +inf); less* -> (-inf, v); equal -> (v, v)
 ``stddevs_from_mean`` k:  centre = mean, scale = population stddev; greater* -> (centre - k*scale, +inf) ...
 ``mads_from_median`` k:   centre = median, scale = 1.4826*MAD (``core.stats.robust_scale``)
-``false_alert_rate`` p:   centre and scale as for ``mads_from_median``; the multiplier is chosen so that
-                          a healthy value passes the cutoff with probability p (``false_alert_multiplier``)
+``false_alert_rate`` p:   centre = median, scale = 2.2219·Qn (``core.stats.false_alert_scale``, a robust
+                          scale twice as efficient as the MAD); the multiplier is calibrated for the history
+                          size n so that a healthy value passes the cutoff with probability p
+                          (``false_alert_multiplier``)
 
 Within bounds is strict (lo < x < hi) unless the comparison contains ``equal``,
 which makes it inclusive. A value equal to the centre of a statistical
@@ -20,15 +22,17 @@ magnitude (:func:`judge`).
 from __future__ import annotations
 
 import bisect
+import collections
 import dataclasses
 import math
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 from core import false_alert_calibration as calibration
 from core.config import SuccessCondition
-from core.stats import mean_and_pstdev, median, robust_scale, tail_weight
+from core.stats import false_alert_scale, mean_and_pstdev, median, robust_scale, tail_weight
 
-MIN_FALSE_ALERT_HISTORY = calibration.N_GRID[0]  # a calibrated cutoff needs at least this many values
+# a calibrated cutoff needs at least this many values
+MIN_FALSE_ALERT_HISTORY = min(calibration.N_GRID_ODD[0], calibration.N_GRID_EVEN[0])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,32 +96,60 @@ def _centre_and_margin(condition: SuccessCondition, history: Sequence[float]) ->
         mean, std = mean_and_pstdev(history)
         return mean, condition.stddevs_from_mean * std
     centre = median(history)
-    scale = robust_scale(history, centre)
     if condition.mads_from_median is not None:
-        return centre, condition.mads_from_median * scale
+        return centre, condition.mads_from_median * robust_scale(history, centre)
     assert condition.false_alert_rate is not None
+    scale = false_alert_scale(history, centre)
     if scale == 0:
         return centre, 0.0
     weight = tail_weight(history, centre, scale)
-    return centre, false_alert_multiplier(len(history), condition.false_alert_rate, weight) * scale
+    margin = false_alert_multiplier(len(history), condition.false_alert_rate, weight) * scale
+    return centre, max(margin, _range_floor(history, centre, condition.false_alert_rate))
+
+
+def _range_floor(history: Sequence[float], centre: float, rate: float) -> float:
+    """The least margin of a ``false_alert_rate`` cutoff: just beyond any deviation the history holds twice.
+
+    A value that healthy runs produced at least twice is no rare event, so for a rate below
+    1/(n + 1) (the chance that a healthy value passes the most extreme of n earlier ones,
+    whatever the noise) the cutoff belongs beyond it. Continuous noise never repeats a
+    value, so this binds only for quantized metrics (a few values repeating, whole seconds),
+    which are lighter-tailed than the normal and Student-t noise the multiplier is
+    calibrated on: there, the fitted light-tail side of the multiplier would put the cutoff
+    inside the history's range and alert on values the history holds. One wild value, seen
+    once, does not move it.
+    """
+    if len(history) < 2 or rate >= 1 / (len(history) + 1):
+        return 0.0
+    counts = collections.Counter(abs(value - centre) for value in history)
+    repeated = [deviation for deviation, seen in counts.items() if seen >= 2]
+    return max(repeated) * (1 + RANGE_FLOOR_SLACK) if repeated else 0.0
+
+
+RANGE_FLOOR_SLACK = 1e-9  # strictly beyond: a value equal to the second most extreme one stays within
 
 
 def false_alert_multiplier(n: int, rate: float, tail_weight: float) -> float:
-    """How many robust scales from the median the cutoff lies, for a one-sided false alert ``rate``.
+    """How many scales (``core.stats.false_alert_scale``) from the median the cutoff lies, for a one-sided
+    false alert ``rate``.
 
-    ``tail_weight`` is ``core.stats.tail_weight`` of the history (about 0.9 for normal
-    noise, more for heavy tails; one wild value does not move it). The multiplier is exp(a + b·ln tail_weight)
-    with (a, b) fitted by ``scripts/calibrate_false_alert_rate.py`` so that the rate,
-    averaged over histories of n values, is ``rate`` for normal and for Student-t (3
-    degrees of freedom) noise; between the fitted n and p it is interpolated in log n
-    and log p, beyond them the nearest fitted value is used (for n, the largest fitted
-    n is slightly conservative).
+    ``tail_weight`` is ``core.stats.tail_weight`` of the history (larger for heavy tails;
+    one wild value does not move it). For each fitted (n, p) the multiplier is
+    exp(a + b_lo·min(0, r − r0) + b_hi·max(0, r − r0)) with the coefficients
+    fitted by ``scripts/calibrate_false_alert_rate.py`` so that the rate, averaged over
+    histories of n values, is ``rate`` for normal and for Student-t (3 degrees of freedom)
+    noise; between the fitted n (of the same parity) and p the coefficients are interpolated in
+    log n and log p,
+    beyond them the nearest fitted value is used (for n, the largest fitted n is slightly
+    conservative).
     """
-    a, b = _interpolated(math.log(n), math.log(rate))
-    return math.exp(a + b * math.log(tail_weight))
+    a, b_lo, b_hi, r0 = _interpolated(n % 2, math.log(n), math.log(rate))
+    return math.exp(a + b_lo * min(0.0, tail_weight - r0) + b_hi * max(0.0, tail_weight - r0))
 
 
-_LOG_N = [math.log(n) for n in calibration.N_GRID]
+# Per parity of n (0: even, 1: odd): the median and Qn of odd and even counts behave differently.
+_LOG_N = ([math.log(n) for n in calibration.N_GRID_EVEN], [math.log(n) for n in calibration.N_GRID_ODD])
+_TABLES = (calibration.COEFFICIENTS_EVEN, calibration.COEFFICIENTS_ODD)
 _LOG_P = [math.log(p) for p in calibration.P_GRID]
 
 
@@ -133,20 +165,18 @@ def _bracket(grid: Sequence[float], x: float) -> Tuple[int, int, float]:
     return lower, upper, (x - grid[lower]) / (grid[upper] - grid[lower])
 
 
-def _interpolated(log_n: float, log_p: float) -> Tuple[float, float]:
-    i0, i1, wn = _bracket(_LOG_N, log_n)
+def _interpolated(parity: int, log_n: float, log_p: float) -> Tuple[float, float, float, float]:
+    """(a, b_lo, b_hi, r0), bilinear in log n and log p between the fitted cells of n's parity."""
+    i0, i1, wn = _bracket(_LOG_N[parity], log_n)
     j0, j1, wp = _bracket(_LOG_P, log_p)
-    table = calibration.COEFFICIENTS
-
-    def at(i: int, j: int, k: int) -> float:
-        return table[i][j][k]
+    table = _TABLES[parity]
 
     def blend(k: int) -> float:
-        low = at(i0, j0, k) * (1 - wp) + at(i0, j1, k) * wp
-        high = at(i1, j0, k) * (1 - wp) + at(i1, j1, k) * wp
+        low = table[i0][j0][k] * (1 - wp) + table[i0][j1][k] * wp
+        high = table[i1][j0][k] * (1 - wp) + table[i1][j1][k] * wp
         return low * (1 - wn) + high * wn
 
-    return blend(0), blend(1)
+    return blend(0), blend(1), blend(2), blend(3)
 
 
 def is_within(value: float, bounds: Bounds, comparison: str) -> bool:

@@ -14,8 +14,8 @@ from typing import List, Sequence
 
 from trainguard.stats_math import mean_and_pstdev, percentile
 
-__all__ = ["exact_batch_units", "exact_mean", "exact_units", "mean_and_pstdev", "median", "percentile", "robust_scale",
-           "tail_weight"]
+__all__ = ["exact_batch_units", "exact_mean", "exact_units", "false_alert_scale", "mean_and_pstdev", "median",
+           "percentile", "qn_scale", "robust_scale", "tail_weight"]
 
 # Every finite double is an integer multiple of 2**-1074.
 _SUM_SHIFT = 1074
@@ -77,18 +77,59 @@ def robust_scale(values: Sequence[float], centre: float) -> float:
     return MEAN_AD_TO_SIGMA * (math.fsum(deviations) / len(deviations))
 
 
-TAIL_WEIGHT_RANGE = (0.5, 2.5)  # beyond these the statistic says nothing more, so it is clamped
+QN_TO_SIGMA = 2.2219  # 2.2219·Qn estimates the standard deviation of normal noise (Rousseeuw and Croux)
+
+
+_QN_SMALL_N = {2: 0.399, 3: 0.994, 4: 0.512, 5: 0.844, 6: 0.611, 7: 0.857, 8: 0.669, 9: 0.872}
+
+
+def qn_correction(n: int) -> float:
+    """Qn's small-sample factor (Croux and Rousseeuw, 1992): its bias differs between odd and even n,
+    which an interpolation in n of the false-alert calibration would otherwise carry to the rates."""
+    if n in _QN_SMALL_N:
+        return _QN_SMALL_N[n]
+    return n / (n + 1.4) if n % 2 else n / (n + 3.8)
+
+
+def qn_scale(values: Sequence[float]) -> float:
+    """2.2219·Qn with its small-sample factor: Qn is the k-th smallest of the pairwise distances
+    |x_i - x_j| (i < j), k = h(h-1)/2 with h = n//2 + 1 (Rousseeuw and Croux, 1993). As robust as
+    the MAD (breakdown 50%) but about twice as efficient on normal noise (82% against 37%), so the
+    scale of a short history is much less of a lottery. 0 for fewer than 2 values."""
+    n = len(values)
+    if n < 2:
+        return 0.0
+    h = n // 2 + 1
+    k = h * (h - 1) // 2
+    distances = sorted(abs(a - b) for i, a in enumerate(values) for b in values[i + 1:])
+    return qn_correction(n) * QN_TO_SIGMA * distances[k - 1]
+
+
+def false_alert_scale(values: Sequence[float], centre: float) -> float:
+    """The scale a ``false_alert_rate`` cutoff is measured in: ``qn_scale``, or ``robust_scale`` when
+    more than half the pairs of values are equal (Qn = 0: a mostly constant metric). 0 only when every
+    value equals the centre."""
+    scale = qn_scale(values)
+    return scale if scale > 0 else robust_scale(values, centre)
+
+
+TAIL_WEIGHT_RANGE = (0.5, 8.0)  # beyond these the statistic says nothing more, so it is clamped
+TAIL_SHARE = 0.3  # tail_weight looks at this share of the largest deviations (at least 3), the largest left out
 
 
 def tail_weight(values: Sequence[float], centre: float, scale: float) -> float:
-    """How heavy the tails of ``values`` look: the root mean square deviation from ``centre``
-    over ``scale``, leaving out the largest deviation. About 1 for normal noise, larger for
-    heavy tails; one wild value (a regression that slipped into the history) does not move
-    it. Clamped to ``TAIL_WEIGHT_RANGE``; 1 when ``scale`` is 0."""
+    """How heavy the tails of ``values`` look: the root mean square of the largest deviations from
+    ``centre`` (the top ``TAIL_SHARE`` of them, at least 3) over ``scale``, leaving out the largest
+    one. Larger for heavy tails; it grows slowly with n, which the per-n calibration absorbs. Looking
+    at the upper deviations only tells normal from heavy-tailed noise apart better in short histories
+    than a mean over all of them; one wild value (a regression that slipped into the history) does not
+    move it. Clamped to ``TAIL_WEIGHT_RANGE``; 1 when ``scale`` is 0."""
     if scale <= 0:
         return 1.0
     deviations = sorted(abs(v - centre) for v in values)
-    kept = deviations[:-1] or deviations
+    n = len(deviations)
+    k = max(3, math.ceil(TAIL_SHARE * n))
+    kept = deviations[max(0, n - 1 - k):n - 1] or deviations
     rms = math.sqrt(math.fsum(d * d for d in kept) / len(kept))
     low, high = TAIL_WEIGHT_RANGE
     return min(high, max(low, rms / scale))

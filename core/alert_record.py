@@ -13,7 +13,7 @@ import dataclasses
 import datetime
 import json
 import math
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from core.triage import AlertFacts, alert_state_of
 from core.vocabulary import AlertState, alert_severity
@@ -69,6 +69,24 @@ class AlertRecord:
     def status(self) -> Optional[str]:
         status = self.details.get("status", self.run_data.get("status"))
         return status if isinstance(status, str) else None
+
+    @property
+    def unit(self) -> Optional[str]:
+        """The metric's unit (``core.alert_details``), None when unknown."""
+        unit = self.details.get("unit")
+        return unit if isinstance(unit, str) and unit else None
+
+    @property
+    def report_url(self) -> Optional[str]:
+        """The run's page of the configured outside report (``report_url_pattern``); not checked to be http(s)."""
+        url = self.details.get("report_url")
+        return url if isinstance(url, str) and url else None
+
+    @property
+    def next_steps(self) -> List[str]:
+        """The ``trainguard-triage`` commands for this alert (``core.triage.triage_commands``)."""
+        steps = self.details.get("next_steps")
+        return [s for s in steps if isinstance(s, str) and s] if isinstance(steps, list) else []
 
     @property
     def window(self) -> Optional[Dict[str, Any]]:

@@ -12,6 +12,9 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import os
+import string
+import unicodedata
+import urllib.parse
 from typing import Any, Dict, FrozenSet, Mapping, Optional, Tuple, Union
 
 from core.strict_json import ConfigError, StrictReader, read_json_file
@@ -27,6 +30,11 @@ COMPARISONS = ("greater", "less", "equal", "greater_or_equal", "less_or_equal")
 DEFAULT_CONFIG_NAME = "default"
 TIME_TO_ACCURACY_METRIC = "time_to_accuracy"
 TOTAL_WALL_TIME_METRIC = "total_wall_time"
+JOB_DURATION_METRIC = "job_duration"
+SECONDS_METRICS = frozenset((TIME_TO_ACCURACY_METRIC, TOTAL_WALL_TIME_METRIC, JOB_DURATION_METRIC))
+SECONDS_UNIT = "s"  # the unit of the durations trainguard measures itself (``SECONDS_METRICS``)
+UNIT_MAX_CHARS = 40
+REPORT_URL_PLACEHOLDERS = ("test", "run")
 DEFAULT_HISTORY_MAX_POINTS = 100  # values of history a condition compares with, unless it says otherwise
 DEFAULT_REBASELINE_AFTER = 3
 
@@ -73,12 +81,26 @@ class MetricCollectionConfig:
     write_to_bigquery: bool = True
     default_rank_reduction: str = "rank0"  # most training code logs on rank 0 only
     tag_to_rank_reduction: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # What the alerts print after a value: per metric name, or per tag for all its metrics.
+    metric_units: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def strategies_for(self, tag: str) -> Tuple[str, ...]:
         return self.metric_to_aggregation_strategies.get(tag, self.default_aggregation_strategies)
 
     def rank_reduction_for(self, tag: str) -> str:
         return self.tag_to_rank_reduction.get(tag, self.default_rank_reduction)
+
+    def unit_for(self, metric: str) -> Optional[str]:
+        """The unit of a metric: ``metric_units`` of its name, seconds for the durations trainguard measures,
+        else ``metric_units`` of its tag (the name without its ``_<strategy>`` or ``_<aggregation>``)."""
+        if metric in self.metric_units:
+            return self.metric_units[metric]
+        if metric in SECONDS_METRICS:
+            return SECONDS_UNIT
+        tag, _, suffix = metric.rpartition("_")
+        if tag and (suffix in STRATEGIES or suffix in WINDOW_AGGREGATIONS):
+            return self.metric_units.get(tag)
+        return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +113,8 @@ class RegressionTestConfig:
     alert_after_second_test_failure: bool = True
     # After this many successful runs in a row out of bounds, a metric's baseline moves to them (0: never).
     rebaseline_after: int = DEFAULT_REBASELINE_AFTER
+    # The run's page of an outside report, e.g. "https://reports.example/{test}/{run}.html" (None: no link).
+    report_url_pattern: Optional[str] = None
 
     def condition_for(self, metric: str) -> Optional[SuccessCondition]:
         conditions = self.metric_success_conditions
@@ -98,6 +122,13 @@ class RegressionTestConfig:
 
     def may_alert_on(self, metric: str) -> bool:
         return self.metric_subset_to_alert is None or metric in self.metric_subset_to_alert
+
+    def report_url(self, test: str, run: str) -> Optional[str]:
+        """``report_url_pattern`` with {test} and {run} URL-quoted; None without a pattern."""
+        if self.report_url_pattern is None:
+            return None
+        return self.report_url_pattern.format(test=urllib.parse.quote(test, safe=""),
+                                              run=urllib.parse.quote(run, safe=""))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -238,7 +269,7 @@ def _parse_collection(reader: StrictReader, raw: Any) -> MetricCollectionConfig:
     singular, plural = "metric_to_aggregation_strategy", "metric_to_aggregation_strategies"
     obj = reader.object(raw, where, {"default_aggregation_strategies", plural, singular,
                                      "tags_to_ignore", "time_to_accuracy", "write_to_bigquery",
-                                     "default_rank_reduction", "tag_to_rank_reduction"})
+                                     "default_rank_reduction", "tag_to_rank_reduction", "metric_units"})
     if singular in obj and plural in obj:
         reader.fail(f"{where}.{singular}", f"give either {singular} or {plural}, not both")
     defaults = _strategies(reader, obj.get("default_aggregation_strategies", ["final"]),
@@ -261,7 +292,36 @@ def _parse_collection(reader: StrictReader, raw: Any) -> MetricCollectionConfig:
     reductions_raw = reader.object(obj.get("tag_to_rank_reduction", {}), f"{where}.tag_to_rank_reduction")
     reductions = {tag: _rank_reduction(reader, value, f"{where}.tag_to_rank_reduction.{tag}")
                   for tag, value in reductions_raw.items()}
-    return MetricCollectionConfig(defaults, per_tag, ignored, tta, write, default_reduction, reductions)
+    units_raw = reader.object(obj.get("metric_units", {}), f"{where}.metric_units")
+    units = {name: _unit(reader, value, f"{where}.metric_units.{name}") for name, value in units_raw.items()}
+    return MetricCollectionConfig(defaults, per_tag, ignored, tta, write, default_reduction, reductions, units)
+
+
+def _unit(reader: StrictReader, value: Any, key: str) -> str:
+    unit = reader.string(value, key)
+    if unit != unit.strip() or len(unit) > UNIT_MAX_CHARS or any(unicodedata.category(c)[0] == "C" for c in unit):
+        reader.fail(key, f"must be a short unit such as \"s\" or \"images/s\" (at most {UNIT_MAX_CHARS} "
+                         f"characters, no line breaks or surrounding spaces), got {unit!r}")
+    return unit
+
+
+def _report_url_pattern(reader: StrictReader, value: Any, key: str) -> str:
+    """An http(s) URL whose only placeholders are {test} and {run}."""
+    pattern = reader.string(value, key)
+    try:
+        fields = [(name, spec, conversion) for _, name, spec, conversion in string.Formatter().parse(pattern)
+                  if name is not None]
+    except ValueError as e:
+        reader.fail(key, f"is not a valid pattern ({e}): write a literal brace as {{{{ or }}}}")
+    for name, spec, conversion in fields:
+        if name not in REPORT_URL_PLACEHOLDERS or spec or conversion:
+            reader.fail(key, f"{{{name}{'!' + conversion if conversion else ''}{':' + spec if spec else ''}}} is "
+                             f"not a placeholder: use {{test}} and {{run}} only")
+    example = urllib.parse.urlsplit(pattern.format(test="t", run="r"))
+    if example.scheme not in ("http", "https") or not example.netloc or any(
+            unicodedata.category(c)[0] in "CZ" for c in pattern):
+        reader.fail(key, f"must be an http(s) URL without spaces, got {pattern!r}")
+    return pattern
 
 
 def _rank_reduction(reader: StrictReader, value: Any, key: str) -> str:
@@ -275,7 +335,7 @@ def _parse_regression(reader: StrictReader, raw: Any) -> RegressionTestConfig:
     where = "regression_test_config"
     obj = reader.object(raw, where, {"metric_success_conditions", "metric_subset_to_alert", "required_metrics",
                                   "alert_for_oob_metrics", "alert_for_failed_jobs",
-                                  "alert_after_second_test_failure", "rebaseline_after"})
+                                  "alert_after_second_test_failure", "rebaseline_after", "report_url_pattern"})
     conditions_where = f"{where}.metric_success_conditions"
     conditions_raw = reader.object(obj.get("metric_success_conditions", {}), conditions_where)
     conditions = {metric: _parse_condition(reader, value, f"{conditions_where}.{metric}")
@@ -294,6 +354,8 @@ def _parse_regression(reader: StrictReader, raw: Any) -> RegressionTestConfig:
                                                        f"{where}.alert_after_second_test_failure"),
         rebaseline_after=reader.integer(obj.get("rebaseline_after", DEFAULT_REBASELINE_AFTER),
                                         f"{where}.rebaseline_after", minimum=0),
+        report_url_pattern=None if obj.get("report_url_pattern") is None else _report_url_pattern(
+            reader, obj["report_url_pattern"], f"{where}.report_url_pattern"),
     )
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Tuple
 
-from core.bounds import centre_of, compute_bounds, judge, threshold_details
+from core.alert_details import change_facts, describe, previous_facts, threshold_facts
+from core.bounds import centre_of, compute_bounds, judge, reference, threshold_details
 from core.config import DEFAULT_HISTORY_MAX_POINTS, TIME_TO_ACCURACY_METRIC, RegressionTestConfig, TestConfig
 from core.records import Alert, MetricObservation, metric_history_row
 from core.runs import RunResult
@@ -146,14 +147,18 @@ def check_metric(history: MetricHistory, observation: MetricObservation,
     """Bounds one metric value against its history; returns its row and any alert.
 
     The alert is ``metric_out_of_bounds``, or ``baseline_shifted`` for the run
-    that completes a streak of ``rebaseline_after`` out-of-bounds runs.
+    that completes a streak of ``rebaseline_after`` out-of-bounds runs. Its
+    details say how the bounds were computed, the change and the previous
+    successful value (``core.alert_details``).
     """
     metric = observation.metric
     condition = config.condition_for(metric)
-    bounds = compute_bounds(condition, history.values, history.previous) if condition else None
+    values, previous = history.values, list(history.previous)
+    bounds = compute_bounds(condition, values, previous) if condition else None
     within = None if bounds is None or condition is None else judge(observation.value, bounds, condition)
-    earlier_runs = len(history.values)
+    earlier_runs = len(values)
     previous_out_of_bounds = history.last_out_of_bounds
+    earlier = history.entries[-1:]  # the previous successful run, counted or not
     accepted = history.pending_accept == observation.run  # the user accepted this run's level beforehand
     shifted = history.record(observation.run, observation.value, observation.status, within,
                              history_policy(config, metric))
@@ -162,32 +167,29 @@ def check_metric(history: MetricHistory, observation: MetricObservation,
     if (within is not False or bounds is None or condition is None or observation.status != RunStatus.SUCCESS
             or accepted or not config.alert_for_oob_metrics or not config.may_alert_on(metric)):
         return row, None
+    facts = threshold_facts(condition, bounds, values, previous)
     details = {"comparison": condition.comparison, "history_size": earlier_runs,
-               **threshold_details(condition, bounds), "step": observation.step, "run_data": observation.run_data}
+               **threshold_details(condition, bounds), **facts,
+               **change_facts(observation.value, reference(bounds, condition), facts["scale"]),
+               **previous_facts([value for _, value, _ in earlier], [run for run, _, _ in earlier]),
+               "step": observation.step, "run_data": observation.run_data}
     if shifted:
         new_centre = centre_of(condition, history.values)
-        return row, Alert(
+        alert = Alert(
             kind=AlertKind.BASELINE_SHIFTED, test=observation.test, run=observation.run, metric=metric,
             value=observation.value, lower_bound=bounds.lower, upper_bound=bounds.upper,
-            created_at=observation.finalized_at,
-            message=(f"{metric} moved from {_fmt(bounds.centre)} to {_fmt(new_centre)} in {len(shifted)} runs in a "
-                     f"row from run {shifted[0][0]}; its baseline now follows the new level"),
+            created_at=observation.finalized_at, message="",
             details={**details, "first_run": shifted[0][0], "runs": [run for run, _ in shifted],
                      "values": [value for _, value in shifted], "old_centre": bounds.centre,
                      "new_centre": new_centre, "rebaseline_after": config.rebaseline_after})
+        return row, dataclasses.replace(alert, message=describe(alert))
     if config.alert_after_second_test_failure and previous_out_of_bounds is False:
         return row, None
-    return row, Alert(
+    alert = Alert(
         kind=AlertKind.METRIC_OUT_OF_BOUNDS, test=observation.test, run=observation.run, metric=metric,
         value=observation.value, lower_bound=bounds.lower, upper_bound=bounds.upper,
-        created_at=observation.finalized_at,
-        message=(f"{metric} = {observation.value:.6g} is outside bounds "
-                 f"({_fmt(bounds.lower)}, {_fmt(bounds.upper)}) from {earlier_runs} earlier runs"),
-        details=details)
-
-
-def _fmt(value: Optional[float]) -> str:
-    return "-inf/+inf" if value is None else f"{value:.6g}"
+        created_at=observation.finalized_at, message="", details=details)
+    return row, dataclasses.replace(alert, message=describe(alert))
 
 
 def check_job(history: JobHistory, run: RunResult, config: TestConfig) -> List[Alert]:

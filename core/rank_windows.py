@@ -26,7 +26,8 @@ import collections
 import dataclasses
 from typing import Deque, Dict, List, Optional, Set, Tuple
 
-from core.bounds import Bounds, compute_bounds, judge, threshold_details
+from core.alert_details import change_facts, describe, threshold_facts
+from core.bounds import Bounds, compute_bounds, judge, reference, threshold_details
 from core.config import RankCheck, TagWindowConfig
 from core.records import Alert
 from core.runs import reduce_across_ranks
@@ -122,22 +123,19 @@ def _straggler(window: WindowResult, numbers: Dict[int, float], check: RankCheck
     assert window.rank is not None
     rank = window.rank
     metric = window_metric(window.tag, check.aggregation)
-    where = f"rank {rank}" + (f" on {host}" if host else "")
-    return Alert(
+    others = [v for other, v in sorted(numbers.items()) if other != rank]
+    facts = threshold_facts(check.condition, bounds, others)
+    alert = Alert(
         kind=AlertKind.RANK_STRAGGLER, test=window.test, run=window.run, metric=metric, value=numbers[rank],
         lower_bound=bounds.lower, upper_bound=bounds.upper, created_at=window.end_time,
-        instance=f"{rank}/{window.kind}/{window.index}",
-        message=(f"{where} is a straggler: {metric} = {numbers[rank]:.6g} in {window.kind} window {window.index} "
-                 f"(steps {window.start_step}-{window.end_step}) is outside the other {len(numbers) - 1} ranks' "
-                 f"bounds ({_fmt(bounds.lower, '-inf')}, {_fmt(bounds.upper, '+inf')})"),
+        instance=f"{rank}/{window.kind}/{window.index}", message="",
         details={"rank": rank, "host": host,
                  "window": {"kind": window.kind, "index": window.index, "start_time": window.start_time,
                             "end_time": window.end_time, "start_step": window.start_step,
                             "end_step": window.end_step, "n": window.n, "partial": window.partial},
                  "values_by_rank": {str(r): v for r, v in sorted(numbers.items())},
-                 "comparison": check.condition.comparison, **threshold_details(check.condition, bounds),
+                 "comparison": check.condition.comparison, **threshold_details(check.condition, bounds), **facts,
+                 **change_facts(numbers[rank], reference(bounds, check.condition), facts["scale"]),
+                 "step": window.end_step,
                  "debounce": f"{check.debounce_out_of_bounds} of {check.debounce_windows}"})
-
-
-def _fmt(value: Optional[float], unbounded: str) -> str:
-    return unbounded if value is None else f"{value:.6g}"
+    return dataclasses.replace(alert, message=describe(alert))

@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from core.records import iso_utc
+from core.records import Alert, iso_utc
 from core.vocabulary import AlertKind, AlertState, TriageAction
 from trainguard import wire
 
@@ -35,6 +36,10 @@ from trainguard import wire
 METRIC_ALERT_KINDS = frozenset((AlertKind.METRIC_OUT_OF_BOUNDS, AlertKind.BASELINE_SHIFTED))
 WINDOW_ALERT_KINDS = frozenset((AlertKind.WINDOW_OUT_OF_BOUNDS,))
 MAX_RECENT_ALERTS = 1000  # per test: the alerts a later dismiss or accept can still re-announce
+TRIAGE_PROG = "trainguard-triage"  # ``pipeline/triage.py``
+# An alert id prefix a dismiss command names: unique in practice, and at least the CLI's minimum of 8.
+ALERT_ID_PREFIX_CHARS = 12
+MUTE_FOR = "+1d"  # what the suggested mute lasts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,6 +120,33 @@ def window_index_of(instance: Optional[str]) -> Optional[int]:
         return int(instance.split("/", 1)[1]) if instance else None
     except (IndexError, ValueError):
         return None
+
+
+def triage_commands(alert: Alert) -> List[str]:
+    """The ``trainguard-triage`` commands for one alert, ready to paste: dismiss it (a false positive),
+    accept its level (an intended change; metric and window alerts, from the first run at the new level),
+    mute its metric for a day.
+
+    Arguments are shell-quoted; a test or metric name that starts with ``-`` goes after ``--`` and an option
+    value that does is written ``--option=value``, so that every command parses as written.
+    """
+    commands = [_command("dismiss", [alert.alert_id[:ALERT_ID_PREFIX_CHARS]], [])]
+    if alert.metric is not None and alert.kind in METRIC_ALERT_KINDS | WINDOW_ALERT_KINDS:
+        first_run = alert.details.get("first_run") if alert.kind == AlertKind.BASELINE_SHIFTED else None
+        from_run = first_run if isinstance(first_run, str) and first_run else alert.run
+        commands.append(_command("accept", [alert.test, alert.metric], [("--from_run", from_run)]))
+    mute_options = [("--metric", alert.metric)] if alert.metric is not None else []
+    commands.append(_command("mute", [alert.test], mute_options + [("--until", MUTE_FOR)]))
+    return commands
+
+
+def _command(verb: str, positionals: Sequence[str], options: Sequence[Tuple[str, str]]) -> str:
+    words = [shlex.quote(f"{name}={value}") if value.startswith("-") else f"{name} {shlex.quote(value)}"
+             for name, value in options]
+    arguments = [shlex.quote(p) for p in positionals]
+    if any(p.startswith("-") for p in positionals):
+        return " ".join([TRIAGE_PROG, verb, *words, "--", *arguments])
+    return " ".join([TRIAGE_PROG, verb, *arguments, *words])
 
 
 # -- alert states ------------------------------------------------------------------------------------------

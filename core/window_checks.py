@@ -32,7 +32,8 @@ import collections
 import dataclasses
 from typing import Any, Deque, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
-from core.bounds import Bounds, compute_bounds, judge, threshold_details
+from core.alert_details import change_facts, describe, previous_facts, threshold_facts
+from core.bounds import Bounds, compute_bounds, judge, reference, threshold_details
 from core.config import TagWindowConfig, WindowCheck, WindowConfig
 from core.records import Alert
 from core.triage import WINDOW_ALERT_KINDS, TriageItem, window_index_of, window_kind_of, window_metric
@@ -225,7 +226,7 @@ def check_window(state: WindowHistory, window: WindowResult, config: TagWindowCo
             open_run.tripped.add(check.aggregation)
         if (tripped and not debounce.firing and bounds is not None and value is not None
                 and not _continues_a_level(state, check)):
-            alerts.append(_alert(window, check, value, bounds, history, compared))
+            alerts.append(_alert(window, check, value, bounds, history, compared, previous))
         debounce.firing = tripped
     open_run.windows.append(window)
     return alerts
@@ -239,20 +240,24 @@ def _continues_a_level(state: WindowHistory, check: WindowCheck) -> bool:
 
 
 def _alert(window: WindowResult, check: WindowCheck, value: float, bounds: Bounds, history: List[float],
-           compared: List[str]) -> Alert:
+           compared: List[str], previous: List[float]) -> Alert:
     metric = window_metric(window.tag, check.aggregation)
-    return Alert(
+    facts = threshold_facts(check.condition, bounds, history, previous)
+    # the value compared last: the same-step window of the latest compared run, or this run's previous window
+    runs = compared if check.history == "step_aligned" else [window.run] * len(history)
+    alert = Alert(
         kind=AlertKind.WINDOW_OUT_OF_BOUNDS, test=window.test, run=window.run, metric=metric, value=value,
         lower_bound=bounds.lower, upper_bound=bounds.upper, created_at=window.end_time,
-        instance=f"{window.kind}/{window.index}",
-        message=(f"{metric} = {value:.6g} in {window.kind} window {window.index} (steps {window.start_step}-"
-                 f"{window.end_step}) is outside bounds from {len(history)} {check.history} values"),
+        instance=f"{window.kind}/{window.index}", message="",
         details={"window": {"kind": window.kind, "index": window.index, "start_time": window.start_time,
                             "end_time": window.end_time, "start_step": window.start_step,
                             "end_step": window.end_step, "n": window.n, "partial": window.partial},
                  "history": check.history, "history_size": len(history), "compared_runs": compared,
-                 "comparison": check.condition.comparison, **threshold_details(check.condition, bounds),
+                 "comparison": check.condition.comparison, **threshold_details(check.condition, bounds), **facts,
+                 **change_facts(value, reference(bounds, check.condition), facts["scale"]),
+                 **previous_facts(history, runs), "step": window.end_step,
                  "debounce": f"{check.debounce_out_of_bounds} of {check.debounce_windows}"})
+    return dataclasses.replace(alert, message=describe(alert))
 
 
 NUMERIC_AGGREGATIONS = ("last", "mean", "min", "max", "sum", "stddev", "p50", "p90", "p99")

@@ -17,6 +17,7 @@ import unicodedata
 import urllib.parse
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
+from core.alert_details import change_text, previous_text, threshold_text, with_unit
 from core.alert_record import AlertRecord
 from core.records import iso_utc
 from notifier.config import EmailConfig
@@ -72,7 +73,16 @@ def bounds_text(alert: AlertRecord) -> str:
     high = "+inf" if alert.upper_bound is None else number(alert.upper_bound)
     comparison = alert.details.get("comparison")
     suffix = f" [{comparison}]" if isinstance(comparison, str) else ""
-    return f"({low}, {high}){suffix}"
+    return f"({low}, {high})" + (f" {alert.unit}" if alert.unit else "") + suffix
+
+
+def value_text(alert: AlertRecord) -> str:
+    return "" if alert.value is None else with_unit(alert.value, alert.unit)
+
+
+def how_text(alert: AlertRecord) -> str:
+    """How the bounds were computed ("median 74.6 − 5 × robust scale 0.3 from 20 earlier runs"), "" if unknown."""
+    return threshold_text(alert.kind, alert.details, alert.lower_bound, alert.upper_bound, alert.unit)
 
 
 def history_text(alert: AlertRecord) -> str:
@@ -107,8 +117,9 @@ def safe_url(url: Optional[str]) -> Optional[str]:
 
 
 def alert_links(alert: AlertRecord, config: EmailConfig) -> List[Tuple[str, str]]:
-    """(label, URL) pairs: the run's logs link when present, then the configured templates."""
+    """(label, URL) pairs: the run's logs link and report page when present, then the configured templates."""
     links = [("logs", alert.logs_link)] if alert.logs_link else []
+    links += [("report", alert.report_url)] if alert.report_url else []
     fields = {"test": alert.test, "run": alert.run, "metric": alert.metric or "", "alert_id": alert.alert_id}
     quoted = {k: urllib.parse.quote(v, safe="") for k, v in fields.items()}
     links += [(label, template.format(**quoted)) for label, template in config.links]
@@ -184,7 +195,11 @@ def summary_subject(alerts: Sequence[AlertRecord], config: EmailConfig) -> str:
 _E = html.escape
 _STYLE_TABLE = "border-collapse:collapse;font-size:14px"
 _STYLE_CELL = "border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top"
-_COLUMNS = ("Alert", "Metric", "Value", "Bounds", "History", "Details", "Links")
+# Metric, details and links are the jobs' own text, any length, maybe without a space: these cells may break
+# them anywhere, so a long name narrows its column instead of widening the e-mail past the screen.
+_STYLE_NAME_CELL = _STYLE_CELL + ";overflow-wrap:anywhere"
+_NAME_COLUMNS = {1, 5, 6, 7}
+_COLUMNS = ("Alert", "Metric", "Value", "Bounds", "History", "Details", "Links", "Next steps")
 
 
 def _html_link(label: str, url: str) -> str:
@@ -197,10 +212,14 @@ def _html_link(label: str, url: str) -> str:
 def _html_row(alert: AlertRecord, config: EmailConfig) -> str:
     details = "<br>".join(_E(fact) for fact in [alert.message, *extra_facts(alert)] if fact)
     links = " · ".join(_html_link(label, url) for label, url in alert_links(alert, config))
-    cells = (alert.kind, alert.metric or "", number(alert.value) if alert.value is not None else "",
-             bounds_text(alert), history_text(alert))
-    escaped = [_E(c) for c in cells] + [details, links]
-    return "<tr>" + "".join(f'<td style="{_STYLE_CELL}">{c}</td>' for c in escaped) + "</tr>"
+    value = "<br>".join(_E(part) for part in (value_text(alert), change_text(alert.details)) if part)
+    bounds = "<br>".join(_E(part) for part in (bounds_text(alert), how_text(alert)) if part)
+    history = "<br>".join(_E(part) for part in (history_text(alert), previous_text(alert.details, alert.unit))
+                          if part)
+    steps = "<br>".join(f"<code>{_E(command)}</code>" for command in alert.next_steps)
+    escaped = [_E(alert.kind), _E(alert.metric or ""), value, bounds, history, details, links, steps]
+    return "<tr>" + "".join(f'<td style="{_STYLE_NAME_CELL if i in _NAME_COLUMNS else _STYLE_CELL}">{c}</td>'
+                            for i, c in enumerate(escaped)) + "</tr>"
 
 
 def html_table(alerts: Sequence[AlertRecord], config: EmailConfig) -> str:
@@ -228,7 +247,7 @@ def html_document(subject: str, intro: str, sections: Iterable[str]) -> str:
     return "\n".join([
         "<!DOCTYPE html>",
         '<html><head><meta charset="utf-8"><title>' + _E(subject) + "</title></head>",
-        '<body style="font-family:Arial,Helvetica,sans-serif;color:#222">',
+        '<body style="font-family:Arial,Helvetica,sans-serif;color:#222;overflow-wrap:break-word">',
         f"<p>{_E(intro)}</p>",
         *sections,
         '<p style="color:#888;font-size:12px">Sent by trainguard.</p>',
@@ -240,11 +259,17 @@ def html_document(subject: str, intro: str, sections: Iterable[str]) -> str:
 def _text_alert(index: int, alert: AlertRecord, config: EmailConfig) -> List[str]:
     title = f"{index}. {alert.kind}" + (f": {alert.metric}" if alert.metric else "")
     measured = ", ".join(part for part in (
-        f"value {number(alert.value)}" if alert.value is not None else "",
+        f"value {value_text(alert)}" if alert.value is not None else "",
         f"bounds {bounds_text(alert)}" if bounds_text(alert) else "",
         f"history {history_text(alert)}" if history_text(alert) else "") if part)
-    lines = [title] + [f"   {fact}" for fact in [measured, alert.message, *extra_facts(alert)] if fact]
+    # what the message does not already say (a message of an older writer says none of it)
+    how = f"bounds from {how_text(alert)}" if how_text(alert) and how_text(alert) not in alert.message else ""
+    change = "; ".join(part for part in (change_text(alert.details), previous_text(alert.details, alert.unit))
+                       if part and part not in alert.message)
+    lines = [title] + [f"   {fact}" for fact in [measured, how, change, alert.message, *extra_facts(alert)] if fact]
     lines += [f"   {label}: {url}" for label, url in alert_links(alert, config)]
+    if alert.next_steps:
+        lines += ["   next steps (see README, After an alert):"] + [f"     $ {command}" for command in alert.next_steps]
     lines.append(f"   alert {alert.alert_id}" + (f", raised {iso_utc(alert.created_at)}" if alert.created_at is not None else ""))
     return lines
 

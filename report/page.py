@@ -12,18 +12,22 @@ import posixpath
 import urllib.parse
 from typing import Iterable, List, Optional, Set, Tuple
 
+from core.alert_details import threshold_text, with_unit
 from report.data import AlertRecord, ReportData, ReportSection, ReportSettings, RunPicture, safe_name
 
 STATUS_FILE = "status.png"
+NAME_CELLS = {3, 4, 5, 8, 9}  # test, run, metric, message, next steps of an alert row: training jobs' own text, any length
 CSS = """
-body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; max-width: 1200px; }
+body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; max-width: 1200px;
+       overflow-wrap: break-word; }  /* a long name without spaces wraps instead of widening the page */
 h2 { border-bottom: 1px solid #ddd; padding-bottom: .2em; margin-top: 1.6em; }
 img { max-width: 100%; border: 1px solid #eee; }
 table { border-collapse: collapse; font-size: 90%; }
 td, th { border-bottom: 1px solid #eee; padding: .25em .5em; text-align: left; vertical-align: top; }
+td.name { overflow-wrap: anywhere; }  /* names may have no spaces: let the table shrink them, not the page grow */
 .meta, figcaption, .note { color: #555; font-size: 90%; }
 .bad { color: #c62828; font-weight: 600; }
-nav a { margin-right: .8em; white-space: nowrap; }
+nav a { margin-right: .8em; display: inline-block; max-width: 100%; }
 figure { margin: 1em 0; }
 """
 
@@ -68,24 +72,32 @@ def alert_row(alert: AlertRecord, drawn: Set[Tuple[str, str]]) -> str:
     run_target = f"#r-{safe_name(alert.test)}-{safe_name(alert.run)}" if (alert.test, alert.run) in drawn \
         else section
     bounds = "" if alert.lower_bound is None and alert.upper_bound is None else \
-        f"({number(alert.lower_bound, '-inf')}, {number(alert.upper_bound, '+inf')})"
+        f"({number(alert.lower_bound, '-inf')}, {number(alert.upper_bound, '+inf')})" + \
+        (f" {alert.unit}" if alert.unit else "")
+    how = threshold_text(alert.kind, alert.details, alert.lower_bound, alert.upper_bound, alert.unit)
+    bounds_html = esc(bounds) + (f'<br><span class="note">{esc(how)}</span>' if how else "")
+    value = "" if alert.value is None else with_unit(alert.value, alert.unit)
     run_data = alert.details.get("run_data")
     logs = web_link(run_data.get("logs_link")) if isinstance(run_data, dict) else None
     logs_html = f' <a href="{esc(logs)}" rel="noopener noreferrer">logs</a>' if logs else ""
+    report = web_link(alert.report_url)
+    logs_html += f' <a href="{esc(report)}" rel="noopener noreferrer">report</a>' if report else ""
+    steps = "<br>".join(f"<code>{esc(command)}</code>" for command in alert.next_steps)
     note = alert.triage.get("note")
     state = esc(alert.state.value) + (f'<br><span class="note">{esc(note)}</span>' if isinstance(note, str) else "")
     cells = [esc(utc(alert.created_at)) if alert.created_at is not None else '', esc(alert.kind), state,
              f'<a href="{esc(section)}">{esc(alert.test)}</a>',
              f'<a href="{esc(run_target)}">{esc(alert.run)}</a>{logs_html}', esc(alert.metric or ""),
-             esc(number(alert.value)), esc(bounds), esc(alert.message)]
-    return "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
+             esc(value), bounds_html, esc(alert.message), steps]
+    return "<tr>" + "".join(f'<td class="name">{c}</td>' if i in NAME_CELLS else f"<td>{c}</td>"
+                            for i, c in enumerate(cells)) + "</tr>"
 
 
 def alerts_html(data: ReportData, drawn: Set[Tuple[str, str]]) -> List[str]:
     if not data.alerts:
         return ["<p>No alerts.</p>"]
     lines = ["<table>", "<tr><th>time (UTC)</th><th>kind</th><th>state</th><th>test</th><th>run</th><th>metric</th>"
-                        "<th>value</th><th>bounds</th><th>message</th></tr>"]
+                        "<th>value</th><th>bounds</th><th>message</th><th>next steps</th></tr>"]
     lines += [alert_row(alert, drawn) for alert in data.alerts]
     lines.append("</table>")
     if data.alerts_left_out:

@@ -10,6 +10,8 @@ from typing import Any, Iterable
 
 import apache_beam as beam
 
+from core.alert_details import finish_alert
+from core.records import Alert
 from core.schema import ALERT_UPDATES, DEAD_LETTER
 from core.triage import AlertLedger, RaisedAlert, TriageItem
 from transforms.ordered import ConfiguredMachine, OrderedCheck, in_event_time_order
@@ -50,12 +52,20 @@ class TriageAlerts(OrderedCheck):
     it); a dismiss or an accept re-announces the recent alerts whose state it
     changes, marked with the new state, for the alerts file and topic (the
     ``alerts`` table keeps each alert as raised; the ``triage`` table says
-    what happened to it).
+    what happened to it). Every alert is finished here first
+    (``core.alert_details.finish_alert``: unit, report link, next steps).
     """
 
     def expand(self, inputs):
         alerts, actions = inputs
-        raised = alerts | "Raised" >> beam.Map(lambda alert: RaisedAlert(alert.test, alert.created_at, alert.to_row()))
+        configs = self.configs
+
+        def raised_row(alert: Alert) -> RaisedAlert:
+            # unit, report link, next steps and the worded message, by the config valid at the alert's event time
+            finished = finish_alert(alert, configs.for_test(alert.test, alert.created_at))
+            return RaisedAlert(alert.test, alert.created_at, finished.to_row())
+
+        raised = alerts | "Raised" >> beam.Map(raised_row)
         outputs = ((raised, actions) | "AlertsAndActions" >> beam.Flatten()
                    | "KeyByTest" >> beam.Map(lambda item: (item.test, item)).with_output_types(
                        beam.typehints.KV[str, beam.typehints.Any])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import html.parser
 
 from hypothesis import given, settings
@@ -38,7 +39,8 @@ def elements(document: str) -> _Elements:
     return parser
 
 
-ALLOWED_TAGS = {"html", "head", "meta", "title", "body", "p", "h2", "h3", "table", "tr", "th", "td", "br", "a"}
+ALLOWED_TAGS = {"html", "head", "meta", "title", "body", "p", "h2", "h3", "table", "tr", "th", "td", "br", "a",
+                "code"}
 ALLOWED_ATTRIBUTES = {"charset", "style", "href"}
 
 
@@ -139,3 +141,52 @@ def test_recipients_and_sender_follow_per_test_overrides():
     cifar, other = digest(alert(test="pt-cifar"), **overrides), digest(alert(test="pt-llama"), **overrides)
     assert (cifar.sender, cifar.recipients) == ("Cifar <cifar@example.com>", ("oncall@example.com",))
     assert (other.sender, other.recipients) == ("trainguard <alerts@example.com>", ("pt@example.com",))
+
+
+def finished_alert(test="pt-cifar", run="run-1", metric="Accuracy/test_final",
+                   pattern="https://reports.example/{test}/{run}.html", **overrides):
+    """A metric alert as the pipeline writes it: checked by the history, finished with the test's config."""
+    from core.alert_details import finish_alert
+    from core.config import parse_test_config
+    from core.history import MetricHistory, check_metric
+    from core.records import MetricObservation
+
+    regression = {"metric_success_conditions": {metric: {"comparison": "greater",
+                                                         "success_threshold": {"mads_from_median": 5}}},
+                  "alert_after_second_test_failure": False}
+    if pattern is not None:
+        regression["report_url_pattern"] = pattern
+    test_config = parse_test_config({"metric_collection_config": {"metric_units": {metric: "%"}},
+                                     "regression_test_config": regression}, "t.json")
+    history = MetricHistory()
+    raised = None
+    for i, value in enumerate([74.6, 74.6, 74.8, 74.4, 74.6, 70.1]):
+        observation = MetricObservation(test, f"{run}-{i}" if i < 5 else run, metric, value, 100, "success",
+                                        float(i), float(i), {"logs_link": "https://logs.example/cifar/1"})
+        _, raised = check_metric(history, observation, test_config.regression_test)
+    assert raised is not None
+    return finish_alert(raised, test_config)
+
+
+def test_each_alert_shows_unit_how_the_bounds_were_computed_previous_change_report_and_next_steps():
+    raised = finished_alert()
+    email = digest(raised)
+    steps = raised.details["next_steps"]
+    for body in (email.html, email.text):
+        assert "70.1 %" in body and "+inf) % [greater]" in body
+        assert "median 74.6 % \u2212 5 \u00d7 robust scale" in body and "from 5 earlier runs" in body
+        assert "previous 74.6 % (run run-1-4)" in body and "change \u22126.03%" in body
+        assert all(step in body for step in steps)
+    assert 'href="https://reports.example/pt-cifar/run-1.html">report</a>' in email.html
+    assert "report: https://reports.example/pt-cifar/run-1.html" in email.text
+    assert all(f"<code>{step}</code>" in email.html for step in steps)
+    assert "Next steps" in email.html
+    assert_inert(email.html, *steps)
+
+
+def test_hostile_names_in_next_steps_and_a_non_web_report_link_stay_text():
+    raised = finished_alert(test=HOSTILE_TEST.replace("\r\n", " "), metric=HOSTILE_METRIC, pattern=None)
+    hostile_link = {**raised.details, "report_url": "javascript:alert(1)"}
+    email = digest(dataclasses.replace(raised, details=hostile_link))
+    assert_inert(email.html, *raised.details["next_steps"], "javascript:alert(1)")
+    assert "<script>" not in email.html and 'href="javascript' not in email.html

@@ -167,3 +167,11 @@ def test_the_readme_triage_commands_run_as_shown(demo):
         done = run_shell_line(command, str(demo))
         assert done.returncode == 0, (command, done.stderr)
     assert len((demo / "triage.jsonl").read_text().splitlines()) == 3
+
+
+def test_the_readme_after_an_alert_commands_run_as_shown(demo):
+    commands = readme_block("## After an alert")
+    assert [c.split()[1] for c in commands] == ["dismiss", "accept", "mute"]
+    for command in commands:
+        done = run_shell_line(command, str(demo))
+        assert done.returncode == 0, (command, done.stderr)

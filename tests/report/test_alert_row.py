@@ -1,0 +1,31 @@
+"""The report's alert list: what an alert says, escaped, with its next steps and links."""
+
+import dataclasses
+
+from core.alert_record import alert_from_row
+from report.page import alert_row
+from tests.notifier.test_render import HOSTILE_METRIC, elements, finished_alert
+
+
+def row_of(alert):
+    record = alert_from_row(alert.to_row())
+    return alert_row(record, set())
+
+
+def test_an_alert_row_shows_the_unit_how_the_bounds_were_computed_links_and_next_steps():
+    raised = finished_alert()
+    row = row_of(raised)
+    assert "<td>70.1 %</td>" in row and "+inf) %" in row
+    assert "median 74.6 % \u2212 5 \u00d7 robust scale" in row and "previous 74.6 % (run run-1-4)" in row
+    assert '<a href="https://reports.example/pt-cifar/run-1.html" rel="noopener noreferrer">report</a>' in row
+    assert all(f"<code>{step}</code>" in row for step in raised.details["next_steps"])
+
+
+def test_hostile_names_and_links_in_an_alert_row_stay_text():
+    raised = finished_alert(metric=HOSTILE_METRIC, pattern=None)
+    raised = dataclasses.replace(raised, details={**raised.details, "report_url": "javascript:alert(1)"})
+    parsed = elements(f"<table>{row_of(raised)}</table>")
+    assert set(parsed.tags) <= {"table", "tr", "td", "a", "br", "span", "code"}
+    assert all(value.startswith(("#", "https://")) for name, value in parsed.attributes if name == "href")
+    text = "".join(parsed.text)
+    assert HOSTILE_METRIC in text and all(step in text for step in raised.details["next_steps"])

@@ -44,6 +44,7 @@ TEST = [
     "ruff>=0.6",  # lint (ruff.toml), run by tests/test_lint.py
     "mypy>=1.10",  # types, strict on core/ (mypy.ini), run by tests/test_lint.py
     "setuptools>=70.1",  # builds the trainer wheel offline (tests/trainguard/test_install.py); a venv's own is older
+    "selenium>=4.11",  # drives Debian's chromium through its chromedriver for tests/browser (no browser download)
 ]
 
 setup(

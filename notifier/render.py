@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import html
-import math
 import re
 import unicodedata
 import urllib.parse
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from core.alert_details import change_text, previous_text, threshold_text, with_unit
+from core.alert_details import change_text, number, previous_text, threshold_text, with_unit
 from core.alert_record import AlertRecord
 from core.records import iso_utc
 from notifier.config import EmailConfig
@@ -55,14 +54,6 @@ def one_line(text: str, limit: int) -> str:
     cleaned = "".join(" " if unicodedata.category(c)[0] in "CZ" else c for c in text)
     cleaned = re.sub(r" +", " ", cleaned).strip()
     return cleaned if len(cleaned) <= limit else cleaned[: limit - 1].rstrip() + "…"
-
-
-def number(value: Optional[float]) -> str:
-    if value is None:
-        return "n/a"
-    if math.isinf(value):
-        return "+inf" if value > 0 else "-inf"
-    return f"{value:.6g}"
 
 
 def bounds_text(alert: AlertRecord) -> str:

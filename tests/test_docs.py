@@ -37,7 +37,7 @@ def runnable_blocks():
     for path in DOCS:
         with open(path, encoding="utf-8") as f:
             text = f.read()
-        for number, part in enumerate(text.split(MARK)[1:], start=1):
+        for number, part in enumerate(text.split("\n" + MARK + "\n")[1:], start=1):  # the mark on a line of its own
             body = part.lstrip("\n")
             assert body.startswith("```sh\n"), f"{path}: runnable block {number} is not a ```sh block"
             block = body[len("```sh\n"):body.index("\n```", len("```sh\n") - 1) + 1]

@@ -84,7 +84,8 @@ class MetricHistory:
             return []
         if self.pending_accept == run:
             self.pending_accept = None
-            self._restart([(run, value, False)])
+            self.entries.append((run, value, False))
+            self._restart(len(self.entries) - 1)
             return []
         counted = within is not False
         self.entries.append((run, value, counted))
@@ -93,7 +94,7 @@ class MetricHistory:
             streak = self.streak
             if not policy.rebaseline_after or len(streak) < policy.rebaseline_after:
                 return []
-            self._restart(self.entries[-len(streak):])
+            self._restart(len(self.entries) - len(streak))
             self._forget(policy.max_points)
             return streak
         self._forget(policy.max_points)
@@ -105,7 +106,7 @@ class MetricHistory:
         if at is None:
             self.pending_accept = run
             return
-        self._restart(self.entries[at:])
+        self._restart(at)
         self._forget(policy.max_points)
 
     def dismiss(self, run: str, policy: HistoryPolicy) -> None:
@@ -122,13 +123,12 @@ class MetricHistory:
     def _find(self, run: str) -> Optional[int]:
         return next((i for i, entry in enumerate(self.entries) if entry[0] == run), None)
 
-    def _restart(self, entries: List[Tuple[str, float, bool]]) -> None:
-        """A new level from these runs on; what counted before them bridges its warm-up."""
-        first = self.entries.index(entries[0]) if entries and entries[0] in self.entries else len(self.entries)
-        before = [value for _, value, counted in self.entries[:first] if counted]
+    def _restart(self, start: int) -> None:
+        """A new level from entry ``start`` on; what counted before it bridges its warm-up."""
+        before = [value for _, value, counted in self.entries[:start] if counted]
         if before:
             self.previous = before
-        self.entries = [(run, value, True) for run, value, _ in entries]
+        self.entries = [(run, value, True) for run, value, _ in self.entries[start:]]
         self.last_out_of_bounds = False  # the latest run is at the new level: in bounds of the new baseline
 
     def _forget(self, max_points: int) -> None:

@@ -31,10 +31,9 @@ from typing import List, Optional, Sequence
 from core import locations
 from core.alert_record import AlertRecord, alert_from_row
 from core.records import iso_utc
-from core.schema import ALERTS
 from core.triage import TriageItem, alert_states
 from core.vocabulary import AlertState, TriageAction
-from sinks.seed import read_triage_actions
+from sinks.seed import read_alert_rows, read_triage_actions
 from sinks.stores import StoreReader, add_store_options, open_store
 from trainguard import wire
 from trainguard.cli import DASHES_NOTE, StrictArgumentParser, cloud_failure
@@ -79,15 +78,8 @@ def open_store_or_fail(args: argparse.Namespace) -> StoreReader:
 
 
 def read_alerts(store: StoreReader) -> List[AlertRecord]:
-    q, epoch = store.dialect.quote, store.dialect.epoch_seconds
-    names = [c for c in ALERTS.column_names if c != "created_at"]
-    rows = store.query(f"SELECT {', '.join(q(n) for n in names)}, {epoch(q('created_at'))} "
-                       f"FROM {store.dialect.table(ALERTS)}")
-    alerts = {}
-    for row in rows:  # BigQuery has no keys: one row per alert id
-        alert = alert_from_row({**dict(zip(names, row)), "created_at": row[-1]})
-        alerts[alert.alert_id] = alert
-    return sorted(alerts.values(), key=lambda a: (a.created_at or 0.0, a.alert_id))
+    alerts = [alert_from_row(row) for row in read_alert_rows(store.query, store.dialect)]
+    return sorted(alerts, key=lambda a: (a.created_at or 0.0, a.alert_id))
 
 
 def read_file_actions(path: str) -> List[TriageItem]:

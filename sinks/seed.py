@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from core.config import ConfigSet
 from core.history import HistorySeed, history_policy, seed_job_history, seed_metric_history
@@ -164,17 +164,25 @@ def read_latest_windows(query: Query, sql: SqlDialect, successful_only: bool = T
             *values in rows]
 
 
-def _ledgers(query: Query, sql: SqlDialect, actions: Sequence[TriageItem]) -> Dict[str, AlertLedger]:
-    """Per test, the mutes and the latest alerts a later dismiss or accept can re-announce."""
+def read_alert_rows(query: Query, sql: SqlDialect, latest_per_test: Optional[int] = None) -> List[Dict[str, Any]]:
+    """Every stored alert once (or each test's latest ``latest_per_test``), as column dicts with ``created_at``
+    in seconds since the epoch."""
     q, epoch = sql.quote, sql.epoch_seconds
     names = [c for c in ALERTS.column_names if c != "created_at"]
-    rows = query(f"SELECT {', '.join(q(n) for n in names)}, {epoch(q('created_at'))} FROM {sql.table(ALERTS)} "
-                 f"QUALIFY ROW_NUMBER() OVER (PARTITION BY {q('test_name')} "
-                 f"ORDER BY {q('created_at')} DESC, {q('alert_id')} DESC) <= {MAX_RECENT_ALERTS}")
+    latest = "" if latest_per_test is None else (
+        f" WHERE TRUE QUALIFY ROW_NUMBER() OVER (PARTITION BY {q('test_name')} "
+        f"ORDER BY {q('created_at')} DESC, {q('alert_id')} DESC) <= {int(latest_per_test)}")
+    rows = query(f"SELECT {', '.join(q(n) for n in names)}, {epoch(q('created_at'))} "
+                 f"FROM {one_per_key(sql, ALERTS, ALERTS.column_names)} a{latest}")
+    return [{**dict(zip(names, row)), "created_at": row[-1]} for row in rows]
+
+
+def _ledgers(query: Query, sql: SqlDialect, actions: Sequence[TriageItem]) -> Dict[str, AlertLedger]:
+    """Per test, the mutes and the latest alerts a later dismiss or accept can re-announce."""
     ledgers: Dict[str, AlertLedger] = collections.defaultdict(AlertLedger)
-    for row in sorted(rows, key=lambda r: (r[-1], r[0])):
-        alert = {**dict(zip(names, row)), "created_at": iso_utc(row[-1])}
-        ledgers[alert["test_name"]].recent[alert["alert_id"]] = (row[-1], alert)
+    for row in sorted(read_alert_rows(query, sql, MAX_RECENT_ALERTS), key=lambda r: (r["created_at"], r["alert_id"])):
+        ledgers[row["test_name"]].recent[row["alert_id"]] = (row["created_at"],
+                                                             {**row, "created_at": iso_utc(row["created_at"])})
     for action in actions:
         if action.action == TriageAction.MUTE:
             ledgers[action.test].mutes.append(action)

@@ -13,12 +13,11 @@ from typing import Dict, List, Tuple
 
 from core.backtest import StoredHistory, StoredRun
 from core.runs import MetricValue, RankedEvent
-from core.schema import ALERTS
 from core.triage import AlertFacts
 from sinks.seed import (
     Query,
     SqlDialect,
-    one_per_key,
+    read_alert_rows,
     read_job_rows,
     read_latest_windows,
     read_metric_rows,
@@ -28,11 +27,8 @@ from sinks.seed import (
 
 def read_stored_alerts(query: Query, sql: SqlDialect) -> List[AlertFacts]:
     """Every stored alert, once."""
-    q, epoch = sql.quote, sql.epoch_seconds
-    alerts = one_per_key(sql, ALERTS, ("alert_id", "kind", "test_name", "run_id", "metric_name", "created_at"))
-    rows = query(f"SELECT {q('alert_id')}, {q('kind')}, {q('test_name')}, {q('run_id')}, {q('metric_name')}, "
-                 f"{epoch(q('created_at'))} FROM {alerts} a")
-    return [AlertFacts(*row) for row in rows]
+    return [AlertFacts(r["alert_id"], r["kind"], r["test_name"], r["run_id"], r["metric_name"], r["created_at"])
+            for r in read_alert_rows(query, sql)]
 
 
 def _events(text: object) -> Tuple[RankedEvent, ...]:

@@ -220,7 +220,7 @@ class WindowRunFn(beam.DoFn):
 
         A tag whose windows need every rank gives each rank's windows, with the rank, for
         ``transforms.rank_windows`` to combine; other tags' windows (rank 0's) are the run's own."""
-        per_rank = any(ranks_matter(self.configs.for_test(test, w.end_time), tag) for w in windows[:1])
+        per_rank = bool(windows) and ranks_matter(self.configs.for_test(test, windows[0].end_time), tag)
         for window in windows:
             try:
                 yield WindowResult(test, run, tag, window.kind, window.index, window.start_time, window.end_time,

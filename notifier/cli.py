@@ -275,6 +275,8 @@ def _run(options: Options, environ: Mapping[str, str]) -> int:
         _install_signal_handlers(loop)
         _LOGGER.info("reading %s; sending via %s; dead letters to %s; state %s", source.describe(),
                      sender.describe(), dead_letters.describe(), options.state_path)
+        if not options.once:
+            print(f"{PROG}: reading {source.describe()}; Ctrl-C stops it", file=sys.stderr, flush=True)
         status = 0
         try:
             loop.drain() if options.once else loop.run_until_stopped()

@@ -32,6 +32,19 @@ class UsageError(ValueError):
     """Options that cannot make a streaming job; the message says which and why."""
 
 
+def check_pubsub_names(subscription: Optional[str], topic: Optional[str], alerts_topic: Optional[str]) -> None:
+    """Beam's own parsing of the Pub/Sub names, as a usage error instead of a traceback from graph construction."""
+    from apache_beam.io.gcp.pubsub import parse_subscription, parse_topic
+
+    for option, name, parse in (("--input_subscription", subscription, parse_subscription),
+                                ("--input_topic", topic, parse_topic), ("--alerts_topic", alerts_topic, parse_topic)):
+        if name is not None:
+            try:
+                parse(name)
+            except ValueError as e:
+                raise UsageError(f"{option}={name}: {e} (project ids are 6 to 30 characters)") from None
+
+
 @dataclasses.dataclass(frozen=True)
 class StreamingJobConfig:
     """Everything the streaming job reads from and writes to."""
@@ -49,6 +62,7 @@ class StreamingJobConfig:
             raise UsageError("reading Pub/Sub needs --streaming")
         if (local.input_subscription is None) == (local.input_topic is None):
             raise UsageError("the streaming job needs exactly one of --input_subscription and --input_topic")
+        check_pubsub_names(local.input_subscription, local.input_topic, local.alerts_topic)
         if not local.bigquery_dataset:
             raise UsageError("the streaming job writes to BigQuery: --bigquery_dataset is required")
         project = local.bigquery_project or options.view_as(GoogleCloudOptions).project

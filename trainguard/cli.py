@@ -113,7 +113,9 @@ def cloud_failure(error: BaseException) -> Optional[str]:
     Recognised by name, so that this module imports no Google library: missing credentials
     (``google.auth.exceptions.DefaultCredentialsError``), and an endpoint that refuses or does not
     answer (connection errors of the standard library, requests/urllib3, and ``google.api_core``'s
-    ``ServiceUnavailable``/``RetryError``/``DeadlineExceeded``).
+    ``ServiceUnavailable``/``RetryError``/``DeadlineExceeded``), and a refusal that retrying cannot mend (a
+    project, dataset, table, topic or subscription that does not exist or may not be read: ``NotFound``,
+    ``Forbidden``, ``PermissionDenied``, ``Unauthenticated``).
     """
     seen = set()
     while error is not None and id(error) not in seen:
@@ -126,6 +128,8 @@ def cloud_failure(error: BaseException) -> Optional[str]:
         if names & {"ConnectionError", "ServiceUnavailable", "RetryError", "DeadlineExceeded", "NewConnectionError",
                     "MaxRetryError", "TransportError"}:
             return f"cannot reach the endpoint: {type(error).__name__}: {first_line}"
+        if names & {"NotFound", "Forbidden", "PermissionDenied", "Unauthenticated"}:
+            return f"Google Cloud refused: {type(error).__name__}: {first_line}"
         error = error.__cause__ or error.__context__
     return None
 

@@ -425,6 +425,9 @@ class Shipper:
             if self.config.command and not self._start_command():
                 return EXIT_CANNOT_RUN
             self.ensure_started()
+            if self.child is None and self.config.finish_on_idle_s is None:
+                print(f"trainguard-ship: shipping {self.config.logdir} until interrupted; Ctrl-C stops it "
+                      "(progress is saved)", file=sys.stderr, flush=True)
             return self._ship_until_done()
         except _Stopped:
             logger.warning("trainguard-ship: stopped before everything was delivered; run it again with the "

@@ -58,8 +58,8 @@ def test_help_shows_defaults_without_markup(capsys):
 
 def test_missing_credentials_end_the_streaming_job_in_one_line(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "pipeline", "--streaming", "--input_topic=projects/p/topics/t",
-         "--bigquery_dataset=d", "--project=p"],
+        [sys.executable, "-m", "pipeline", "--streaming", "--input_topic=projects/my-project/topics/trainguard",
+         "--bigquery_dataset=d", "--project=my-project"],
         cwd=tmp_path, env=without_credentials(tmp_path), capture_output=True, text=True, timeout=300)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [

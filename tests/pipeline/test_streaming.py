@@ -268,6 +268,10 @@ SUBSCRIPTION = "--input_subscription=projects/test-project/subscriptions/s"
      "DataflowRunner only"),
     (["--streaming", SUBSCRIPTION, "--bigquery_dataset=d", "--project=p", "--pubsub_id_attribute=id"],
      "only supported by DataflowRunner"),
+    (["--streaming", "--input_subscription=projects/P/subscriptions/s", "--bigquery_dataset=d", "--project=p"],
+     "--input_subscription=projects/P/subscriptions/s: Invalid PubSub project name: 'P'"),
+    (["--streaming", SUBSCRIPTION, "--alerts_topic=topics/alerts", "--bigquery_dataset=d", "--project=p"],
+     "--alerts_topic=topics/alerts: "),
 ])
 def test_streaming_options_are_checked_before_anything_starts(argv, problem, capsys):
     assert main(argv) == 2

@@ -7,12 +7,15 @@ usage() {
 Usage: ./run_dataflow.sh [deploy] [options]     create what is missing, then launch (or --update) the job
        ./run_dataflow.sh demo [options]         publish the demo workload to the metrics topic
 
-deploy creates, idempotently ("describe || create"), everything the job needs:
+deploy first checks, before it creates anything:
+  - with --write_method=storage_write_api (the default), that Java 11+ runs on this machine (see below);
+  - that the subscription PREFIX-metrics-pipeline, if it exists, has no dead-letter or retry policy:
+    Dataflow does not support them (it acks a message only once its work is committed, and extends
+    the ack deadline itself); messages the job cannot use go to its own dead_letter table instead.
+then creates, idempotently ("describe || create"), everything the job needs:
   - the Dataflow, Pub/Sub, BigQuery and Cloud Storage APIs (enabled)
-  - Pub/Sub topics PREFIX-metrics (trainers publish here), PREFIX-alerts (every alert) and
-    PREFIX-metrics-dead-letter; subscription PREFIX-metrics-pipeline on PREFIX-metrics (the job's
-    input; messages not acked after 10 deliveries go to the dead-letter topic) and
-    PREFIX-metrics-dead-letter-hold, which keeps dead-lettered messages for 7 days
+  - Pub/Sub topics PREFIX-metrics (trainers publish here) and PREFIX-alerts (every alert), and the
+    subscription PREFIX-metrics-pipeline on PREFIX-metrics (the job's input)
   - the BigQuery dataset and its tables (explicit schemas from sinks/schema.py, partitioned by day
     on their time column, clustered by test_name; dead_letter by source)
   - the bucket gs://BUCKET for Dataflow's temp and staging files
@@ -40,7 +43,7 @@ multi-word options may also be spelled with dashes, --job-name for --job_name):
                             in-flight runs, de-duplication ids and history state carry over. Needed to
                             roll out new code or new configs without losing state.
   --dry_run                 print every command instead of running it (only the schema files are
-                            written, to a temporary directory)
+                            written, to a temporary directory; the Java check still runs)
   -h, --help                this help
 demo options: --rate N (messages per second) and any of the above.
 
@@ -48,8 +51,12 @@ Stopping: 'gcloud dataflow jobs drain JOB_ID --region REGION' finishes in-flight
 open runs are finalized early and keyed state is discarded; the next job seeds its history from
 BigQuery. 'cancel' stops at once and loses in-flight messages' work (Pub/Sub redelivers unacked ones).
 
-The Storage Write API is a cross-language transform: the machine running this script needs Java 11+
-and downloads Beam's expansion service jar on the first launch.
+Java: the Storage Write API is a cross-language transform that Beam expands on the machine running
+this script with a Java expansion service. Beam runs $JAVA_HOME/bin/java if JAVA_HOME is set, else
+java from the PATH; deploy checks that one for Java 11+ and, without it, stops with an error before
+creating anything: install a JDK, or pass --write_method=streaming_inserts (no Java needed). On the
+first launch Beam downloads the expansion service jar from Maven Central into ~/.apache_beam/cache/jars;
+to launch without internet access, put the jar there beforehand.
 EOF
 }
 
@@ -139,37 +146,66 @@ cd "$REPO"
 
 METRICS_TOPIC=$PREFIX-metrics
 ALERTS_TOPIC=$PREFIX-alerts
-DEAD_LETTER_TOPIC=$PREFIX-metrics-dead-letter
 SUBSCRIPTION=$PREFIX-metrics-pipeline
-DEAD_LETTER_HOLD=$PREFIX-metrics-dead-letter-hold
+SUBSCRIPTION_EXISTS=false
+JAVA_FIX="install a JDK (java on the PATH, or JAVA_HOME), or pass --write_method=streaming_inserts"
+
+# The Storage Write API's expansion service runs on this machine: needs Java 11+, found where Beam looks
+# (JAVA_HOME/bin/java if JAVA_HOME is set, else java on the PATH). Checked in dry runs too: it runs nothing remote.
+check_java() {
+  local java=java where="on the PATH" output major
+  if [[ -n ${JAVA_HOME:-} ]]; then
+    java=$JAVA_HOME/bin/java
+    where="at $java (JAVA_HOME)"
+  fi
+  local needs="--write_method=storage_write_api needs Java 11+ on this machine for Beam's expansion service"
+  command -v "$java" >/dev/null 2>&1 || die "$needs, and there is no java $where: $JAVA_FIX"
+  output=$("$java" -version 2>&1) || die "$needs, and '$java -version' fails: $JAVA_FIX"
+  [[ $output =~ version\ \"([0-9]+)(\.([0-9]+))? ]] \
+    || die "$needs, and '$java -version' names no version: $JAVA_FIX"
+  major=${BASH_REMATCH[1]}
+  if [[ $major == 1 ]]; then  # "1.8.0_392" is Java 8
+    major=${BASH_REMATCH[3]:-1}
+  fi
+  ((major >= 11)) || die "$needs, and the java $where is Java $major: $JAVA_FIX"
+}
+
+# Dataflow does not support a dead-letter or retry (exponential backoff) policy on a subscription it reads:
+# it acks a message only after committing its work and extends the deadline itself. Refuses an existing input
+# subscription that has one; a missing one is created without (ensure_pubsub).
+check_input_subscription() {
+  local describe=(gcloud pubsub subscriptions describe "$SUBSCRIPTION" --project="$PROJECT"
+                  '--format=csv[no-heading](deadLetterPolicy.deadLetterTopic,retryPolicy.minimumBackoff,retryPolicy.maximumBackoff)')
+  if [[ $DRY_RUN == true ]]; then
+    run "${describe[@]}"
+    return
+  fi
+  local policies dead_letter_topic min_backoff max_backoff
+  policies=$("${describe[@]}" 2>/dev/null) || return 0  # not there (yet): created below
+  SUBSCRIPTION_EXISTS=true
+  IFS=, read -r dead_letter_topic min_backoff max_backoff <<<"$policies" || true
+  local dataflow="Dataflow does not support it (the job dead-letters bad messages itself)"
+  [[ -z $dead_letter_topic ]] || die "subscription $SUBSCRIPTION has a dead-letter policy ($dead_letter_topic): $dataflow;" \
+    "remove it: gcloud pubsub subscriptions update $SUBSCRIPTION --project=$PROJECT --clear-dead-letter-policy"
+  [[ -z $min_backoff$max_backoff ]] || die "subscription $SUBSCRIPTION has a retry policy (exponential backoff): $dataflow;" \
+    "remove it: gcloud pubsub subscriptions update $SUBSCRIPTION --project=$PROJECT --clear-retry-policy"
+}
 
 enable_apis() {
   run gcloud services enable dataflow.googleapis.com pubsub.googleapis.com bigquery.googleapis.com \
     storage.googleapis.com --project="$PROJECT"
 }
 
+# The input subscription has no dead-letter or retry policy (see check_input_subscription).
 ensure_pubsub() {
   local topic
-  for topic in "$METRICS_TOPIC" "$ALERTS_TOPIC" "$DEAD_LETTER_TOPIC"; do
+  for topic in "$METRICS_TOPIC" "$ALERTS_TOPIC"; do
     exists gcloud pubsub topics describe "$topic" --project="$PROJECT" \
       || run gcloud pubsub topics create "$topic" --project="$PROJECT"
   done
-  exists gcloud pubsub subscriptions describe "$SUBSCRIPTION" --project="$PROJECT" \
+  [[ $SUBSCRIPTION_EXISTS == true ]] \
     || run gcloud pubsub subscriptions create "$SUBSCRIPTION" --project="$PROJECT" --topic="$METRICS_TOPIC" \
-         --ack-deadline=60 --message-retention-duration=7d \
-         --dead-letter-topic="$DEAD_LETTER_TOPIC" --max-delivery-attempts=10
-  exists gcloud pubsub subscriptions describe "$DEAD_LETTER_HOLD" --project="$PROJECT" \
-    || run gcloud pubsub subscriptions create "$DEAD_LETTER_HOLD" --project="$PROJECT" \
-         --topic="$DEAD_LETTER_TOPIC" --message-retention-duration=7d
-  # Pub/Sub's service agent forwards undeliverable messages: it must publish to the dead-letter topic
-  # and subscribe to the source subscription. (Bindings are idempotent.)
-  local number
-  capture number PROJECT_NUMBER gcloud projects describe "$PROJECT" --format='value(projectNumber)'
-  local agent=serviceAccount:service-$number@gcp-sa-pubsub.iam.gserviceaccount.com
-  run gcloud pubsub topics add-iam-policy-binding "$DEAD_LETTER_TOPIC" --project="$PROJECT" \
-    --member="$agent" --role=roles/pubsub.publisher --quiet
-  run gcloud pubsub subscriptions add-iam-policy-binding "$SUBSCRIPTION" --project="$PROJECT" \
-    --member="$agent" --role=roles/pubsub.subscriber --quiet
+         --ack-deadline=60 --message-retention-duration=7d
 }
 
 ensure_bigquery() {
@@ -235,6 +271,8 @@ launch() {
 }
 
 deploy() {
+  [[ $WRITE_METHOD != storage_write_api ]] || check_java
+  check_input_subscription
   enable_apis
   ensure_pubsub
   ensure_bigquery

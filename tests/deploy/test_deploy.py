@@ -4,7 +4,6 @@ import json
 import os
 import pathlib
 import re
-import shlex
 import subprocess
 import sys
 
@@ -13,32 +12,11 @@ from google.cloud import pubsub_v1
 
 from core.schema import TABLES
 from scripts import publish_demo
+from tests.deploy.support import SCRIPT, commands, run_script
 from tests.support import REPO_ROOT, shellcheck
 from trainguard import wire
 
 REPO = REPO_ROOT
-SCRIPT = os.path.join(REPO, "run_dataflow.sh")
-
-
-def run_script(tmp_path, *args, env=None):
-    """Runs the script with gcloud/bq/gsutil replaced by stubs that log their calls and fail."""
-    stubs = tmp_path / "stubs"
-    stubs.mkdir(exist_ok=True)
-    for tool in ("gcloud", "bq", "gsutil"):
-        stub = stubs / tool
-        stub.write_text(f'#!/bin/sh\necho "{tool} $*" >> "{tmp_path}/called.log"\nexit 1\n')
-        stub.chmod(0o755)
-    environment = {"PATH": f"{stubs}{os.pathsep}{os.environ['PATH']}", "PYTHON": sys.executable,
-                   "HOME": str(tmp_path), **(env or {})}
-    result = subprocess.run(["bash", SCRIPT, *args], capture_output=True, text=True, env=environment,
-                            cwd=tmp_path, timeout=120)
-    called = (tmp_path / "called.log").read_text() if (tmp_path / "called.log").exists() else ""
-    return result, called
-
-
-def commands(output):
-    """The printed commands, each as a list of words."""
-    return [shlex.split(line[2:]) for line in output.splitlines() if line.startswith("+ ")]
 
 
 def test_run_dataflow_sh_is_shellcheck_clean():
@@ -57,19 +35,18 @@ def test_dry_run_prints_every_command_and_runs_none(tmp_path):
     for describe, create in [
         ("gcloud pubsub topics describe trainguard-metrics", "gcloud pubsub topics create trainguard-metrics"),
         ("gcloud pubsub topics describe trainguard-alerts", "gcloud pubsub topics create trainguard-alerts"),
-        ("gcloud pubsub topics describe trainguard-metrics-dead-letter",
-         "gcloud pubsub topics create trainguard-metrics-dead-letter"),
-        ("gcloud pubsub subscriptions describe trainguard-metrics-pipeline",
-         "gcloud pubsub subscriptions create trainguard-metrics-pipeline"),
         ("bq --project_id=proj show --dataset proj:trainguard", "bq --project_id=proj mk --dataset"),
         ("gcloud storage buckets describe gs://proj-trainguard", "gcloud storage buckets create gs://proj-trainguard"),
     ]:
         at = next(i for i, line in enumerate(lines) if line.startswith(describe))
         assert lines[at + 1].startswith(create), (describe, lines[at + 1])
-    subscription = next(c for c in printed if c[:4] == ["gcloud", "pubsub", "subscriptions", "create"]
-                        and c[4] == "trainguard-metrics-pipeline")
-    assert "--dead-letter-topic=trainguard-metrics-dead-letter" in subscription
-    assert "--topic=trainguard-metrics" in subscription
+    # The input subscription: described first (for its policies), before anything is created; then created
+    # without a dead-letter or retry policy, which Dataflow does not support.
+    assert lines[0].startswith("gcloud pubsub subscriptions describe trainguard-metrics-pipeline --project=proj")
+    (subscription,) = [c for c in printed if c[:4] == ["gcloud", "pubsub", "subscriptions", "create"]]
+    assert subscription[4] == "trainguard-metrics-pipeline" and "--topic=trainguard-metrics" in subscription
+    assert not [arg for arg in subscription if "dead-letter" in arg or "delivery-attempts" in arg or "retry" in arg]
+    assert not [line for line in lines if "dead-letter" in line or "iam-policy-binding" in line]
     for name, table in TABLES.items():
         make = next(c for c in printed
                     if c[:3] == ["bq", "--project_id=proj", "mk"] and c[-1] == f"proj:trainguard.{name}")

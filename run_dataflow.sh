@@ -41,7 +41,9 @@ multi-word options may also be spelled with dashes, --job-name for --job_name):
                             exists, else python3)
   --update                  replace the running job of the same name in place (Dataflow --update):
                             in-flight runs, de-duplication ids and history state carry over. Needed to
-                            roll out new code or new configs without losing state.
+                            roll out new code or new configs without losing state. Steps renamed
+                            since the running job are mapped by pipeline/transform_name_mapping.json
+                            (passed as --transform_name_mapping when it is not empty).
   --dry_run                 print every command instead of running it (only the schema files are
                             written, to a temporary directory; the Java check still runs)
   -h, --help                this help
@@ -266,7 +268,12 @@ launch() {
   )
   [[ -z $SERVICE_ACCOUNT ]] || args+=(--service_account_email="$SERVICE_ACCOUNT")
   [[ -z $ID_ATTRIBUTE ]] || args+=(--pubsub_id_attribute="$ID_ATTRIBUTE")
-  [[ $UPDATE == false ]] || args+=(--update)
+  if [[ $UPDATE == true ]]; then
+    args+=(--update)
+    local mapping
+    mapping=$(tr -d '\n' < pipeline/transform_name_mapping.json)
+    [[ $mapping == "{}" ]] || args+=(--transform_name_mapping="$mapping")
+  fi
   run "${args[@]}"
 }
 

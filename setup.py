@@ -14,11 +14,16 @@ from setuptools import find_packages, setup
 TRAINER = [
     "google-cloud-pubsub>=2.18,<3",
 ]
+# What Dataflow workers need beyond the Beam SDK container: ``--setup_file`` installs install_requires, not extras.
+WORKER = [
+    "msgpack>=1.0",  # the encoding of state and shuffled records (core/encoding.py); not in the SDK container
+]
 PIPELINE = [
     "apache-beam[gcp]>=2.60,<3",
     "google-cloud-pubsub>=2.18,<3",
     "numpy>=1.24",
     "duckdb>=1.1",
+    "msgpack>=1.0",  # the encoding of state and shuffled records (core/encoding.py)
 ]
 SHIPPER = [
     "tensorboard>=2.14",
@@ -55,7 +60,7 @@ setup(
     packages=find_packages(include=["core", "core.*", "transforms", "transforms.*", "sinks", "sinks.*",
                                     "pipeline", "pipeline.*", "notifier", "notifier.*", "report", "report.*",
                                     "trainguard", "trainguard.*"]),
-    install_requires=TRAINER,
+    install_requires=TRAINER + WORKER,
     extras_require={
         "pipeline": PIPELINE + EMAIL,
         "shipper": SHIPPER,

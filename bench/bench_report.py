@@ -81,7 +81,8 @@ def main() -> None:
     args = parser.parse_args()
     store = build_store(args.out_dir, args.tests, args.runs)
     out = os.path.join(args.out_dir, "html")
-    common = [f"--local_store={store}", f"--out_dir={out}", "--no_progress"]
+    common = [f"--local_store={store}", f"--out_dir={out}", "--no_progress",
+              f"--config_dir={os.path.join(args.out_dir, 'configs')}"]  # the checks the store was built with
     results = [measure("5 runs/test, --jobs=1", common + ["--jobs=1"], args.repeat),
                measure("5 runs/test, --jobs=2", common + ["--jobs=2"], args.repeat)]
     if args.all_runs:

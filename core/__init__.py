@@ -6,7 +6,10 @@ after the core module whose logic it runs), ``sinks/`` (stores and topics),
 ``notifier/`` and ``report/``. The rule of the layers: a core module imports
 only the standard library, other core modules and the wire contract
 (``trainguard.wire``, stdlib-only and shared with trainers); never Beam, never a
-package above it. ``tests/core/test_layers.py`` checks it.
+package above it. ``tests/core/test_layers.py`` checks it. One exception:
+``encoding`` writes state with msgpack, a dependency of the pipeline only (the
+modules that define records import ``registry``, standard library only, so the
+notifier and the report do without it).
 
 | module | what it holds |
 |---|---|
@@ -24,4 +27,6 @@ package above it. ``tests/core/test_layers.py`` checks it.
 | ``windows`` | live windows of one run's tag |
 | ``stalls`` | silences in a run |
 | ``window_checks`` | checks of windows against history, as a state machine |
+| ``registry`` | the types that live in state or cross a shuffle: stable names, schema versions |
+| ``encoding`` | how they are written: versioned, schema'd, deterministic bytes (no pickles) |
 """

@@ -13,11 +13,13 @@ import dataclasses
 import math
 from typing import List, Optional, Tuple
 
+from core.registry import record
 from core.stats import exact_batch_units, exact_mean
 
 NO_STEP = -1  # orders below any real step
 
 
+@record("TagAggregate")
 @dataclasses.dataclass
 class TagAggregate:
     """Running aggregates of one tag; each extreme is kept with its (time, step).

@@ -5,6 +5,9 @@ a line of the alerts JSONL file, the data of one Pub/Sub alerts message, and a
 row of the ``alerts`` table. :func:`parse_alert` reads the first two,
 :func:`alert_from_row` a row read back from a store. Both give an
 :class:`AlertRecord` with the same field names as the writer's ``Alert``.
+
+What went wrong, in a few words per kind (:func:`alert_problems`), is worded here once: the e-mail
+subject and the report's run titles say the same.
 """
 
 from __future__ import annotations
@@ -13,12 +16,15 @@ import dataclasses
 import datetime
 import json
 import math
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+import re
+import unicodedata
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from core.triage import AlertFacts, alert_state_of
 from core.vocabulary import AlertState, alert_severity
 
 _REQUIRED = ("alert_id", "kind", "test_name", "run_id")
+NAME_MAX_CHARS = 60  # of a test, run or metric name inside a one-line summary
 
 
 class InvalidAlert(ValueError):
@@ -188,3 +194,57 @@ def epoch_seconds(moment: Any) -> Optional[float]:
         aware = moment if moment.tzinfo is not None else moment.replace(tzinfo=datetime.timezone.utc)
         return aware.timestamp()
     return None
+
+
+# -- what went wrong, in a few words ----------------------------------------------------------------------
+
+
+def one_line(text: str, limit: int) -> str:
+    """``text`` without control/format characters or line breaks, whitespace collapsed, at most ``limit`` chars."""
+    cleaned = "".join(" " if unicodedata.category(c)[0] in "CZ" else c for c in text)
+    cleaned = re.sub(r" +", " ", cleaned).strip()
+    return cleaned if len(cleaned) <= limit else cleaned[: limit - 1].rstrip() + "…"
+
+
+def _names(names: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and 3 more``."""
+    short = [one_line(n, NAME_MAX_CHARS) for n in names]
+    if len(short) <= 2:
+        return " and ".join(short)
+    return f"{short[0]}, {short[1]} and {len(short) - 2} more"
+
+
+def alert_problem(kind: str, alerts: Sequence[AlertRecord]) -> str:
+    """What went wrong, for the alerts of one kind: "Accuracy/test_final and loss_final out of bounds"."""
+    metrics = [a.metric for a in alerts if a.metric]
+    if kind == "job_failed":
+        statuses = sorted({a.status for a in alerts if a.status})
+        return f"job failed ({', '.join(statuses)})" if statuses else "job failed"
+    if kind == "run_missing":
+        return "run never finished"
+    if kind == "run_stalled":
+        return "run stalled"
+    if kind == "accuracy_not_reached":
+        return "accuracy threshold not reached"
+    if kind == "required_metric_missing":
+        return f"missing required metric {_names(metrics)}" if metrics else "required metric missing"
+    if kind == "metric_out_of_bounds":
+        return f"{_names(metrics)} out of bounds"
+    if kind == "window_out_of_bounds":
+        return f"{_names(metrics)} window out of bounds"
+    if kind == "baseline_shifted":
+        return f"{_names(metrics)} moved to a new level (baseline follows)"
+    return one_line(kind, NAME_MAX_CHARS)
+
+
+def by_kind(alerts: Iterable[AlertRecord]) -> Dict[str, List[AlertRecord]]:
+    """Alerts grouped by kind, most severe kind first."""
+    groups: Dict[str, List[AlertRecord]] = {}
+    for alert in sorted(alerts, key=lambda a: (a.severity, a.kind, a.metric or "", a.alert_id)):
+        groups.setdefault(alert.kind, []).append(alert)
+    return groups
+
+
+def alert_problems(alerts: Iterable[AlertRecord]) -> List[str]:
+    """What went wrong in one run, one phrase per kind of its alerts, most severe first."""
+    return [alert_problem(kind, group) for kind, group in by_kind(alerts).items()]

@@ -16,7 +16,8 @@ from core.alert_details import change_facts, describe, previous_facts, threshold
 from core.bounds import centre_of, compute_bounds, judge, reference, threshold_details
 from core.config import DEFAULT_HISTORY_MAX_POINTS, TIME_TO_ACCURACY_METRIC, RegressionTestConfig, TestConfig
 from core.records import Alert, MetricObservation, metric_history_row
-from core.runs import RunResult
+from core.registry import record
+from core.runs import RunAccumulator, RunResult
 from core.triage import AlertLedger, TriageItem
 from core.vocabulary import AlertKind, RunStatus, TriageAction
 
@@ -37,6 +38,7 @@ def history_policy(config: RegressionTestConfig, metric: str) -> HistoryPolicy:
     return HistoryPolicy(condition.history_max_points, config.rebaseline_after if moves else 0)
 
 
+@record("MetricHistory")
 @dataclasses.dataclass
 class MetricHistory:
     """History of one (test, metric) since its baseline last moved.
@@ -137,6 +139,7 @@ class MetricHistory:
             del self.entries[:counted[-max_points]]
 
 
+@record("JobHistory")
 @dataclasses.dataclass
 class JobHistory:
     last_status: Optional[str] = None
@@ -194,6 +197,8 @@ def check_metric(history: MetricHistory, observation: MetricObservation,
 
 def check_job(history: JobHistory, run: RunResult, config: TestConfig) -> List[Alert]:
     """Run-level alerts: failed or missing job, missing required metrics, accuracy never reached."""
+    if run.status == RunStatus.INTERRUPTED:  # not an end: a drain cut it short, the next job resumes it
+        return []
     regression = config.regression_test
     alerts = []
     run_details = {"status": run.status, "run_data": run.run_data}
@@ -254,6 +259,7 @@ def seed_job_history(rows: Iterable[Tuple[float, str, str]]) -> JobHistory:
     return JobHistory(ordered[-1][2] if ordered else None)
 
 
+@record("HistorySeed")
 @dataclasses.dataclass
 class HistorySeed:
     """What the pipeline knows at start-up from earlier invocations (the store)."""
@@ -263,3 +269,5 @@ class HistorySeed:
     windows: Dict[Tuple[str, str, str], Any] = dataclasses.field(default_factory=dict)  # WindowHistory
     stored_actions: FrozenSet[str] = frozenset()  # ids of the triage actions already applied
     ledgers: Dict[str, AlertLedger] = dataclasses.field(default_factory=dict)  # per test: mutes, recent alerts
+    # (test, run) -> the open state of a run a drained job stored as ``interrupted``: the job resumes it
+    open_runs: Dict[Tuple[str, str], RunAccumulator] = dataclasses.field(default_factory=dict)

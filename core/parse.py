@@ -13,9 +13,11 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from core.aggregation import NO_STEP, TagAggregate
 from core.config import TestConfig, ranks_matter
+from core.registry import record, register
 from trainguard import wire
 
 
+@record("RawMessage")
 @dataclasses.dataclass(frozen=True)
 class RawMessage:
     """One payload as it arrived: a Pub/Sub message's data or a line of a replay file."""
@@ -29,6 +31,10 @@ class ParsedMessage(NamedTuple):
     payload: bytes  # the raw bytes it came from
 
 
+register(wire.Event, "WireEvent")  # a run's events, as messages carry them
+
+
+@record("MessageSummary")
 @dataclasses.dataclass
 class MessageSummary:
     """One validated message reduced to what its run needs: per-tag partial aggregates.

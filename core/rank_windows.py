@@ -30,6 +30,7 @@ from core.alert_details import change_facts, describe, threshold_facts
 from core.bounds import Bounds, compute_bounds, judge, reference, threshold_details
 from core.config import RankCheck, TagWindowConfig
 from core.records import Alert
+from core.registry import record
 from core.runs import reduce_across_ranks
 from core.triage import window_metric
 from core.vocabulary import AlertKind
@@ -38,6 +39,7 @@ from core.windows import WindowResult
 MIN_OTHER_RANKS = 2  # a rank is compared with at least this many others (one other rank is no crowd)
 
 
+@record("RankWindows")
 @dataclasses.dataclass
 class RankWindows:
     """The state of one (test, run, tag) of a distributed run."""

@@ -13,6 +13,7 @@ import hashlib
 import json
 from typing import Any, Dict, List, Optional, Tuple
 
+from core.registry import record
 from core.runs import RunResult
 from core.vocabulary import AlertKind
 from core.windows import WindowResult
@@ -31,6 +32,7 @@ def stable_id(*parts: Optional[str]) -> str:
     return hashlib.sha256(joined.encode("utf-8")).hexdigest()[:32]
 
 
+@record("MetricObservation")
 @dataclasses.dataclass(frozen=True)
 class MetricObservation:
     """One aggregated metric of one finalized run, on its way to the history check."""
@@ -55,6 +57,7 @@ class MetricObservation:
                                   run.end_time, run.finalized_at, run_data) for m in run.metrics]
 
 
+@record("Alert")
 @dataclasses.dataclass(frozen=True)
 class Alert:
     kind: AlertKind

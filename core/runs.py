@@ -15,21 +15,41 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tu
 from core.aggregation import TagAggregate, step_or_none
 from core.config import TIME_TO_ACCURACY_METRIC, TOTAL_WALL_TIME_METRIC, MetricCollectionConfig, TestConfig
 from core.parse import MessageSummary
+from core.registry import record
 from core.stats import mean_and_pstdev
 from core.vocabulary import RunStatus
 from trainguard import wire
 
 HOUR = 3600.0
 DAY = 24 * HOUR
+# Streaming timers of the event-time-ordered stages and of the windows fire at most once per this many seconds
+# of event time (``RunLifecycle.timer_bucket_seconds``).
+TIMER_BUCKET_SECONDS = 10.0
 
 
 @dataclasses.dataclass(frozen=True)
 class RunLifecycle:
-    """When runs end, and how long the pipeline remembers them, all in event-time seconds."""
+    """When runs end, and how long the pipeline remembers them, all in event-time seconds.
+
+    ``timer_bucket_seconds`` (streaming only; 0: each item's own time): the watermark timers of the
+    event-time-ordered stages (``transforms.ordered``) and the windows' settle timer (``transforms.windows``)
+    are set at due times rounded up to a multiple of it. A timer set at each item's own event time fires once
+    per distinct time (200 points at distinct times and one watermark advance: 201 firings), and on Dataflow
+    every firing is a work item that reads, decodes, encodes and commits the key's whole state. Rounded up,
+    one firing takes every item due in its bucket, in order. The results are the same: an item is still taken
+    only once the watermark has passed it, a key's items still in order; they only come later, by less than a
+    bucket of watermark. 10 s because Dataflow's Pub/Sub watermark trails real time by about that much anyway,
+    a window alert 10 s later is nothing next to a training run's hours, and a run's points, seconds apart,
+    then cost one firing per 10 s per key instead of one each. Bounded replays take all in one firing anyway.
+    """
     grace_seconds: float = 60.0               # after run_finished, stragglers still count
     timeout_seconds: float = 6 * HOUR         # silence after which a run without run_finished is missing
     dedup_horizon_seconds: float = DAY        # how long a message id is remembered
     retention_seconds: float = 7 * DAY        # how long a finalized run is remembered (late messages)
+    timer_bucket_seconds: float = TIMER_BUCKET_SECONDS  # streaming timers: due times rounded up to these
+    # How far event time may run ahead of the wall clock (senders' clocks) before a run ending there is taken
+    # for one its streaming job's drain cut short (``interrupted``): see :meth:`interrupted`.
+    clock_skew_seconds: float = 10 * 60.0
 
     def finalization_time(self, finished_time: Optional[float], last_time: float) -> float:
         """When a run ends: after its run_finished plus grace, else after the timeout of silence."""
@@ -37,7 +57,19 @@ class RunLifecycle:
             return finished_time + self.grace_seconds
         return last_time + self.timeout_seconds
 
+    def interrupted(self, finalized_at: float, now: float) -> bool:
+        """Whether a streaming job's run that would end as ``missing`` at event time ``finalized_at``, with the
+        wall clock at ``now``, was ended by the job's drain rather than by its own timeout.
 
+        A live job's watermark follows the wall clock, so its timers fire at event times that have passed. A
+        drain moves the watermark to the end of time and fires every timer at once, each at its own event time:
+        a run ending further ahead of the wall clock than senders' clocks can be is one the drain cut short.
+        (A replay's input ends the same way, but it reads history: it does not ask.)
+        """
+        return finalized_at > now + self.clock_skew_seconds
+
+
+@record("MetricValue")
 @dataclasses.dataclass(frozen=True)
 class MetricValue:
     name: str
@@ -45,6 +77,7 @@ class MetricValue:
     step: Optional[int]
 
 
+@record("RankedEvent")
 class RankedEvent(NamedTuple):
     """A lifecycle or other event of a run, with the rank of the worker that sent it (None: not said)."""
     type: str
@@ -54,6 +87,10 @@ class RankedEvent(NamedTuple):
 
 
 RANKS_MISSING = "ranks_missing"  # an event the pipeline adds: ranks that never sent run_finished
+# An event the pipeline adds to an ``interrupted`` run: when its job was drained, and (data ``OPEN_RUN``) the
+# run's open state as ``core.encoding`` text, which the next job resumes (``sinks.seed.read_open_runs``).
+RUN_INTERRUPTED = "run_interrupted"
+OPEN_RUN = "open_run"
 # How bad a rank's end is, worst last: the run's status is its worst rank's.
 _STATUS_SEVERITY = {RunStatus.SUCCESS.value: 0, RunStatus.TIMEOUT.value: 1, RunStatus.FAILURE.value: 2}
 
@@ -63,12 +100,13 @@ def effective_rank(rank: Optional[int]) -> int:
     return 0 if rank is None else rank
 
 
+@record("RunResult")
 @dataclasses.dataclass(frozen=True)
 class RunResult:
     """What one finalized run amounts to (across all its ranks, for a distributed run)."""
     test: str
     run: str
-    status: str  # success, failure, timeout or missing
+    status: str  # success, failure, timeout or missing (or interrupted: ``interrupt``)
     num_failures: Optional[int]
     start_time: Optional[float]
     end_time: float
@@ -115,6 +153,7 @@ def _event_order(event: RankedEvent) -> Tuple[float, str, int, str]:
     return event.time, event.type, effective_rank(event.rank), json.dumps(event.data, sort_keys=True)
 
 
+@record("RunAccumulator")
 class RunAccumulator:
     """Everything the pipeline keeps of an open run, independent of arrival order.
 
@@ -138,6 +177,21 @@ class RunAccumulator:
         self.first_time: Optional[float] = None
         self.last_time: Optional[float] = None
         self.world_size: Optional[int] = None
+
+    def to_state(self) -> Dict[str, Any]:
+        """What the run's state keeps (``core.encoding``: a file format, fields by name)."""
+        return {"test": self.test, "run": self.run, "ranks": self.ranks, "events": self.events,
+                "first_time": self.first_time, "last_time": self.last_time, "world_size": self.world_size}
+
+    @classmethod
+    def from_state(cls, state: Dict[str, Any]) -> RunAccumulator:
+        accumulator = cls(state["test"], state["run"])
+        accumulator.ranks = state.get("ranks", {})
+        accumulator.events = state.get("events", [])
+        accumulator.first_time = state.get("first_time")
+        accumulator.last_time = state.get("last_time")
+        accumulator.world_size = state.get("world_size")
+        return accumulator
 
     @property
     def tags(self) -> List[str]:
@@ -164,6 +218,25 @@ class RunAccumulator:
         self.events.extend(RankedEvent(*event, summary.rank) for event in summary.events[:room])
         self.first_time, self.last_time, self.world_size = first, last, world_size
         return list(summary.events[room:]) if room < len(summary.events) else []
+
+    def absorb(self, other: RunAccumulator) -> List[RankedEvent]:
+        """Merges another accumulator of the same run into this one (a run a drained job left open, resumed);
+        returns the other's events it could not keep (over MAX_EVENTS). Whichever of the two held which
+        messages, the result is the same."""
+        if (other.test, other.run) != (self.test, self.run):
+            raise ValueError(f"cannot merge run {other.test}/{other.run} into {self.test}/{self.run}")
+        for rank, tags in other.ranks.items():
+            mine = self.ranks.setdefault(rank, {})
+            for tag, aggregate in tags.items():
+                mine[tag] = copy.copy(aggregate) if tag not in mine else mine[tag].merged(aggregate)
+        room = max(0, self.MAX_EVENTS - len(self.events))
+        self.events.extend(other.events[:room])
+        firsts = [t for t in (self.first_time, other.first_time) if t is not None]
+        lasts = [t for t in (self.last_time, other.last_time) if t is not None]
+        self.first_time = min(firsts) if firsts else None
+        self.last_time = max(lasts) if lasts else None
+        self.world_size = max(filter(None, (self.world_size, other.world_size)), default=None)
+        return list(other.events[room:])
 
     def _lifecycle(self, event_type: str, pick: Callable[..., RankedEvent]) -> Dict[int, RankedEvent]:
         """Per rank, its first (``min``) or last (``max``) event of a type."""
@@ -265,6 +338,30 @@ class RunAccumulator:
                 if several:
                     per_rank += [(rank, MetricValue(name, value, step)) for rank, value, step in values]
         return metrics, per_rank
+
+
+def interrupt(result: RunResult, at: float, open_run: str) -> RunResult:
+    """The ``interrupted`` result of a run a drain cut short (``RunLifecycle.interrupted``).
+
+    ``at`` is when, by the wall clock (the run's end in event time is still to come), and ``open_run`` the run's
+    accumulator as ``core.encoding`` text, kept in a ``RUN_INTERRUPTED`` event so that the next job resumes the
+    run where it stopped. No metrics: an open run's values are not final, and a run's are written once, when it ends.
+    """
+    marker = RankedEvent(RUN_INTERRUPTED, at, {OPEN_RUN: open_run})
+    return dataclasses.replace(result, status=RunStatus.INTERRUPTED.value, num_failures=None, finalized_at=at,
+                               metrics=(), rank_metrics=(), time_to_accuracy_missed=False,
+                               events=tuple(sorted(result.events + (marker,), key=_event_order)))
+
+
+def open_run_text(events: Sequence[Any]) -> Optional[str]:
+    """The open state in an ``interrupted`` run's stored events (``job_history.events``, parsed); None if none."""
+    for event in events:
+        if not isinstance(event, dict) or event.get("type") != RUN_INTERRUPTED:
+            continue
+        data = event.get("data")
+        if isinstance(data, dict) and isinstance(data.get(OPEN_RUN), str):
+            return data[OPEN_RUN]
+    return None
 
 
 def reduce_across_ranks(name: str, values: Sequence[Tuple[int, float, Optional[int]]], reduction: str) -> MetricValue:

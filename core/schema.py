@@ -30,7 +30,8 @@ class Table:
 JOB_HISTORY = Table("job_history", (
     Column("run_id", "STRING", True),
     Column("test_name", "STRING", True),
-    Column("job_status", "STRING", True, "success, failure, timeout or missing"),
+    Column("job_status", "STRING", True, "success, failure, timeout or missing; interrupted: open when its job "
+           "was drained, until a later job ends it (see README, What survives)"),
     Column("num_failures", "INT64"),
     Column("start_time", "TIMESTAMP"),
     Column("timestamp", "TIMESTAMP", True, "end of the run (last activity for a missing run)"),

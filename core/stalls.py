@@ -5,7 +5,10 @@ from __future__ import annotations
 import dataclasses
 from typing import List, Optional, Set, Tuple
 
+from core.registry import record
 
+
+@record("StallWatch")
 @dataclasses.dataclass
 class StallWatch:
     """Finds silences of at least ``stall_seconds`` between a run's messages, each once.

@@ -29,6 +29,7 @@ import shlex
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from core.records import Alert, iso_utc
+from core.registry import record
 from core.vocabulary import AlertKind, AlertState, TriageAction
 from trainguard import wire
 
@@ -42,6 +43,7 @@ ALERT_ID_PREFIX_CHARS = 12
 MUTE_FOR = "+1d"  # what the suggested mute lasts
 
 
+@record("TriageItem")
 @dataclasses.dataclass(frozen=True)
 class TriageItem:
     """One triage action of one test, as the pipeline's stages carry it."""
@@ -226,6 +228,7 @@ def with_marker(row: Mapping[str, Any], marker: Dict[str, Any]) -> Dict[str, Any
     return {**row, "details": json.dumps(details, sort_keys=True, default=str)}
 
 
+@record("RaisedAlert")
 @dataclasses.dataclass(frozen=True)
 class RaisedAlert:
     """An alert row on its way to the triage stage, with its event time (rows carry ISO text)."""
@@ -238,6 +241,7 @@ class RaisedAlert:
         return self.created_at, self.row["run_id"], self.row["alert_id"]
 
 
+@record("AlertLedger")
 @dataclasses.dataclass
 class AlertLedger:
     """One test's triage state: the mutes that may still cover an alert, and its recent alerts.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import sys
 
+from core.registry import record
 from trainguard import wire
 
 if sys.version_info >= (3, 11):
@@ -25,14 +26,19 @@ else:  # pragma: no cover - Python < 3.11
             return str(self.value).__format__(spec)
 
 
+@record("RunStatus")
 class RunStatus(StrEnum):
-    """How a run ended: the three statuses a trainer sends in ``run_finished``, and ``missing``."""
+    """How a run ended: the three statuses a trainer sends in ``run_finished``, ``missing``, and ``interrupted``."""
     SUCCESS = wire.STATUS_SUCCESS
     FAILURE = wire.STATUS_FAILURE
     TIMEOUT = wire.STATUS_TIMEOUT
     MISSING = "missing"  # never sent run_finished: finalized after the run timeout
+    # Still open when its streaming job was drained (not ended by its own timeout): stored with its open state,
+    # which the next job resumes (``core.runs.interrupt``). Raises no alert and joins no history.
+    INTERRUPTED = "interrupted"
 
 
+@record("AlertKind")
 class AlertKind(StrEnum):
     """Every kind of alert, most severe first (the order a digest lists them in)."""
     JOB_FAILED = "job_failed"
@@ -59,6 +65,7 @@ def alert_severity(kind: str) -> int:
         return len(AlertKind)
 
 
+@record("TriageAction")
 class TriageAction(StrEnum):
     """What a user can say about alerts and baselines (``trainguard-triage``; ``core.triage``)."""
     ACCEPT = wire.TRIAGE_ACCEPT    # an intended change: the metric's baseline restarts from a run
@@ -66,6 +73,7 @@ class TriageAction(StrEnum):
     MUTE = wire.TRIAGE_MUTE        # quiet for a while: alerts are recorded as muted, not sent
 
 
+@record("AlertState")
 class AlertState(StrEnum):
     """Where an alert stands after triage."""
     OPEN = "open"

@@ -28,19 +28,24 @@ the runs before bridging the new level's warm-up.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import dataclasses
-from typing import Any, Deque, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
+import itertools
+import operator
+from typing import Any, Deque, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple, cast
 
 from core.alert_details import change_facts, describe, previous_facts, threshold_facts
 from core.bounds import Bounds, compute_bounds, judge, reference, threshold_details
 from core.config import TagWindowConfig, WindowCheck, WindowConfig
 from core.records import Alert
+from core.registry import record
 from core.triage import WINDOW_ALERT_KINDS, TriageItem, window_index_of, window_kind_of, window_metric
 from core.vocabulary import AlertKind, RunStatus, TriageAction
 from core.windows import WindowResult
 
 
+@record("RunEnded")
 @dataclasses.dataclass(frozen=True)
 class RunEnded:
     """The run's final status, so that its windows join the history if it succeeded."""
@@ -57,12 +62,14 @@ class RunEnded:
         return self.finalized_at, self.run, float("inf")
 
 
+@record("WindowDebounce")
 @dataclasses.dataclass
 class _Debounce:
     recent: Deque[bool]
     firing: bool = False
 
 
+@record("FinishedRun")
 @dataclasses.dataclass
 class FinishedRun:
     """A successful run's windows, as step-aligned history."""
@@ -71,7 +78,67 @@ class FinishedRun:
     # Per aggregation, the indices of the windows that counted as out of bounds: not history.
     excluded: Dict[str, FrozenSet[int]] = dataclasses.field(default_factory=dict)
 
+    def most_overlapping(self, window: WindowResult) -> Optional[WindowResult]:
+        """The window of this run overlapping ``window``'s steps the most (ties: the lowest index, then the
+        first in ``windows``), None when none overlaps: a lookup in a step index of the windows, built on first
+        use and kept beside the fields (never encoded, pickled or compared), not a scan of every window."""
+        index = self.__dict__.get(_STEP_INDEX)
+        if index is None or index.windows is not self.windows or index.size != len(self.windows):
+            index = self.__dict__[_STEP_INDEX] = _StepIndex(self.windows)
+        return index.most_overlapping(window)
 
+    def __getstate__(self) -> Dict[str, Any]:
+        """Pickles and copies leave the step index out (it is rebuilt when needed)."""
+        state = dict(self.__dict__)
+        state.pop(_STEP_INDEX, None)
+        return state
+
+
+_STEP_INDEX = "_step_index"
+
+
+class _StepIndex:
+    """A run's windows that have steps, sorted by start step, with the running maximum of their end steps.
+
+    The windows overlapping steps [s, e] all start at or before e (a prefix of the sorted windows) and end at
+    or after s, so none lies before the first position whose running maximum end reaches s: two bisections
+    bound them. Consecutive windows (the usual: each starts after the previous ends) leave one or two between
+    the bounds; windows that overlap each other (sliding time windows) or span many steps (steps that
+    restart) only widen the range, which is then filtered: the result is always that of a scan of every window
+    (``bench/bench_window_history.py`` keeps that scan and times both)."""
+
+    __slots__ = ("windows", "size", "starts", "reach", "positions")
+
+    def __init__(self, windows: List[WindowResult]):
+        self.windows = windows
+        self.size = len(windows)
+        starts, ends = [w.start_step for w in windows], [w.end_step for w in windows]
+        self.positions: Sequence[int] = range(len(windows))
+        known = cast(List[int], starts)  # when the first two tests below pass
+        if None in starts or None in ends or any(map(operator.gt, known, itertools.islice(known, 1, None))):
+            spans = sorted(((w.start_step, w.end_step, p) for p, w in enumerate(windows)  # stable: ties keep order
+                            if w.start_step is not None and w.end_step is not None), key=operator.itemgetter(0))
+            starts, ends = [start for start, _, _ in spans], [end for _, end, _ in spans]
+            self.positions = [position for _, _, position in spans]
+        self.starts = cast(List[int], starts)
+        self.reach = list(itertools.accumulate(cast(List[int], ends), max))
+
+    def most_overlapping(self, window: WindowResult) -> Optional[WindowResult]:
+        if window.start_step is None or window.end_step is None:
+            return None
+        lo = bisect.bisect_left(self.reach, window.start_step)
+        hi = bisect.bisect_right(self.starts, window.end_step)
+        best: Optional[Tuple[int, int, int]] = None
+        for position in self.positions[lo:hi]:
+            overlap = _overlap(self.windows[position], window)
+            if overlap >= 0:
+                key = (overlap, -self.windows[position].index, -position)
+                if best is None or key > best:
+                    best = key
+        return None if best is None else self.windows[-best[2]]
+
+
+@record("OpenRun")
 @dataclasses.dataclass
 class _OpenRun:
     windows: List[WindowResult] = dataclasses.field(default_factory=list)
@@ -79,6 +146,7 @@ class _OpenRun:
     tripped: Set[str] = dataclasses.field(default_factory=set)  # aggregations whose check tripped in this run
 
 
+@record("WindowHistory")
 @dataclasses.dataclass
 class WindowHistory:
     """State of one (test, tag, window kind)."""
@@ -94,6 +162,7 @@ class WindowHistory:
     pending_accepts: Dict[str, str] = dataclasses.field(default_factory=dict)
 
 
+@record("WindowTriage")
 @dataclasses.dataclass(frozen=True)
 class WindowTriage:
     """A triage action (``core.triage``) for the checks of one aggregation of one (test, tag, window kind)."""
@@ -180,9 +249,8 @@ def step_aligned_history(window: WindowResult, runs: Sequence[FinishedRun], aggr
     for finished in reversed(runs):
         if limit is not None and len(values) >= limit:
             break
-        overlapping = [w for w in finished.windows if _overlap(w, window) >= 0]
-        if overlapping:
-            best = max(overlapping, key=lambda w: (_overlap(w, window), -w.index))
+        best = finished.most_overlapping(window)
+        if best is not None:
             value = best.values.get(aggregation)
             if value is not None and best.index not in finished.excluded.get(aggregation, ()):
                 values.append(value)
@@ -198,23 +266,47 @@ def _segments(state: WindowHistory, check: WindowCheck) -> Tuple[List[FinishedRu
     return runs[split:], runs[:split]
 
 
+@dataclasses.dataclass(frozen=True)
+class CheckedWindow:
+    """What one check compared one window with: the history it used, the bounds they gave, the window's value."""
+    check: WindowCheck
+    value: Optional[float]
+    history: Tuple[float, ...]    # oldest first
+    compared: Tuple[str, ...]     # the runs of ``history`` (step_aligned), or the window's own run (trailing)
+    previous: Tuple[float, ...]   # step_aligned: the history before the check's level last moved
+    bounds: Optional[Bounds]      # None: too little history to judge
+
+    @property
+    def out_of_bounds(self) -> bool:
+        """Whether the window counted as out of bounds (before debouncing: it may not have alerted)."""
+        return self.value is not None and self.bounds is not None and not judge(self.value, self.bounds,
+                                                                                  self.check.condition)
+
+
+def window_bounds(state: WindowHistory, window: WindowResult, check: WindowCheck) -> CheckedWindow:
+    """What ``check`` compares ``window`` with in ``state``: the one place the history and the bounds a window is
+    judged by are chosen, for :func:`check_window` and for readers that draw them (the report)."""
+    previous: List[float] = []
+    if check.history == "trailing":
+        open_run = state.open_runs.get(window.run, _OpenRun())
+        history = [v for v in (w.values.get(check.aggregation) for w in open_run.windows[-check.trailing_windows:])
+                   if v is not None]
+        compared = [window.run] if history else []
+    else:
+        current, before = _segments(state, check)
+        history, compared = step_aligned_history(window, current, check.aggregation, check.history_runs)
+        previous, _ = step_aligned_history(window, before, check.aggregation, check.history_runs)
+    return CheckedWindow(check, window.values.get(check.aggregation), tuple(history), tuple(compared),
+                         tuple(previous), compute_bounds(check.condition, history, previous))
+
+
 def check_window(state: WindowHistory, window: WindowResult, config: TagWindowConfig) -> List[Alert]:
     """Checks one window with every configured check; returns the alerts that fire."""
     open_run = state.open_runs.setdefault(window.run, _OpenRun())
     alerts = []
     for check in config.checks:
-        previous: List[float] = []
-        if check.history == "trailing":
-            history = [v for v in (w.values.get(check.aggregation) for w in open_run.windows[-check.trailing_windows:])
-                       if v is not None]
-            compared = [window.run] if history else []
-        else:
-            current, before = _segments(state, check)
-            history, compared = step_aligned_history(window, current, check.aggregation, check.history_runs)
-            previous, _ = step_aligned_history(window, before, check.aggregation, check.history_runs)
-        bounds = compute_bounds(check.condition, history, previous)
-        value = window.values.get(check.aggregation)
-        out = value is not None and bounds is not None and not judge(value, bounds, check.condition)
+        checked = window_bounds(state, window, check)
+        bounds, value, out = checked.bounds, checked.value, checked.out_of_bounds
         if out:
             open_run.out_of_bounds.setdefault(check.aggregation, set()).add(window.index)
         debounce = state.debounce.setdefault(
@@ -226,7 +318,8 @@ def check_window(state: WindowHistory, window: WindowResult, config: TagWindowCo
             open_run.tripped.add(check.aggregation)
         if (tripped and not debounce.firing and bounds is not None and value is not None
                 and not _continues_a_level(state, check)):
-            alerts.append(_alert(window, check, value, bounds, history, compared, previous))
+            alerts.append(_alert(window, check, value, bounds, list(checked.history), list(checked.compared),
+                                 list(checked.previous)))
         debounce.firing = tripped
     open_run.windows.append(window)
     return alerts
@@ -275,14 +368,39 @@ def seed_window_history(runs: List[Tuple[float, str, List[WindowResult]]], confi
     order the pipeline saw them in: which windows counted as out of bounds and where the level last
     moved are not stored, but follow from the windows and the actions."""
     history = WindowHistory()
-    items: List[Any] = list(actions)
-    for finalized_at, run, windows in runs:
-        items += windows
-        items.append(RunEnded(windows[0].test, run, RunStatus.SUCCESS, finalized_at, windows[0].tag,
-                              windows[0].kind))
-    for item in sorted(items, key=lambda i: i.order):
+    for item in _in_event_order([(f, run, RunStatus.SUCCESS, windows) for f, run, windows in runs], actions):
         step_window_history(history, item, config, rebaseline_after)
     return history
+
+
+def replay_window_checks(runs: Sequence[Tuple[Optional[float], str, str, Sequence[WindowResult]]],
+                         config: TagWindowConfig, rebaseline_after: int, actions: Sequence[WindowTriage] = ()
+                         ) -> Dict[Tuple[str, int], Tuple[CheckedWindow, ...]]:
+    """What each of ``config.checks`` compared each stored window with, per (run, window index).
+
+    ``runs`` are one (test, tag, kind)'s stored (finalized_at, run, status, windows) of every run,
+    finished or not (None: not finalized yet); they are checked again as :func:`seed_window_history`
+    does, so a window is compared with what the live check had: only earlier successful runs, without
+    their out-of-bounds windows, from where the level last moved, with the triage ``actions`` applied.
+    """
+    history = WindowHistory()
+    checked: Dict[Tuple[str, int], Tuple[CheckedWindow, ...]] = {}
+    for item in _in_event_order(runs, actions):
+        if isinstance(item, WindowResult):
+            checked[(item.run, item.index)] = tuple(window_bounds(history, item, check) for check in config.checks)
+        step_window_history(history, item, config, rebaseline_after)
+    return checked
+
+
+def _in_event_order(runs: Sequence[Tuple[Optional[float], str, str, Sequence[WindowResult]]],
+                    actions: Sequence[WindowTriage]) -> List[Any]:
+    """The windows, run ends (of the finalized runs) and triage actions, in the order the pipeline steps them."""
+    items: List[Any] = list(actions)
+    for finalized_at, run, status, windows in runs:
+        items += windows
+        if finalized_at is not None and windows:
+            items.append(RunEnded(windows[0].test, run, status, finalized_at, windows[0].tag, windows[0].kind))
+    return sorted(items, key=lambda i: i.order)
 
 
 def step_window_history(state: WindowHistory, item: Any, config: Optional[TagWindowConfig],

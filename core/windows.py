@@ -24,14 +24,16 @@ import bisect
 import dataclasses
 import json
 import math
-from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
+from core.registry import record
 from core.stats import mean_and_pstdev, percentile
 
 AGGREGATIONS = ("last", "mean", "min", "max", "sum", "stddev", "p50", "p90", "p99", "histogram")
 HISTOGRAM_BINS = 10
 COUNT, TIME, COUNT_OR_TIME = "count", "time", "count_or_time"
 
+@record("WindowPoint")
 class WindowPoint(NamedTuple):
     """One point of a windowed tag. Fields in this order so that points sort by time (the wire's
     ``Point`` is (tag, value, step, time): a window's points all share one tag)."""
@@ -40,6 +42,7 @@ class WindowPoint(NamedTuple):
     value: float
 
 
+@record("WindowSpec")
 @dataclasses.dataclass(frozen=True)
 class WindowSpec:
     count: Optional[int] = None
@@ -118,6 +121,7 @@ def window_aggregates(points: Sequence[WindowPoint], aggregations: Sequence[str]
     return {name: available[name]() for name in aggregations}
 
 
+@record("Window")
 @dataclasses.dataclass
 class Window:
     kind: str
@@ -138,6 +142,7 @@ class Window:
         steps = [p.step for p in self.points if p.step >= 0]
         return max(steps) if steps else None
 
+@record("WindowResult")
 @dataclasses.dataclass(frozen=True)
 class WindowResult:
     """One emitted window of a run, as the checks see it (first revision only)."""
@@ -167,6 +172,7 @@ def _step_order(point: WindowPoint) -> Tuple[int, float, float]:
     return point.step, point.time, point.value
 
 
+@record("TagWindows")
 class TagWindows:
     """The windows of one (test, run, tag), stepped by points and watermark advances."""
 
@@ -177,6 +183,21 @@ class TagWindows:
         self.open_index = 0
         self.open_by_index: Dict[int, List[WindowPoint]] = {}  # time kind: windows not yet ended
         self.emitted: Dict[int, Window] = {}        # kept while late points may still join them
+
+    def to_state(self) -> Dict[str, Any]:
+        """What the run's state keeps (``core.encoding``: a file format, fields by name)."""
+        return {"spec": self.spec, "pending": self.pending, "open": self.open, "open_index": self.open_index,
+                "open_by_index": self.open_by_index, "emitted": self.emitted}
+
+    @classmethod
+    def from_state(cls, state: Dict[str, Any]) -> TagWindows:
+        windows = cls(state["spec"])
+        windows.pending = state.get("pending", [])
+        windows.open = state.get("open", [])
+        windows.open_index = state.get("open_index", 0)
+        windows.open_by_index = state.get("open_by_index", {})
+        windows.emitted = state.get("emitted", {})
+        return windows
 
     def add(self, point: WindowPoint) -> List[Window]:
         """A new point; returns already emitted windows it updates (a late point within lateness)."""

@@ -235,8 +235,11 @@ def start_health_server(port: int) -> http.server.ThreadingHTTPServer:
 def _install_signal_handlers(loop: Loop) -> None:
     if threading.current_thread() is not threading.main_thread():
         return
+    # Only the event: the handler runs in the main thread between two bytecodes, possibly while that thread holds
+    # the source queue's lock, so waking the queue from here (Loop.stop) deadlocked. The loop sees the event
+    # within one poll (--poll_seconds), as the event's lock is never held by the main thread.
     for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: loop.stop())
+        signal.signal(signum, lambda *_: loop.stop_event.set())
 
 
 # --------------------------------------------------------------------------

@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import dataclasses
 import html
-import re
 import unicodedata
 import urllib.parse
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from core.alert_details import change_text, number, previous_text, threshold_text, with_unit
-from core.alert_record import AlertRecord
+from core.alert_record import NAME_MAX_CHARS, AlertRecord, alert_problems, by_kind, one_line
 from core.records import iso_utc
 from notifier.config import EmailConfig
 
 SUBJECT_MAX_CHARS = 200
-_NAME_MAX_CHARS = 60  # of a test, run or metric name inside a subject
+_NAME_MAX_CHARS = NAME_MAX_CHARS  # of a test, run or metric name inside a subject
 _COMPARED_RUNS_SHOWN = 5
 
 
@@ -47,13 +46,6 @@ class RenderedEmail:
 # --------------------------------------------------------------------------
 # Small formatting helpers
 # --------------------------------------------------------------------------
-
-
-def one_line(text: str, limit: int) -> str:
-    """``text`` without control/format characters or line breaks, whitespace collapsed, at most ``limit`` chars."""
-    cleaned = "".join(" " if unicodedata.category(c)[0] in "CZ" else c for c in text)
-    cleaned = re.sub(r" +", " ", cleaned).strip()
-    return cleaned if len(cleaned) <= limit else cleaned[: limit - 1].rstrip() + "…"
 
 
 def bounds_text(alert: AlertRecord) -> str:
@@ -117,54 +109,15 @@ def alert_links(alert: AlertRecord, config: EmailConfig) -> List[Tuple[str, str]
     return links
 
 
-def _names(names: Sequence[str]) -> str:
-    """``a``, ``a and b``, ``a, b and 3 more``."""
-    short = [one_line(n, _NAME_MAX_CHARS) for n in names]
-    if len(short) <= 2:
-        return " and ".join(short)
-    return f"{short[0]}, {short[1]} and {len(short) - 2} more"
-
-
 # --------------------------------------------------------------------------
 # Subjects
 # --------------------------------------------------------------------------
 
 
-def _problem(kind: str, alerts: List[AlertRecord]) -> str:
-    """What went wrong, for the alerts of one kind."""
-    metrics = [a.metric for a in alerts if a.metric]
-    if kind == "job_failed":
-        statuses = sorted({a.status for a in alerts if a.status})
-        return f"job failed ({', '.join(statuses)})" if statuses else "job failed"
-    if kind == "run_missing":
-        return "run never finished"
-    if kind == "run_stalled":
-        return "run stalled"
-    if kind == "accuracy_not_reached":
-        return "accuracy threshold not reached"
-    if kind == "required_metric_missing":
-        return f"missing required metric {_names(metrics)}" if metrics else "required metric missing"
-    if kind == "metric_out_of_bounds":
-        return f"{_names(metrics)} out of bounds"
-    if kind == "window_out_of_bounds":
-        return f"{_names(metrics)} window out of bounds"
-    if kind == "baseline_shifted":
-        return f"{_names(metrics)} moved to a new level (baseline follows)"
-    return one_line(kind, _NAME_MAX_CHARS)
-
-
-def by_kind(alerts: Iterable[AlertRecord]) -> Dict[str, List[AlertRecord]]:
-    """Alerts grouped by kind, most severe kind first."""
-    groups: Dict[str, List[AlertRecord]] = {}
-    for alert in sorted(alerts, key=lambda a: (a.severity, a.kind, a.metric or "", a.alert_id)):
-        groups.setdefault(alert.kind, []).append(alert)
-    return groups
-
-
 def digest_subject(alerts: Sequence[AlertRecord], config: EmailConfig) -> str:
     """``[trainguard] <test> run <run>: <what went wrong>``."""
     first = alerts[0]
-    problems = "; ".join(_problem(kind, group) for kind, group in by_kind(alerts).items())
+    problems = "; ".join(alert_problems(alerts))
     subject = (f"{config.subject_prefix} {one_line(first.test, _NAME_MAX_CHARS)} "
                f"run {one_line(first.run, _NAME_MAX_CHARS)}: {problems}")
     return one_line(subject, SUBJECT_MAX_CHARS)

@@ -9,6 +9,7 @@ no step needs to see all input at once.
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 import apache_beam as beam
 
@@ -39,6 +40,7 @@ class GraphSettings:
     configs: Configs
     lifecycle: RunLifecycle = RunLifecycle()
     streaming: bool = False  # unbounded input: live windows settle as the watermark advances
+    progress_id: Optional[str] = None  # a transforms.progress counter of messages and points read (the replay's)
 
 
 class KeepRecordedTests(beam.PTransform):
@@ -50,14 +52,15 @@ class KeepRecordedTests(beam.PTransform):
 
     def expand(self, rows):
         configs = self.configs
-        return rows | beam.Filter(lambda row: configs.for_test(row["test_name"]).metric_collection.write_to_bigquery)
+        return rows | "WrittenTests" >> beam.Filter(lambda row: configs.for_test(row["test_name"]).metric_collection.write_to_bigquery)
 
 
 class DetectRegressions(beam.PTransform):
     """RawMessage -> dict of PCollections keyed by output table name, plus ``alert_updates``.
 
-    ``job_history`` and ``metric_history`` hold row dicts of finalized runs,
-    ``metric_windows`` rows of live windows (tests with a ``window_config``),
+    ``job_history`` and ``metric_history`` hold row dicts of finalized runs
+    (``job_history`` also, in a streaming job, those of runs its drain cut
+    short, status ``interrupted``), ``metric_windows`` rows of live windows (tests with a ``window_config``),
     ``alerts`` alert row dicts (also the alerts topic's payload), ``triage``
     the users' triage actions (control messages), and ``dead_letter`` rows for
     every input that could not be used. ``alert_updates`` (not a table) are
@@ -75,26 +78,32 @@ class DetectRegressions(beam.PTransform):
     def expand(self, raw_messages):
         settings = self.settings
         seed = beam.pvalue.AsSingleton(self.seed)
-        messages, triage_messages, bad_input = raw_messages | "Parse" >> ParseMessages()
+        messages, triage_messages, bad_input = raw_messages | "Parse" >> ParseMessages(settings.progress_id)
         actions = (triage_messages
                    | "DeduplicateTriage" >> DeduplicateMessages(settings.lifecycle.dedup_horizon_seconds)
                    | "SkipStoredActions" >> SkipStoredActions(seed))
         summarized, unsummarized = messages | "Summarize" >> SummarizeMessages(settings.configs)
-        summaries = (summarized
-                     | "Deduplicate" >> DeduplicateMessages(settings.lifecycle.dedup_horizon_seconds)
-                     | "SkipStoredRuns" >> SkipStoredRuns(seed))
-        runs, late_messages = summaries | "AssembleRuns" >> AssembleRuns(settings.configs, settings.lifecycle)
+        # Streaming: messages of stored runs are dead letters, and runs a drain cuts short are stored as
+        # interrupted (job_history only), to be resumed from the seed by the next job.
+        unique = summarized | "Deduplicate" >> DeduplicateMessages(settings.lifecycle.dedup_horizon_seconds)
+        summaries, stored_run_messages = unique | "SkipStoredRuns" >> SkipStoredRuns(
+            seed, dead_letter=settings.streaming)
+        runs, late_messages, interrupted = summaries | "AssembleRuns" >> AssembleRuns(
+            settings.configs, settings.lifecycle, self.seed, interruptions=settings.streaming)
+        bucket = settings.lifecycle.timer_bucket_seconds
         metric_rows, metric_alerts, failed_metrics = (runs, actions) | "CheckMetrics" >> CheckMetricHistory(
-            settings.configs, seed, settings.streaming)
-        run_alerts, failed_runs = runs | "CheckRuns" >> CheckJobHistory(settings.configs, seed, settings.streaming)
+            settings.configs, seed, settings.streaming, bucket)
+        run_alerts, failed_runs = runs | "CheckRuns" >> CheckJobHistory(
+            settings.configs, seed, settings.streaming, bucket)
         window_rows, window_alerts, late_points = (summaries, runs, actions) | "LiveWindows" >> LiveWindows(
             settings.configs, settings.lifecycle, seed, settings.streaming)
         raised = (run_alerts, metric_alerts, window_alerts) | "AllAlerts" >> beam.Flatten()
         alert_rows, alert_updates, failed_alerts = (raised, actions) | "Triage" >> TriageAlerts(
-            settings.configs, seed, settings.streaming)
+            settings.configs, seed, settings.streaming, bucket)
         return {
-            JOB_HISTORY.name: (runs | "JobRows" >> beam.Map(job_history_row)
-                          | "RecordedJobs" >> KeepRecordedTests(settings.configs)),
+            JOB_HISTORY.name: ((runs, interrupted) | "EndedAndInterrupted" >> beam.Flatten()
+                               | "JobRows" >> beam.Map(job_history_row)
+                               | "RecordedJobs" >> KeepRecordedTests(settings.configs)),
             METRIC_HISTORY.name: metric_rows | "RecordedMetrics" >> KeepRecordedTests(settings.configs),
             RANK_METRICS.name: (runs | "RankRows" >> beam.FlatMap(rank_metric_rows)
                                 | "RecordedRanks" >> KeepRecordedTests(settings.configs)),
@@ -102,6 +111,6 @@ class DetectRegressions(beam.PTransform):
             ALERTS.name: alert_rows,
             ALERT_UPDATES: alert_updates,
             TRIAGE.name: actions | "TriageRows" >> beam.Map(TriageItem.to_row),
-            DEAD_LETTER.name: ((bad_input, unsummarized, late_messages, late_points, failed_metrics, failed_runs,
-                                failed_alerts) | "AllDeadLetters" >> beam.Flatten()),
+            DEAD_LETTER.name: ((bad_input, unsummarized, stored_run_messages, late_messages, late_points,
+                                failed_metrics, failed_runs, failed_alerts) | "AllDeadLetters" >> beam.Flatten()),
         }

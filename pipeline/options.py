@@ -1,7 +1,7 @@
 """Command-line options of the trainguard pipeline (on top of Beam's own).
 
 Defaults are not restated here: the run lifecycle's come from ``RunLifecycle``,
-the write methods from ``core.vocabulary``.
+the write methods from ``core.vocabulary``, the seed's time bound from ``sinks.seed``.
 """
 
 from __future__ import annotations
@@ -13,13 +13,16 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from core import locations
 from core.runs import RunLifecycle
 from core.vocabulary import WriteMethod
+from sinks.seed import SEED_TIMEOUT_SECONDS
 
 LIFECYCLE_DEFAULTS = RunLifecycle()
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEMO_INPUT = os.path.join(REPO_ROOT, "data", "demo", "*.jsonl")
-DEFAULT_CONFIG_DIR = os.path.join(REPO_ROOT, "configs")
+DEFAULT_CONFIG_DIR = locations.CONFIG_DIR
 DEFAULT_REPORT_DIR = locations.REPORT_DIR
+PROGRESS_QUIET_SECONDS = 2.0  # the replay's progress shows from this far into it: a short replay prints as before
+PROGRESS_LOG_SECONDS = 10.0   # between its lines when stderr is not a terminal (--progress)
 
 
 class TrainguardOptions(PipelineOptions):
@@ -61,6 +64,11 @@ class TrainguardOptions(PipelineOptions):
                               choices=[method.value for method in WriteMethod],
                               help="How rows reach BigQuery: streaming inserts (portable, the default) or the "
                                    "Storage Write API (Dataflow only: a cross-language transform).")
+        bigquery.add_argument("--seed_timeout_seconds", type=float, default=SEED_TIMEOUT_SECONDS,
+                              help="Bound on each BigQuery query of the history seed the job reads at start-up, "
+                                   "transient errors retried with backoff within it (the queries run at once). "
+                                   "A query that fails or does not answer in time stops the start-up with one line "
+                                   "naming its table and the cause.")
         bigquery.add_argument("--alerts_topic", default=None,
                               help="Pub/Sub topic every alert is published to (projects/<project>/topics/<name>): "
                                    "the alerts file's JSON, with attributes test, run and kind.")
@@ -72,6 +80,13 @@ class TrainguardOptions(PipelineOptions):
         local.add_argument("--report_dir", default=None,
                            help=f"Where the replay writes its HTML report with pictures (default: {DEFAULT_REPORT_DIR}/ beside "
                                 "--local_store); an empty value skips the report.")
+        local.add_argument("--progress", dest="progress", action="store_true", default=None,
+                           help="Show the replay's progress on stderr (files, messages, points, points/s, elapsed "
+                                f"time) also when stderr is not a terminal, as a line every {PROGRESS_LOG_SECONDS:g} s "
+                                "(default: on a terminal only, one line rewritten in place; nothing in a replay's "
+                                f"first {PROGRESS_QUIET_SECONDS:g} s).")
+        local.add_argument("--no_progress", dest="progress", action="store_false", default=None,
+                           help="Never show the replay's progress.")
         timing = parser.add_argument_group("event-time behaviour")
         timing.add_argument("--run_grace_seconds", type=float, default=LIFECYCLE_DEFAULTS.grace_seconds,
                             help="Event time after run_finished during which stragglers still count.")
@@ -84,10 +99,16 @@ class TrainguardOptions(PipelineOptions):
                             default=LIFECYCLE_DEFAULTS.retention_seconds,
                             help="How long (event time) a finalized run is remembered, so that late "
                                  "messages are dead-lettered instead of re-opening it.")
+        timing.add_argument("--timer_bucket_seconds", type=float, default=LIFECYCLE_DEFAULTS.timer_bucket_seconds,
+                            help="Streaming: the event-time-ordered checks and the live windows act on what "
+                                 "the watermark has passed once per bucket of this many seconds of event time, "
+                                 "not once per distinct event time (0: once per time). Same results; fewer "
+                                 "timer firings, each a state read and write.")
 
 
 def lifecycle_from(options: TrainguardOptions) -> RunLifecycle:
     """The run lifecycle the options name."""
     return RunLifecycle(grace_seconds=options.run_grace_seconds, timeout_seconds=options.run_timeout_seconds,
                         dedup_horizon_seconds=options.dedup_horizon_seconds,
-                        retention_seconds=options.finalized_run_retention_seconds)
+                        retention_seconds=options.finalized_run_retention_seconds,
+                        timer_bucket_seconds=options.timer_bucket_seconds)

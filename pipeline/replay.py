@@ -4,17 +4,24 @@
 demo data (or ``--input_files``) on ``FnApiRunner``, prints a short summary and
 writes the HTML report. The graph is ``pipeline.graph.DetectRegressions``, the
 same one the streaming job (``pipeline/streaming.py``) runs.
+
+While a replay runs, :class:`ProgressPrinter` shows how far its reading has got
+on stderr (``--progress``; by default on a terminal), from the counts the reading
+stage keeps in a ``transforms.progress`` counter of this process.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import glob
 import json
 import os
 import shlex
+import sys
+import threading
 import time
-from typing import Dict, List, Optional
+from typing import IO, Dict, Iterator, List, Optional
 
 import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
@@ -24,15 +31,25 @@ from core.config import load_config_dir
 from core.schema import ALERT_UPDATES, ALERTS, TABLES
 from pipeline import IMPORTED_AT
 from pipeline.graph import DetectRegressions, GraphSettings
-from pipeline.options import DEFAULT_REPORT_DIR, DEMO_INPUT, TrainguardOptions, lifecycle_from
+from pipeline.options import (
+    DEFAULT_REPORT_DIR,
+    DEMO_INPUT,
+    PROGRESS_LOG_SECONDS,
+    PROGRESS_QUIET_SECONDS,
+    TrainguardOptions,
+    lifecycle_from,
+)
 from pipeline.runners import runner_for
 from sinks.alerts_file import AppendAlertsToFile
 from sinks.duckdb_store import DuckDBStore, WriteToDuckDB
+from transforms.progress import LocalCounter, ProgressCounter, ReadCounts, register, unregister
 from transforms.sources import ReadReplayFiles
 
 EXAMPLE_EMAIL_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "notifier",
                                     "example-config.json")
 COUNTERS = ("messages_read", "messages_of_stored_runs", "runs_finalized")
+PROGRESS_INTERVAL_ENV = "TRAINGUARD_PROGRESS_INTERVAL"
+"""Internal, for tests: seconds between progress lines, and before the first, instead of :class:`ProgressTiming`'s."""
 
 
 class WriteLocal(beam.PTransform):
@@ -77,6 +94,157 @@ class ReplaySummary:
         ])
 
 
+@dataclasses.dataclass(frozen=True)
+class ProgressTiming:
+    """When the progress line shows, in seconds since the replay started or between lines."""
+    quiet: float = PROGRESS_QUIET_SECONDS    # nothing before: a short replay (the demo) prints what it always did
+    tty_every: float = 1.0                   # the line is rewritten on a terminal
+    log_every: float = PROGRESS_LOG_SECONDS  # a new line when stderr is not a terminal (--progress)
+    unavailable_after: float = 30.0          # nothing counted yet: the runner reads elsewhere (said once)
+
+    @classmethod
+    def from_environment(cls) -> ProgressTiming:
+        """The defaults, or every interval (and the quiet start) set by ``TRAINGUARD_PROGRESS_INTERVAL``."""
+        with contextlib.suppress(ValueError):
+            seconds = float(os.environ.get(PROGRESS_INTERVAL_ENV, ""))
+            if seconds > 0:
+                return cls(quiet=seconds, tty_every=seconds, log_every=seconds)
+        return cls()
+
+
+def format_progress(counts: ReadCounts, total_files: int, elapsed: float, points_per_second: float) -> str:
+    """The progress line: files read of all, messages and points read, the reading rate, time since the start."""
+    seconds = max(0, int(elapsed))
+    return (f"trainguard: files {counts.files}/{total_files}, messages {counts.messages:,}, points {counts.points:,} "
+            f"({points_per_second:,.0f}/s), {seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}")
+
+
+def fit(line: str, width: int) -> str:
+    """``line`` cut to ``width`` characters, at the end of a comma-separated part where one ends in time."""
+    if len(line) <= width:
+        return line
+    cut = line.rfind(", ", 0, width + 1)
+    return line[:cut] if cut > 0 else line[:width]
+
+
+def is_terminal(stream: Optional[IO[str]]) -> bool:
+    """Whether ``stream`` (stderr: None under pythonw, or replaced) is a terminal."""
+    try:
+        return bool(stream is not None and stream.isatty())
+    except (AttributeError, OSError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
+class ProgressPrinter:
+    """The replay's progress line on ``stream``, from a daemon thread of its own, until :meth:`stop`.
+
+    On a terminal the line is rewritten in place (``\\r``) every ``tty_every`` seconds, and cleared by
+    :meth:`stop`; elsewhere (``--progress`` forced) it is a new line every ``log_every`` seconds, and :meth:`stop`
+    writes a last one with the final counts. Nothing shows in the first ``quiet`` seconds. The rate is the points
+    read over the time until the counts last changed, so that it holds still while later stages run. A counter
+    still untouched after ``unavailable_after`` seconds means the runner reads somewhere else: said once.
+    """
+
+    def __init__(self, counter: ProgressCounter, total_files: int, stream: IO[str], timing: ProgressTiming,
+                 started: float, clock=time.monotonic):
+        self.counter, self.total_files, self.stream, self.timing = counter, total_files, stream, timing
+        self.started, self.clock = started, clock
+        self.tty = is_terminal(stream)
+        self._counts = ReadCounts()
+        self._changed_at = started
+        self._width = 0  # of the line on the terminal, to rewrite and clear it
+        self._said_unavailable = False
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="trainguard-progress", daemon=True)
+
+    def start(self) -> ProgressPrinter:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stops the thread; clears the line on a terminal, else writes the final counts (once lines show)."""
+        self._stopping.set()
+        self._thread.join()
+        now = self._sample()
+        try:
+            if self.tty and self._width:
+                self._write("\r" + " " * self._width + "\r")
+            elif not self.tty and now - self.started >= self.timing.quiet and self._counts != ReadCounts():
+                self._write(self.line(now) + "\n")
+        except (OSError, ValueError):  # stderr closed or gone: the progress is a nicety
+            pass
+
+    def line(self, now: float) -> str:
+        reading = self._changed_at - self.started
+        rate = self._counts.points / reading if reading > 0 else 0.0
+        return format_progress(self._counts, self.total_files, now - self.started, rate)
+
+    def _sample(self) -> float:
+        now = self.clock()
+        counts = self.counter.snapshot()
+        if counts != self._counts:
+            self._counts, self._changed_at = counts, now
+        return now
+
+    def _write(self, text: str) -> None:
+        self.stream.write(text)
+        self.stream.flush()
+
+    def _run(self) -> None:
+        every = self.timing.tty_every if self.tty else self.timing.log_every
+        due = self.started + self.timing.quiet
+        try:
+            while not self._stopping.wait(max(0.001, min(every, 1.0))):  # counts sampled at least once a second
+                now = self._sample()
+                if now < due:
+                    continue
+                if self._counts == ReadCounts():
+                    if now - self.started >= self.timing.unavailable_after and not self._said_unavailable:
+                        self._said_unavailable = True
+                        self._write("trainguard: progress unavailable on this runner\n")
+                    continue
+                self._show(self.line(now))
+                due = now + every
+        except (OSError, ValueError):  # stderr closed or gone: stop showing, let the replay go on
+            pass
+
+    def _show(self, line: str) -> None:
+        if not self.tty:
+            self._write(line + "\n")
+            return
+        line = fit(line, _columns(self.stream) - 1)  # a wrapped line could not be rewritten in place
+        self._write("\r" + line + " " * (self._width - len(line)))
+        self._width = max(self._width, len(line))
+
+
+def _columns(stream: IO[str]) -> int:
+    """The terminal's width: ``COLUMNS`` where set (as ``shutil.get_terminal_size``), else the stream's, else 80."""
+    with contextlib.suppress(ValueError):
+        if int(os.environ.get("COLUMNS", "")) > 0:
+            return int(os.environ["COLUMNS"])
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        return 80
+
+
+@contextlib.contextmanager
+def showing_progress(enabled: bool, total_files: int, started: float) -> Iterator[Optional[str]]:
+    """The id of a new counter (``transforms.progress``) whose counts a :class:`ProgressPrinter` shows on stderr
+    meanwhile; None, and nothing shown, when not ``enabled``."""
+    if not enabled:
+        yield None
+        return
+    counter = LocalCounter()
+    progress_id = register(counter)
+    printer = ProgressPrinter(counter, total_files, sys.stderr, ProgressTiming.from_environment(), started).start()
+    try:
+        yield progress_id
+    finally:
+        printer.stop()
+        unregister(progress_id)
+
+
 def _alert_kinds(store: DuckDBStore) -> Dict[str, int]:
     return dict(store.query("SELECT kind, count(*) FROM alerts GROUP BY kind"))
 
@@ -102,15 +270,18 @@ def run(argv: Optional[List[str]] = None) -> ReplaySummary:
     store.close()  # the pipeline's sinks open their own connections
 
     started = time.monotonic()
-    pipeline = beam.Pipeline(runner=runner_for(options), options=options)
-    outputs = (pipeline
-               | "ReadFiles" >> ReadReplayFiles(patterns)
-               | "DetectRegressions" >> DetectRegressions(
-                   GraphSettings(configs, lifecycle_from(local), options.view_as(StandardOptions).streaming),
-                   pipeline | "Seed" >> beam.Create([seed])))
-    outputs | "WriteLocal" >> WriteLocal(local.local_store, local.alerts_file)
-    result = pipeline.run()
-    result.wait_until_finish()
+    show_progress = is_terminal(sys.stderr) if local.progress is None else local.progress
+    with showing_progress(show_progress, len(files), started) as progress_id:
+        pipeline = beam.Pipeline(runner=runner_for(options), options=options)
+        outputs = (pipeline
+                   | "ReadFiles" >> ReadReplayFiles(patterns, progress_id)
+                   | "DetectRegressions" >> DetectRegressions(
+                       GraphSettings(configs, lifecycle_from(local), options.view_as(StandardOptions).streaming,
+                                     progress_id),
+                       pipeline | "Seed" >> beam.Create([seed])))
+        outputs | "WriteLocal" >> WriteLocal(local.local_store, local.alerts_file)
+        result = pipeline.run()
+        result.wait_until_finish()
 
     counters = {name: 0 for name in COUNTERS}
     for counter in result.metrics().query(MetricsFilter().with_namespace("trainguard"))["counters"]:
@@ -129,10 +300,11 @@ def run_and_report(argv: List[str]) -> None:
     and says what to do next."""
     summary = run(argv)
     print(summary.render())
-    report_dir = PipelineOptions(argv).view_as(TrainguardOptions).report_dir
+    local = PipelineOptions(argv).view_as(TrainguardOptions)
+    report_dir = local.report_dir
     if report_dir is None:
         report_dir = os.path.join(os.path.dirname(summary.store), DEFAULT_REPORT_DIR)
-    report = _write_report(summary.store, report_dir) if report_dir else None
+    report = _write_report(summary.store, report_dir, local.config_dir) if report_dir else None
     if report is not None:
         print(f"  report: {report}")
     print(f"  total {time.monotonic() - IMPORTED_AT:.1f} s, start-up and report included")
@@ -157,9 +329,9 @@ def next_steps(summary: ReplaySummary, report: Optional[str]) -> str:
     return "\n".join(lines)
 
 
-def _write_report(store: str, report_dir: str) -> str:
+def _write_report(store: str, report_dir: str, config_dir: str) -> str:
     try:
         from report import write_report  # the report is a tool of its own, with its own extra
-        return write_report(store, report_dir)
+        return write_report(store, report_dir, config_dir=config_dir)
     except ImportError as e:  # an install without the report extra
         return f"skipped ({e})"

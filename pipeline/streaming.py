@@ -25,6 +25,7 @@ from pipeline.options import TrainguardOptions, lifecycle_from
 from pipeline.runners import runner_for
 from sinks.bigquery import BigQueryTarget, ReadSeedFromBigQuery, WriteToBigQueryTables, ensure_tables
 from sinks.pubsub import PublishAlerts
+from sinks.seed import SEED_TIMEOUT_SECONDS
 from transforms.sources import ReadPubSubMessages
 
 
@@ -54,6 +55,7 @@ class StreamingJobConfig:
     write_method: str = WriteMethod.STREAMING_INSERTS.value
     alerts_topic: Optional[str] = None
     id_attribute: Optional[str] = None
+    seed_timeout_seconds: float = SEED_TIMEOUT_SECONDS
 
     @staticmethod
     def from_options(options: PipelineOptions) -> StreamingJobConfig:
@@ -72,11 +74,13 @@ class StreamingJobConfig:
             raise UsageError("--pubsub_id_attribute (id_label) is only supported by DataflowRunner")
         if local.write_method == WriteMethod.STORAGE_WRITE_API and not is_dataflow(options):
             raise UsageError("--write_method=storage_write_api is a cross-language transform: DataflowRunner only")
+        if not local.seed_timeout_seconds > 0:
+            raise UsageError(f"--seed_timeout_seconds={local.seed_timeout_seconds:g}: must be more than 0")
         return StreamingJobConfig(
             subscription=local.input_subscription, topic=local.input_topic,
             target=BigQueryTarget(project, local.bigquery_dataset, local.bigquery_endpoint, local.bigquery_location),
             write_method=local.write_method, alerts_topic=local.alerts_topic,
-            id_attribute=local.pubsub_id_attribute)
+            id_attribute=local.pubsub_id_attribute, seed_timeout_seconds=local.seed_timeout_seconds)
 
 
 def is_streaming_job(options: PipelineOptions) -> bool:
@@ -94,7 +98,7 @@ def build_streaming_pipeline(options: PipelineOptions, configs: ConfigSet,
                              job: StreamingJobConfig) -> beam.Pipeline:
     """The streaming pipeline: ReadPubSubMessages -> DetectRegressions -> BigQuery (+ alerts topic)."""
     pipeline = beam.Pipeline(runner=runner_for(options), options=options)
-    seed = pipeline | "Seed" >> ReadSeedFromBigQuery(job.target, configs)
+    seed = pipeline | "Seed" >> ReadSeedFromBigQuery(job.target, configs, job.seed_timeout_seconds)
     outputs = (pipeline
                | "ReadPubSub" >> ReadPubSubMessages(job.subscription, job.topic, job.id_attribute)
                | "DetectRegressions" >> DetectRegressions(

@@ -6,6 +6,8 @@
     python -m report --bigquery_project=P --bigquery_dataset=D --out_dir=trainguard-report/
     python -m report ... --run=RUN_ID --copy_to='gs://models/{test}/{run}/trainguard'
 
+The run pictures draw the bounds of the live window checks in ``--config_dir`` (the pipeline's configs).
+
 :func:`write_report` is the same for a DuckDB file, from Python (the end of ``python -m pipeline``).
 """
 
@@ -16,7 +18,6 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import difflib
-import math
 import multiprocessing
 import os
 import sys
@@ -24,6 +25,7 @@ import time
 from typing import Dict, List, Optional, Sequence
 
 from core import locations
+from core.config import ConfigSet, load_config_dir
 from report import page
 from report.data import ReportData, ReportSettings, prepare_report
 from report.publish import copy_run_pictures
@@ -88,7 +90,7 @@ def progress_bar(total: int, enabled: Optional[bool]):
 
 
 def render_chunk(tasks: Sequence[tuple]) -> List[List[str]]:
-    """Draws (kind, data, path, k) figures; a top-level function so that worker processes can run it."""
+    """Draws (kind, data, path) figures; a top-level function so that worker processes can run it."""
     try:
         from report import plots  # matplotlib only where figures are drawn
     except ImportError as e:
@@ -103,13 +105,12 @@ def worker_context():
     return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
 
 
-def draw_figures(data: ReportData, out_dir: str, settings: ReportSettings, jobs: int,
-                 progress: Optional[bool]) -> Dict[str, List[str]]:
+def draw_figures(data: ReportData, out_dir: str, jobs: int, progress: Optional[bool]) -> Dict[str, List[str]]:
     """Every figure of the report as a PNG under ``out_dir``; returns their panel titles by path."""
     files = list(page.figure_files(data))
     for _, _, relative in files:
         os.makedirs(os.path.dirname(os.path.join(out_dir, relative)), exist_ok=True)
-    tasks = [(kind, item, os.path.join(out_dir, relative), settings.band_stddevs) for kind, item, relative in files]
+    tasks = [(kind, item, os.path.join(out_dir, relative)) for kind, item, relative in files]
     chunks = [tasks[i:i + CHUNK] for i in range(0, len(tasks), CHUNK)]
     jobs = jobs or (min(os.cpu_count() or 1, MAX_AUTO_JOBS) if len(tasks) >= LONG_REPORT else 1)
     bar = progress_bar(len(tasks), progress)
@@ -127,18 +128,20 @@ def draw_figures(data: ReportData, out_dir: str, settings: ReportSettings, jobs:
     return {relative: t for (_, _, relative), t in zip(files, titles)}
 
 
-def write_index(data: ReportData, out_dir: str, settings: ReportSettings, source_label: str) -> str:
+def write_index(data: ReportData, out_dir: str, source_label: str) -> str:
     """Writes ``index.html`` (replacing any earlier one at once); returns its path."""
     path = os.path.join(out_dir, "index.html")
     with open(path + ".tmp", "w", encoding="utf-8") as f:
-        f.write(page.index_html(data, settings, source_label))
+        f.write(page.index_html(data, source_label))
     os.replace(path + ".tmp", path)
     return path
 
 
 def build_report(source: ReportSource, out_dir: str, settings: ReportSettings, source_label: str,
-                 jobs: int = 1, progress: Optional[bool] = False, copy_to: Optional[str] = None) -> ReportResult:
-    """Reads the rows, prepares, draws (``jobs`` processes, 0: auto), writes the page, copies the pictures."""
+                 configs: ConfigSet, jobs: int = 1, progress: Optional[bool] = False,
+                 copy_to: Optional[str] = None) -> ReportResult:
+    """Reads the rows, prepares (with ``configs``: the tests' live window checks), draws (``jobs`` processes,
+    0: auto), writes the page, copies the pictures."""
     timings = {}
     started = time.perf_counter()
 
@@ -150,16 +153,17 @@ def build_report(source: ReportSource, out_dir: str, settings: ReportSettings, s
 
     try:
         rows = source.jobs(), source.metrics(), source.windows(), source.alerts()
+        actions = source.triage_actions()
     finally:
         source.close()
     lap("read")
     check_tests(settings.tests, sorted({row.test for table in rows[:3] for row in table}), source_label)
-    data = prepare_report(*rows, settings)
+    data = prepare_report(*rows, settings, configs, actions)
     lap("prepare")
     os.makedirs(out_dir, exist_ok=True)
-    figures = draw_figures(data, out_dir, settings, jobs, progress)
+    figures = draw_figures(data, out_dir, jobs, progress)
     lap("draw")
-    index = write_index(data, out_dir, settings, source_label)
+    index = write_index(data, out_dir, source_label)
     copies = []
     if copy_to:
         copies = copy_run_pictures(((p.test, p.run, os.path.join(out_dir, page.run_file(p.test, p.run)))
@@ -168,10 +172,13 @@ def build_report(source: ReportSource, out_dir: str, settings: ReportSettings, s
     return ReportResult(index, figures, copies, timings)
 
 
-def write_report(store_path: str, out_dir: str, settings: Optional[ReportSettings] = None) -> str:
-    """The report of a DuckDB store in ``out_dir``; returns the path of its ``index.html``."""
+def write_report(store_path: str, out_dir: str, settings: Optional[ReportSettings] = None,
+                 config_dir: str = locations.CONFIG_DIR) -> str:
+    """The report of a DuckDB store in ``out_dir``, with the checks of the configs in ``config_dir`` (those the
+    pipeline ran with); returns the path of its ``index.html``."""
+    configs = load_config_dir(config_dir)
     source = duckdb_source(store_path)
-    return build_report(source, out_dir, settings or ReportSettings(), store_path).index
+    return build_report(source, out_dir, settings or ReportSettings(), store_path, configs).index
 
 
 def non_negative(text: str) -> int:
@@ -188,19 +195,12 @@ def at_least_one(text: str) -> int:
     return value
 
 
-def positive(text: str) -> float:
-    value = float(text)
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
-    return value
-
-
 def parser() -> argparse.ArgumentParser:
     p = StrictArgumentParser(
         prog=PROG, epilog=DASHES_NOTE + " --out is the former name of --out_dir.",
         description="Pictures of the history in a trainguard store (a DuckDB file or a BigQuery dataset): metric "
-                    "history per test, each run's curves against the step-aligned band of earlier runs, a status "
-                    "grid, and one index.html linking them with the alerts. See docs/report.md.")
+                    "history per test, each run's curves against the bounds their live window checks used, a "
+                    "status grid, and one index.html linking them with the alerts. See docs/report.md.")
     source = p.add_argument_group("source (a DuckDB store, or a BigQuery dataset when --bigquery_dataset is set)")
     source.add_argument("--local_store", default=locations.LOCAL_STORE,
                         help="DuckDB file written by the pipeline (default: %(default)s).")
@@ -210,6 +210,9 @@ def parser() -> argparse.ArgumentParser:
                         help="Another BigQuery API endpoint (an emulator), used with anonymous credentials.")
     source.add_argument("--since", default=None, metavar="YYYY-MM-DD",
                         help="Only rows from this UTC day on (default: all).")
+    source.add_argument("--config_dir", default=locations.CONFIG_DIR,
+                        help="Directory of the per-test JSON configs the pipeline runs with: the live window "
+                             "checks whose bounds the run pictures draw (default: %(default)s).")
     what = p.add_argument_group("what to draw")
     what.add_argument("--out_dir", "--out", default=locations.REPORT_DIR,
                       help="Directory of the PNG files and index.html (default: %(default)s).")
@@ -218,19 +221,17 @@ def parser() -> argparse.ArgumentParser:
     what.add_argument("--run", action="append", default=[], help="Also draw this run, however old (repeatable).")
     what.add_argument("--runs_per_test", type=non_negative, default=5,
                       help="Latest runs of each test with a picture; 0: all (default: %(default)s).")
-    what.add_argument("--band_stddevs", "--k", type=positive, default=2.0,
-                      help="k of the step-aligned band, mean ± k·std (default: %(default)s).")
-    what.add_argument("--band_runs", type=non_negative, default=10,
-                      help="Earlier successful runs behind the band; 0: all (default: %(default)s).")
     what.add_argument("--days", type=at_least_one, default=30,
                       help="Days in the status grid (default: %(default)s).")
     what.add_argument("--max_alerts", type=non_negative, default=200,
                       help="Rows of the alert list (default: %(default)s).")
     out = p.add_argument_group("output")
     out.add_argument("--copy_to", default=None, metavar="PATH",
-                     help="Also copy each run's picture to PATH, a local directory or gs://bucket/prefix. {test} "
-                          "and {run} in PATH become the (file-safe) names; without them the files go to "
-                          "PATH/<test>/<run>/.")
+                     help="Also copy each run's picture, as <run>.png, to PATH, a local directory or "
+                          "gs://bucket/prefix. {test} and {run} in PATH become the test and run ids as they are; "
+                          "without them the files go to PATH/<test>/<run>/. Only what cannot stay one path "
+                          "component is percent-escaped: '/', '\\', '%%', control characters, and the ids '.' "
+                          "and '..' (a/b -> a%%2Fb); an id over 200 bytes is cut and followed by a digest.")
     out.add_argument("--jobs", type=non_negative, default=0,
                      help=f"Processes drawing figures; 0: one per core, at most {MAX_AUTO_JOBS}, for reports of "
                           f"{LONG_REPORT} figures or more (default: 0).")
@@ -241,8 +242,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def settings_from(args: argparse.Namespace) -> ReportSettings:
-    return ReportSettings(band_stddevs=args.band_stddevs, band_runs=args.band_runs,
-                          runs_per_test=args.runs_per_test, extra_runs=tuple(args.run), days=args.days,
+    return ReportSettings(runs_per_test=args.runs_per_test, extra_runs=tuple(args.run), days=args.days,
                           tests=tuple(args.test), max_alerts=args.max_alerts)
 
 
@@ -256,9 +256,10 @@ def open_source(args: argparse.Namespace):
 
 def run(argv: Optional[List[str]] = None) -> ReportResult:
     args = parser().parse_args(argv)
+    configs = load_config_dir(args.config_dir)
     source, label = open_source(args)
-    return build_report(source, args.out_dir, settings_from(args), label, jobs=args.jobs, progress=args.progress,
-                        copy_to=args.copy_to)
+    return build_report(source, args.out_dir, settings_from(args), label, configs, jobs=args.jobs,
+                        progress=args.progress, copy_to=args.copy_to)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

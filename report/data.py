@@ -3,7 +3,9 @@
 - Metric history panels (:func:`metric_panels`): one per metric, the values over runs with the bounds each
   value was checked against, ordered so that metrics whose latest value is out of bounds come first.
 - Per-run pictures (:func:`run_picture`): each windowed tag's curve against the training step, with the
-  step-aligned band of the earlier successful runs (:func:`step_aligned_band`) and the alert windows.
+  bounds its live window check compared each window with (:func:`tag_checks`: the alert's stored bounds where
+  a window alerted, else the check replayed over the stored windows with its own configuration), the windows
+  out of bounds and the alert windows; a tag without a check gets no bounds, and says so.
 - The status grid (:func:`status_grid`): tests x days, the latest run of each day.
 """
 
@@ -14,10 +16,18 @@ import dataclasses
 import hashlib
 import math
 import re
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Protocol, Sequence, Set, Tuple
 
-from core.stats import mean_and_pstdev
-from core.window_checks import NUMERIC_AGGREGATIONS, FinishedRun, WindowResult, step_aligned_history
+from core.alert_record import alert_problems
+from core.config import ConfigSet, TestConfig, WindowCheck
+from core.triage import TriageItem
+from core.window_checks import (
+    NUMERIC_AGGREGATIONS,
+    CheckedWindow,
+    WindowResult,
+    replay_window_checks,
+    window_triage_targets,
+)
 from report.source import CURVE_AGGREGATIONS, AlertRecord, JobRow, MetricRow
 from trainguard.wire import STATUS_SUCCESS
 
@@ -26,8 +36,9 @@ OUT_OF_BOUNDS = "out_of_bounds"  # a successful run with a metric or a window ou
 NO_RUN = "no_run"                # a day without a run
 GRID_STATES = (NO_RUN, STATUS_SUCCESS, OUT_OF_BOUNDS, "failure", "timeout", "missing")
 WINDOW_ALERT = "window_out_of_bounds"
-MIN_BAND_RUNS = 2                # one earlier run gives a line, not a band
 DAY_SECONDS = 86400
+TITLE_NAME_CHARS = 36     # of the test and of the run in a run picture's title: its status stays on the line
+TITLE_PROBLEM_CHARS = 110  # of its second line, what went wrong (fits the figure's width at the title's size)
 
 WindowKey = Tuple[str, str]  # (tag, window kind)
 
@@ -35,8 +46,6 @@ WindowKey = Tuple[str, str]  # (tag, window kind)
 @dataclasses.dataclass(frozen=True)
 class ReportSettings:
     """What goes into a report (the command line's options)."""
-    band_stddevs: float = 2.0         # k of the mean +- k*std band
-    band_runs: int = 10               # earlier successful runs behind a band; 0: all
     runs_per_test: int = 5            # latest runs of each test with a picture; 0: all
     extra_runs: Tuple[str, ...] = ()  # run ids that get a picture whatever their age
     days: int = 30                    # columns of the status grid
@@ -92,6 +101,16 @@ class MetricPanel:
         return bool(self.points) and self.points[-1].out_of_bounds
 
 
+class Bounded(Protocol):
+    """A point with the bounds it was checked against (None: none on that side)."""
+
+    @property
+    def lower(self) -> Optional[float]: ...
+
+    @property
+    def upper(self) -> Optional[float]: ...
+
+
 @dataclasses.dataclass(frozen=True)
 class BoundLines:
     """A panel's bounds, point by point (NaN where a line has no value).
@@ -105,8 +124,9 @@ class BoundLines:
     upper_only: Tuple[float, ...]
 
 
-def bound_lines(points: Sequence[HistoryPoint]) -> BoundLines:
-    """Splits each point's bounds into the band (both sides) and the one-sided lines."""
+def bound_lines(points: Sequence[Bounded]) -> BoundLines:
+    """Splits each point's bounds (of a history panel or of a run's curve) into the band (both sides) and the
+    one-sided lines."""
     nan = math.nan
     both = [p.lower is not None and p.upper is not None for p in points]
     return BoundLines(
@@ -152,7 +172,7 @@ def incidents(jobs: Iterable[JobRow]) -> Tuple[Incident, ...]:
 
 
 # --------------------------------------------------------------------------
-# Per-run curves against the step-aligned band
+# Per-run curves against the bounds of the live window checks
 # --------------------------------------------------------------------------
 
 
@@ -172,41 +192,61 @@ class RunWindows:
 
 
 @dataclasses.dataclass(frozen=True)
-class Band:
-    """mean +- k*std of the same-step windows of earlier successful runs."""
-    mean: float
-    lower: float
-    upper: float
-    runs: int
+class WindowBound:
+    """The bounds one live window check compared one window with (None: unbounded on that side)."""
+    lower: Optional[float]
+    upper: Optional[float]
+    centre: Optional[float]  # of a statistical threshold; None for a fixed value
+    out_of_bounds: bool      # the window counted as out of bounds (it alerts once the check's debounce trips)
+    stored: bool             # read from the alert the window raised; else recomputed by replaying the check
 
 
 @dataclasses.dataclass(frozen=True)
 class CurvePoint:
-    """One window of the run."""
+    """One window of the run, and the bounds its check compared it with."""
+    index: int
     start_step: int
     end_step: int
     value: float
-    band: Optional[Band]
+    bound: Optional[WindowBound] = None  # None: no check, or too little history to judge yet
 
     @property
     def step(self) -> float:
         """Where the window is drawn: the middle of its steps."""
         return (self.start_step + self.end_step) / 2
 
+    @property
+    def lower(self) -> Optional[float]:
+        return self.bound.lower if self.bound else None
+
+    @property
+    def upper(self) -> Optional[float]:
+        return self.bound.upper if self.bound else None
+
+    @property
+    def out_of_bounds(self) -> bool:
+        return self.bound is not None and self.bound.out_of_bounds
+
 
 @dataclasses.dataclass(frozen=True)
 class Curve:
-    """One tag of one run, against the step."""
+    """One tag of one run against the step: one aggregation, with the bounds of one live check of it."""
     tag: str
     kind: str
     aggregation: str
     points: Tuple[CurvePoint, ...]
     alert_spans: Tuple[Tuple[int, int], ...]   # steps of the windows that raised window_out_of_bounds
+    check: Optional[WindowCheck] = None           # the check whose bounds are drawn; None: the tag has none
     limits: Optional[Tuple[float, float]] = None  # y-range shared by the test's pictures of this tag
 
     @property
-    def key(self) -> WindowKey:
-        return self.tag, self.kind
+    def key(self) -> Tuple[str, str, str]:
+        return self.tag, self.kind, self.aggregation
+
+    @property
+    def out_of_bounds(self) -> int:
+        """How many of the run's windows counted as out of bounds."""
+        return sum(p.out_of_bounds for p in self.points)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,7 +256,16 @@ class RunPicture:
     run: str
     status: str
     end: float
-    curves: Tuple[Curve, ...]  # alerting tags first, then by tag
+    curves: Tuple[Curve, ...]       # alerting tags first, then by tag
+    problems: Tuple[str, ...] = ()  # what the run's alerts say went wrong, most severe first
+    alert_count: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class TagChecks:
+    """The live checks of one (tag, window kind) of a test, and what each compared each stored window with."""
+    checks: Tuple[WindowCheck, ...]
+    checked: Mapping[Tuple[str, int], Tuple[CheckedWindow, ...]]  # (run, window index) -> one per check
 
 
 def run_windows(windows: Iterable[WindowResult], jobs: Mapping[str, JobRow]) -> List[RunWindows]:
@@ -234,27 +283,30 @@ def run_windows(windows: Iterable[WindowResult], jobs: Mapping[str, JobRow]) -> 
     return sorted(runs, key=lambda r: r.order)
 
 
+def tag_checks(config: TestConfig, key: WindowKey, runs: Sequence[RunWindows],
+               actions: Sequence[TriageItem] = ()) -> Optional[TagChecks]:
+    """The configured checks of ``key`` and, by replaying them over the stored windows of every run of the
+    test as the pipeline does (``core.window_checks.replay_window_checks``), what each compared each window
+    with: only the earlier successful runs the check counted, without their out-of-bounds windows, from where
+    its level last moved, with the triage actions applied. None when ``key`` has no check."""
+    tag, kind = key
+    tag_config = config.windows.tags.get(tag)
+    if tag_config is None or tag_config.spec.kind != kind or not tag_config.checks:
+        return None
+    stored = [(None if math.isinf(r.finalized) else r.finalized, r.run, r.status, r.windows[key])
+              for r in runs if key in r.windows]
+    targets = [t for action in actions for t in window_triage_targets(action, config.windows)
+               if (t.tag, t.kind) == key]
+    return TagChecks(tag_config.checks, replay_window_checks(stored, tag_config,
+                                                             config.regression_test.rebaseline_after, targets))
+
+
 def curve_aggregation(windows: Sequence[WindowResult]) -> Optional[str]:
     """The first of mean, p50, last that every window has (None: no curve can be drawn)."""
     for aggregation in CURVE_AGGREGATIONS:
         if windows and all(aggregation in w.values for w in windows):
             return aggregation
     return None
-
-
-def step_aligned_band(window: WindowResult, earlier: Sequence[Tuple[str, Sequence[WindowResult]]],
-                      aggregation: str, k: float) -> Optional[Band]:
-    """mean +- k*std over the earlier runs of the window overlapping ``window``'s steps the most.
-
-    The same alignment as the live ``step_aligned`` check (``core.window_checks``). None with
-    fewer than ``MIN_BAND_RUNS`` earlier runs.
-    """
-    usable = [FinishedRun(run, [w for w in ws if aggregation in w.values]) for run, ws in earlier]
-    values, _ = step_aligned_history(window, usable, aggregation)
-    if len(values) < MIN_BAND_RUNS:
-        return None
-    mean, std = mean_and_pstdev(values)
-    return Band(mean, mean - k * std, mean + k * std, len(values))
 
 
 def alert_tag(metric: Optional[str], tags: Iterable[str]) -> Optional[str]:
@@ -265,56 +317,162 @@ def alert_tag(metric: Optional[str], tags: Iterable[str]) -> Optional[str]:
     return max(fitting, key=len, default=None)
 
 
+@dataclasses.dataclass(frozen=True)
+class WindowAlert:
+    """A ``window_out_of_bounds`` alert of one (tag, kind), read for drawing."""
+    aggregation: str
+    history: Optional[str]  # the check's history (step_aligned or trailing); None from an older writer
+    index: Optional[int]
+    start_step: Optional[int]
+    end_step: Optional[int]
+    bound: WindowBound      # what the check compared the window with, as the alert stored it
+
+
+def window_alerts(alerts: Iterable[AlertRecord], key: WindowKey, tags: Iterable[str]) -> List[WindowAlert]:
+    """The window alerts of one run on (tag, kind), from their metric (``<tag>_<aggregation>``) and
+    ``details``: the window, the check's history and the bounds (``lower_bound``, ``upper_bound``, ``centre``)."""
+    tags = tuple(tags)
+    found = []
+    for alert in alerts:
+        window, tag = alert.window, alert_tag(alert.metric, tags)
+        if alert.kind != WINDOW_ALERT or window is None or tag != key[0] or window.get("kind", key[1]) != key[1]:
+            continue
+        index, start, end = (v if isinstance(v, int) and not isinstance(v, bool) else None
+                             for v in (window.get(k) for k in ("index", "start_step", "end_step")))
+        history, centre = alert.details.get("history"), alert.details.get("centre")
+        found.append(WindowAlert(
+            alert.metric[len(tag) + 1:], history if isinstance(history, str) else None, index, start, end,
+            WindowBound(alert.lower_bound, alert.upper_bound,
+                        float(centre) if isinstance(centre, (int, float)) and not isinstance(centre, bool) else None,
+                        out_of_bounds=True, stored=True)))
+    return found
+
+
 def alert_spans(alerts: Iterable[AlertRecord], key: WindowKey, tags: Iterable[str]) -> Tuple[Tuple[int, int], ...]:
     """The step ranges of one run's window alerts on (tag, kind), from their ``details.window``."""
-    tags = tuple(tags)
-    spans = set()
-    for alert in alerts:
-        window = alert.details.get("window")
-        if alert.kind != WINDOW_ALERT or not isinstance(window, dict) or alert_tag(alert.metric, tags) != key[0]:
-            continue
-        start, end = window.get("start_step"), window.get("end_step")
-        if window.get("kind", key[1]) == key[1] and isinstance(start, int) and isinstance(end, int):
-            spans.add((start, end))
-    return tuple(sorted(spans))
+    return tuple(sorted({(a.start_step, a.end_step) for a in window_alerts(alerts, key, tags)
+                         if a.start_step is not None and a.end_step is not None}))
 
 
-def earlier_successful(runs: Sequence[RunWindows], position: int, key: WindowKey,
-                       band_runs: int) -> List[Tuple[str, Sequence[WindowResult]]]:
-    """The last ``band_runs`` (0: all) successful runs before ``runs[position]`` with windows on ``key``."""
-    earlier = [(r.run, r.windows[key]) for r in runs[:position]
-               if r.status == STATUS_SUCCESS and key in r.windows]
-    return earlier[-band_runs:] if band_runs > 0 else earlier
+def stored_bound(fired: Sequence[WindowAlert], index: int, aggregation: str,
+                 check: Optional[WindowCheck]) -> Optional[WindowBound]:
+    """The bound stored with the alert window ``index`` raised for ``check`` (any check of ``aggregation``
+    when None), if it raised one: what the live check really compared it with."""
+    for alert in fired:
+        if alert.index == index and alert.aggregation == aggregation and (
+                check is None or alert.history in (None, check.history)):
+            return alert.bound
+    return None
 
 
-def run_curve(runs: Sequence[RunWindows], position: int, key: WindowKey, alerts: Sequence[AlertRecord],
-              settings: ReportSettings) -> Optional[Curve]:
-    """The curve of ``runs[position]`` on ``key``; None when its windows carry no steps or no value."""
-    windows = [w for w in runs[position].windows[key] if w.start_step is not None and w.end_step is not None]
-    aggregation = curve_aggregation(windows)
-    if aggregation is None:
+def replayed_bound(checked: Optional[CheckedWindow]) -> Optional[WindowBound]:
+    """The bound a replayed check compared a window with; None while its history was too short."""
+    if checked is None or checked.bounds is None:
         return None
-    earlier = earlier_successful(runs, position, key, settings.band_runs)
-    points = tuple(CurvePoint(w.start_step, w.end_step, w.values[aggregation],
-                              step_aligned_band(w, earlier, aggregation, settings.band_stddevs))
-                   for w in sorted(windows, key=lambda w: (w.start_step, w.end_step, w.index)))
-    tags = {tag for tag, _ in runs[position].windows}
-    return Curve(key[0], key[1], aggregation, points, alert_spans(alerts, key, tags))
+    bounds = checked.bounds
+    return WindowBound(bounds.lower, bounds.upper, bounds.centre, checked.out_of_bounds, stored=False)
+
+
+def run_curves(runs: Sequence[RunWindows], position: int, key: WindowKey, alerts: Sequence[AlertRecord],
+               checks: Optional[TagChecks]) -> List[Curve]:
+    """The curves of ``runs[position]`` on ``key``: one per live check of the tag, drawn in the check's
+    aggregation with its bounds (the alert's stored bound where the window alerted, else the replayed one);
+    without a check, one curve (mean, else p50, else last) with no bounds. None for windows without steps."""
+    run = runs[position]
+    windows = sorted((w for w in run.windows[key] if w.start_step is not None and w.end_step is not None),
+                     key=lambda w: (w.start_step, w.end_step, w.index))
+    tags = {tag for tag, _ in run.windows}
+    fired = window_alerts(alerts, key, tags)
+    spans = alert_spans(alerts, key, tags)
+    if checks is None:
+        aggregation = curve_aggregation(windows)
+        if aggregation is None:
+            return []
+        return [Curve(key[0], key[1], aggregation,
+                      tuple(CurvePoint(w.index, w.start_step, w.end_step, w.values[aggregation],
+                                       stored_bound(fired, w.index, aggregation, None)) for w in windows),
+                      spans)]
+
+    def point(w: WindowResult, number: int, check: WindowCheck) -> CurvePoint:
+        replayed = checks.checked.get((run.run, w.index))
+        bound = stored_bound(fired, w.index, check.aggregation, check) or replayed_bound(
+            replayed[number] if replayed else None)
+        return CurvePoint(w.index, w.start_step, w.end_step, w.values[check.aggregation], bound)
+
+    return [Curve(key[0], key[1], check.aggregation, tuple(point(w, number, check) for w in windows), spans, check)
+            for number, check in enumerate(checks.checks)
+            if windows and all(check.aggregation in w.values for w in windows)]
 
 
 def run_picture(test: str, runs: Sequence[RunWindows], position: int, alerts: Sequence[AlertRecord],
-                settings: ReportSettings) -> RunPicture:
-    """The curves of one run (only its own alerts are passed in)."""
+                checks: Mapping[WindowKey, Optional[TagChecks]]) -> RunPicture:
+    """The curves of one run (only its own alerts are passed in) and what its alerts say went wrong."""
     run = runs[position]
-    curves = [c for c in (run_curve(runs, position, key, alerts, settings) for key in run.windows) if c]
-    curves.sort(key=lambda c: (not c.alert_spans, c.tag, c.kind))
-    return RunPicture(test, run.run, run.status, run.end, tuple(curves))
+    curves = [c for key in run.windows for c in run_curves(runs, position, key, alerts, checks.get(key))]
+    curves.sort(key=lambda c: (not c.alert_spans, c.tag, c.kind))  # stable: a tag's checks in config order
+    return RunPicture(test, run.run, run.status, run.end, tuple(curves), tuple(alert_problems(alerts)), len(alerts))
+
+
+def run_title(picture: RunPicture) -> str:
+    """What a run picture says at the top: the run, how it ended and how many alerts it raised, then on a
+    second line what they say went wrong (the words of the e-mail subject, ``core.alert_record``), cut
+    with "…" to fit the figure's width."""
+    title = f"{short_label(picture.test, TITLE_NAME_CHARS)} / run {short_label(picture.run, TITLE_NAME_CHARS)}" \
+            f" \u2014 {picture.status}"
+    if picture.alert_count:
+        title += f", {plural(picture.alert_count, 'alert')}"
+    out = sum(c.out_of_bounds for c in picture.curves)
+    if out:
+        title += f", {plural(out, 'window')} out of bounds"
+    if picture.problems:
+        title += ":\n" + short_label("; ".join(picture.problems), TITLE_PROBLEM_CHARS)
+    return title
+
+
+def plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+CENTRE_WORDS = {"stddevs_from_mean": "mean", "mads_from_median": "median", "false_alert_rate": "median"}
+SCALE_WORDS = {"stddevs_from_mean": "stddev", "mads_from_median": "robust scale", "false_alert_rate": "Qn scale"}
+COMPARISON_SIGNS = {"greater": ">", "greater_or_equal": "\u2265", "less": "<", "less_or_equal": "\u2264",
+                    "equal": "="}
+
+
+def check_rule(check: WindowCheck) -> str:
+    """A live window check in a few words, for a panel: "check > mean − 4·stddev of the same steps in the
+    last 5 successful runs"."""
+    condition = check.condition
+    kind, value = condition.threshold
+    sign = COMPARISON_SIGNS.get(condition.comparison, condition.comparison)
+    if kind == "fixed_value":
+        rule = f"{sign} {value:g}"
+    else:
+        side = "\u2212" if condition.comparison.startswith("greater") else "+"
+        multiplier = f"k(rate {value:g})" if kind == "false_alert_rate" else f"{value:g}"
+        rule = f"{sign} {CENTRE_WORDS[kind]} {side} {multiplier}\u00b7{SCALE_WORDS[kind]}"
+    if check.history == "trailing":
+        return f"check {rule} of the previous {plural(check.trailing_windows, 'window')} of the run"
+    return f"check {rule} of the same steps in the last {plural(check.history_runs, 'successful run')}"
+
+
+NO_CHECK = "no window check: no bounds"
+ALERTS_ONLY = "no window check in the configs: bounds of its alerts only"
+
+
+def check_text(curve: Curve) -> str:
+    """Which bounds a curve's panel draws: its check's rule, or that it has no check (a tag whose check was
+    removed from the configs still shows the bounds its alerts stored)."""
+    if curve.check is not None:
+        return check_rule(curve.check)
+    return ALERTS_ONLY if any(p.bound for p in curve.points) else NO_CHECK
 
 
 def curve_values(curve: Curve) -> List[float]:
-    """Every y value a curve's panel shows: the windows and the band edges."""
+    """Every y value a curve's panel shows: the windows, their bounds and the centres."""
     values = [p.value for p in curve.points]
-    values += [edge for p in curve.points if p.band for edge in (p.band.lower, p.band.upper)]
+    values += [v for p in curve.points if p.bound for v in (p.bound.lower, p.bound.upper, p.bound.centre)
+               if v is not None]
     return [v for v in values if math.isfinite(v)]
 
 
@@ -331,8 +489,9 @@ def step_range(picture: RunPicture) -> Tuple[float, float]:
 
 
 def shared_limits(pictures: Sequence[RunPicture]) -> List[RunPicture]:
-    """The pictures with one y-range per (tag, kind) across all of them, so that runs compare at a glance."""
-    values: Dict[WindowKey, List[float]] = collections.defaultdict(list)
+    """The pictures with one y-range per (tag, kind, aggregation) across all of them, so that runs compare at
+    a glance."""
+    values: Dict[Tuple[str, str, str], List[float]] = collections.defaultdict(list)
     for picture in pictures:
         for curve in picture.curves:
             values[curve.key] += curve_values(curve)
@@ -364,6 +523,7 @@ class ReportSection:
     windowed_tags: Tuple[str, ...]         # tags with live windows (per-run curves)
     curveless_metrics: Tuple[str, ...]     # metrics of tags without windows: history only
     notes: Tuple[str, ...] = ()            # windowed tags that still cannot be drawn, and why
+    unchecked_tags: Tuple[str, ...] = ()   # windowed tags without a live window check: curves without bounds
 
     @property
     def slug(self) -> str:
@@ -371,29 +531,34 @@ class ReportSection:
 
 
 def curveless_notes(pictures: Sequence[RunPicture], runs: Sequence[RunWindows]) -> Tuple[str, ...]:
-    """Windowed tags with no curve in any picture: no steps reported, or no mean/p50/last aggregation."""
-    drawn = {c.key for p in pictures for c in p.curves}
+    """Windowed tags with no curve in any picture: no steps reported, or not the aggregation to draw."""
+    drawn = {(c.tag, c.kind) for p in pictures for c in p.curves}
     keys = sorted({key for r in runs for key in r.windows} - drawn)
-    return tuple(f"{tag} ({kind} windows): no curve, the windows carry no steps or none of "
-                 f"{', '.join(CURVE_AGGREGATIONS)}" for tag, kind in keys)
+    return tuple(f"{tag} ({kind} windows): no curve, the windows carry no steps, or not the aggregation its "
+                 f"window check is on (without a check: none of {', '.join(CURVE_AGGREGATIONS)})"
+                 for tag, kind in keys)
 
 
 def section_for_test(test: str, jobs: Sequence[JobRow], metrics: Sequence[MetricRow],
                      windows: Sequence[WindowResult], alerts: Sequence[AlertRecord],
-                     settings: ReportSettings) -> ReportSection:
-    """One test's panels and pictures from its rows."""
+                     settings: ReportSettings, config: TestConfig = TestConfig(),
+                     actions: Sequence[TriageItem] = ()) -> ReportSection:
+    """One test's panels and pictures from its rows, its config (the live window checks) and its triage actions."""
     jobs_by_run = {j.run: j for j in jobs}
     runs = run_windows(windows, jobs_by_run)
     alerts_by_run: Dict[str, List[AlertRecord]] = collections.defaultdict(list)
     for alert in alerts:
         alerts_by_run[alert.run].append(alert)
-    pictures = shared_limits([run_picture(test, runs, i, alerts_by_run[runs[i].run], settings)
+    keys = sorted({key for r in runs for key in r.windows})
+    checks = {key: tag_checks(config, key, runs, actions) for key in keys}
+    pictures = shared_limits([run_picture(test, runs, i, alerts_by_run[runs[i].run], checks)
                               for i in runs_to_draw(runs, settings)])
-    tags = tuple(sorted({tag for r in runs for tag, _ in r.windows}))
+    tags = tuple(sorted({tag for tag, _ in keys}))
     panels = metric_panels(metrics, {j.run: j.status for j in jobs})
     curveless = tuple(p.metric for p in panels if not any(p.metric.startswith(t + "_") for t in tags))
+    unchecked = tuple(sorted({tag for (tag, kind), found in checks.items() if found is None}))
     return ReportSection(test, tuple(panels), incidents(jobs), tuple(pictures), tags, tuple(sorted(curveless)),
-                      curveless_notes(pictures, runs))
+                         curveless_notes(pictures, runs), unchecked)
 
 
 def time_range(section: ReportSection) -> Tuple[float, float]:
@@ -460,8 +625,10 @@ class ReportData:
 
 
 def prepare_report(jobs: Sequence[JobRow], metrics: Sequence[MetricRow], windows: Sequence[WindowResult],
-                   alerts: Sequence[AlertRecord], settings: ReportSettings) -> ReportData:
-    """Every test's report, the status grid and the alert list from the rows of the four tables."""
+                   alerts: Sequence[AlertRecord], settings: ReportSettings, configs: ConfigSet = ConfigSet({}),
+                   actions: Sequence[TriageItem] = ()) -> ReportData:
+    """Every test's report, the status grid and the alert list from the rows of the tables, with the tests'
+    configs (``--config_dir``: which live window checks each tag has) and the stored triage actions."""
     wanted = set(settings.tests)
 
     def by_test(rows) -> Dict[str, list]:
@@ -472,8 +639,10 @@ def prepare_report(jobs: Sequence[JobRow], metrics: Sequence[MetricRow], windows
         return grouped
 
     jobs_t, metrics_t, windows_t, alerts_t = by_test(jobs), by_test(metrics), by_test(windows), by_test(alerts)
+    actions_t = by_test(actions)
     tests = sorted(set(jobs_t) | set(metrics_t) | set(windows_t))
-    sections = tuple(section_for_test(t, jobs_t[t], metrics_t[t], windows_t[t], alerts_t[t], settings)
+    sections = tuple(section_for_test(t, jobs_t[t], metrics_t[t], windows_t[t], alerts_t[t], settings,
+                                      configs.for_test(t), actions_t[t])
                      for t in tests)
     all_jobs = [j for t in tests for j in jobs_t[t]]
     all_alerts = [a for rows in alerts_t.values() for a in rows]

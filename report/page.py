@@ -13,7 +13,7 @@ import urllib.parse
 from typing import Iterable, List, Optional, Set, Tuple
 
 from core.alert_details import threshold_text, with_unit
-from report.data import AlertRecord, ReportData, ReportSection, ReportSettings, RunPicture, safe_name
+from report.data import AlertRecord, ReportData, ReportSection, RunPicture, safe_name
 
 STATUS_FILE = "status.png"
 NAME_CELLS = {3, 4, 5, 8, 9}  # test, run, metric, message, next steps of an alert row: training jobs' own text, any length
@@ -105,15 +105,20 @@ def alerts_html(data: ReportData, drawn: Set[Tuple[str, str]]) -> List[str]:
     return lines
 
 
-def curves_note(section: ReportSection, settings: ReportSettings) -> List[str]:
-    """What the per-run pictures show, and which tags and metrics have no curve."""
+def curves_note(section: ReportSection) -> List[str]:
+    """What the per-run pictures show, and which tags have no bounds and which metrics no curve."""
     if not section.windowed_tags:
         return ['<p class="note">This test has no live windows (<code>window_config</code>), '
                 'so there are no per-run curves: its metrics have run-level values only (above).</p>']
-    runs = "all" if settings.band_runs == 0 else f"the last {settings.band_runs}"
     lines = [f'<p class="note">Per-run curves for the tags with live windows: '
-             f'{esc(", ".join(section.windowed_tags))}. Band: mean ± {settings.band_stddevs:g}·std of the '
-             f'same-step windows of {runs} earlier successful runs (at least 2).</p>']
+             f'{esc(", ".join(section.windowed_tags))}. Bounds: what the live window check of the tag compared '
+             f'each window with: the bounds stored with its alert where a window alerted, else the check replayed '
+             f'over the stored windows with its configuration (<code>--config_dir</code>): its rule, its '
+             f'aggregation, and only the earlier successful runs it counted, without their out-of-bounds windows. '
+             f'Red crosses: windows out of those bounds; red shading: alert windows.</p>']
+    if section.unchecked_tags:
+        lines.append(f'<p class="note">No window check in the configs, so no bounds (but those stored with their '
+                     f'alerts, if any): {esc(", ".join(section.unchecked_tags))}.</p>')
     if section.curveless_metrics:
         lines.append(f'<p class="note">No per-run curve (their tags have no live windows): '
                      f'{esc(", ".join(section.curveless_metrics))}.</p>')
@@ -124,13 +129,15 @@ def curves_note(section: ReportSection, settings: ReportSettings) -> List[str]:
 def picture_html(picture: RunPicture) -> str:
     anchor = f"r-{safe_name(picture.test)}-{safe_name(picture.run)}"
     status = picture.status if picture.status == "success" else f'<span class="bad">{esc(picture.status)}</span>'
+    problems = (f': <span class="bad">{esc("; ".join(picture.problems))}</span>' if picture.problems else "")
+    alerts = f", {picture.alert_count} alert{'' if picture.alert_count == 1 else 's'}" if picture.alert_count else ""
     return (f'<figure id="{esc(anchor)}"><img loading="lazy" src="{href(run_file(picture.test, picture.run))}" '
             f'alt="{esc(f"curves of run {picture.run}")}"><figcaption>run {esc(picture.run)}: {status}, '
-            f'{"ended" if picture.status != "running" else "last window"} {esc(utc(picture.end))} UTC</figcaption>'
-            f'</figure>')
+            f'{"ended" if picture.status != "running" else "last window"} {esc(utc(picture.end))} UTC'
+            f'{alerts}{problems}</figcaption></figure>')
 
 
-def section_html(section: ReportSection, settings: ReportSettings) -> List[str]:
+def section_html(section: ReportSection) -> List[str]:
     """A test: its metric history, then its runs' pictures (latest first)."""
     lines = [f'<section id="t-{esc(section.slug)}">', f"<h2>{esc(section.test)}</h2>"]
     if section.panels:
@@ -138,13 +145,13 @@ def section_html(section: ReportSection, settings: ReportSettings) -> List[str]:
                      f'alt="{esc(f"metric history of {section.test}")}">')
     else:
         lines.append('<p class="note">No metric history.</p>')
-    lines += curves_note(section, settings)
+    lines += curves_note(section)
     lines += [picture_html(p) for p in section.pictures]
     lines.append("</section>")
     return lines
 
 
-def index_html(data: ReportData, settings: ReportSettings, source: str) -> str:
+def index_html(data: ReportData, source: str) -> str:
     """The whole page."""
     drawn = {(p.test, p.run) for s in data.sections for p in s.pictures}
     nav = " ".join(f'<a href="#t-{esc(s.slug)}">{esc(s.test)}</a>' for s in data.sections)
@@ -157,7 +164,7 @@ def index_html(data: ReportData, settings: ReportSettings, source: str) -> str:
              f'<img src="{href(STATUS_FILE)}" alt="status grid: the latest run of each test and day">',
              "<h2>Alerts (latest first)</h2>", *alerts_html(data, drawn)]
     for section in data.sections:
-        lines += section_html(section, settings)
+        lines += section_html(section)
     lines.append("</body></html>")
     return "\n".join(lines) + "\n"
 

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Sequence, Tuple
 
 from matplotlib import dates as mdates
 from matplotlib import rc_context
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
+from matplotlib.font_manager import FontProperties
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
@@ -29,12 +30,15 @@ from report.data import (
     GRID_STATES,
     NO_RUN,
     OUT_OF_BOUNDS,
+    BoundLines,
     Curve,
     MetricPanel,
     ReportSection,
     RunPicture,
     StatusGrid,
     bound_lines,
+    check_text,
+    run_title,
     short_label,
     step_range,
     time_range,
@@ -77,7 +81,8 @@ def save(figure: Figure, path: str) -> None:
 
 def margins(figure: Figure, top: float, bottom: float, left: float = 0.7, right: float = 0.25,
             hspace: float = 0.45, wspace: float = 0.2) -> None:
-    """Fixed margins in inches (cheaper than a layout engine, which draws the figure twice)."""
+    """Fixed margins in inches (cheaper than a layout engine, which draws the figure twice); the top one is
+    set again by :func:`titles` once the title and the legend are measured."""
     width, height = figure.get_size_inches()
     figure.subplots_adjust(top=1 - top / height, bottom=bottom / height, left=left / width,
                            right=1 - right / width, hspace=hspace, wspace=wspace)
@@ -88,7 +93,8 @@ def state_label(state: str) -> str:
 
 
 def clear_data(figure: Figure) -> None:
-    """Removes what the last drawing put on a layout: data artists, titles and legends."""
+    """Removes what the last drawing put on a layout: data artists, titles and legends (the suptitle is set
+    again by :func:`titles`)."""
     for ax in figure.axes:
         for artist in [*ax.lines, *ax.collections, *ax.patches, *ax.texts]:
             artist.remove()
@@ -98,11 +104,48 @@ def clear_data(figure: Figure) -> None:
         legend.remove()
 
 
-def titles(figure: Figure, title: str, handles: List, color: str = "black") -> None:
-    """The figure's title, and one row of legend entries under it."""
-    figure.suptitle(title, x=0.01, ha="left", color=color)
-    figure.legend(handles=handles, loc="upper left", ncols=len(handles), frameon=False,
-                  bbox_to_anchor=(0.0, 1 - 0.3 / figure.get_figheight()))
+TITLE_TOP = 0.1          # inches from the figure's top edge to the title's
+HEADER_GAP = 0.06        # inches between the title and the legend
+AXES_TITLE_ROOM = 0.32   # inches above the top panels for their titles (one line)
+EDGE = 0.1               # inches kept free at the figure's left and right edges
+
+
+def titles(figure: Figure, title: str, handles: List, color: str = "black",
+           axes_title_room: float = AXES_TITLE_ROOM) -> None:
+    """The figure's title at the top, the legend under it and the panels under both, stacked in inches from
+    the measured sizes of the title and the legend, so that none overlaps another whatever the figure's height,
+    the number of title lines or of legend entries (legend columns are dropped until it fits the width)."""
+    width, height = figure.get_size_inches()
+    renderer = figure.canvas.get_renderer()
+    text = figure.suptitle(title, x=EDGE / width, y=1 - TITLE_TOP / height, ha="left", va="top", color=color)
+    text.set_text(fitted(title, text.get_fontproperties(), (width - 2 * EDGE) * figure.dpi, renderer))
+    below_title = TITLE_TOP + text.get_window_extent(renderer).height / figure.dpi + HEADER_GAP
+    legend_height = 0.0
+    for columns in range(len(handles), 0, -1):
+        legend = figure.legend(handles=handles, loc="upper left", ncols=columns, frameon=False, borderaxespad=0,
+                               bbox_to_anchor=(EDGE / width, 1 - below_title / height))
+        extent = legend.get_window_extent(renderer)
+        legend_height = extent.height / figure.dpi
+        if extent.width / figure.dpi <= width - 2 * EDGE or columns == 1:
+            break
+        legend.remove()
+    figure.subplots_adjust(top=1 - (below_title + legend_height + axes_title_room) / height)
+
+
+def fitted(text: str, font: FontProperties, width: float, renderer) -> str:
+    """``text`` with each line cut with "…" to at most ``width`` pixels in ``font``: names are data, and a
+    number of characters does not say how wide they are drawn."""
+    lines = []
+    for line in text.split("\n"):
+        drawn = renderer.get_text_width_height_descent(line, font, ismath=False)[0]
+        if drawn > width:
+            keep = int(len(line) * width / drawn)
+            while keep > 0 and renderer.get_text_width_height_descent(
+                    line[:keep].rstrip() + "\u2026", font, ismath=False)[0] > width:
+                keep -= 1
+            line = line[:keep].rstrip() + "\u2026"
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def has_values(line: Sequence[float]) -> bool:
@@ -152,15 +195,7 @@ def history_panel(ax, panel: MetricPanel, section: ReportSection) -> None:
     """Values, bounds (band where both sides exist, dashed where one), out-of-bounds points, bad runs."""
     points = panel.points
     x = [p.time / DAY_SECONDS for p in points]
-    bounds = bound_lines(points)
-    if has_values(bounds.band_lower):
-        ax.fill_between(x, bounds.band_lower, bounds.band_upper, color=BAND, alpha=0.18, linewidth=0)
-        for line in (bounds.band_lower, bounds.band_upper):
-            ax.plot(x, line, color=BAND, linewidth=0.8, marker="_", markersize=6)
-    for line in (bounds.lower_only, bounds.upper_only):
-        if has_values(line):
-            ax.plot(x, line, color=BAND, linewidth=1.1, linestyle="--", marker="_", markersize=6,
-                    zorder=2.5)  # over the values: a bound equal to them (a constant metric) stays visible
+    draw_bounds(ax, x, bound_lines(points))
     ax.plot(x, [p.value for p in points], color=VALUE, linewidth=1, marker="o", markersize=3)
     bad = [(xi, p) for xi, p in zip(x, points) if p.status != "success"]
     if bad:
@@ -178,6 +213,18 @@ def history_panel(ax, panel: MetricPanel, section: ReportSection) -> None:
     ax.set_title(short_label(panel.metric, 70), loc="left", color=ALERT if panel.latest_out_of_bounds else "black")
     if panel.latest_out_of_bounds:
         ax.set_title("latest value out of bounds", loc="right", color=ALERT, fontsize=8)
+
+
+def draw_bounds(ax, x: Sequence[float], bounds: BoundLines) -> None:
+    """Bounds point by point: a shaded band where both sides exist, a dashed line where one does."""
+    if has_values(bounds.band_lower):
+        ax.fill_between(x, bounds.band_lower, bounds.band_upper, color=BAND, alpha=0.18, linewidth=0)
+        for line in (bounds.band_lower, bounds.band_upper):
+            ax.plot(x, line, color=BAND, linewidth=0.8, marker="_", markersize=6)
+    for line in (bounds.lower_only, bounds.upper_only):
+        if has_values(line):
+            ax.plot(x, line, color=BAND, linewidth=1.1, linestyle="--", marker="_", markersize=6,
+                    zorder=2.5)  # over the values: a bound equal to them (a constant metric) stays visible
 
 
 def history_legend(section: ReportSection) -> List:
@@ -201,60 +248,88 @@ def history_legend(section: ReportSection) -> List:
 # --------------------------------------------------------------------------
 
 
+RUN_AXES_TITLE_ROOM = 0.45  # a run panel's right title has two lines: the aggregation, then the check
+
+
 def run_layout(count: int) -> Figure:
     """``count`` panels stacked on a shared step axis."""
-    figure = new_figure(10, 1.0 + 2.3 * max(1, count))
+    figure = new_figure(10, 1.2 + 2.3 * max(1, count))
     axes = figure.subplots(max(1, count), 1, sharex=True, squeeze=False).ravel()
     axes[-1].set_xlabel("step")
-    margins(figure, top=0.95, bottom=0.45, left=0.8)
+    margins(figure, top=1.1, bottom=0.45, left=0.8, hspace=0.5)
     return figure
 
 
-def draw_run(figure: Figure, picture: RunPicture, band_stddevs: float) -> Figure:
+def draw_run(figure: Figure, picture: RunPicture) -> Figure:
     clear_data(figure)
     for ax, curve in zip(figure.axes, picture.curves):
         curve_panel(ax, curve)
     figure.axes[0].set_xlim(*step_range(picture))
-    titles(figure, f"{short_label(picture.test, 60)} / run {short_label(picture.run, 60)}: "
-                   f"{state_label(picture.status)}", run_legend(picture, band_stddevs),
-           color="black" if picture.status == "success" else STATE_COLORS.get(picture.status, "black"))
+    bad = picture.status != "success" or picture.alert_count or any(c.out_of_bounds for c in picture.curves)
+    color = STATE_COLORS.get(picture.status, ALERT) if picture.status != "success" else ALERT if bad else "black"
+    titles(figure, run_title(picture), run_legend(picture), color=color, axes_title_room=RUN_AXES_TITLE_ROOM)
     return figure
 
 
-def run_figure(picture: RunPicture, band_stddevs: float) -> Figure:
+def run_figure(picture: RunPicture) -> Figure:
     """One panel per curve of the run (``picture.curves`` order), against the training step."""
-    return draw_run(run_layout(len(picture.curves)), picture, band_stddevs)
+    return draw_run(run_layout(len(picture.curves)), picture)
 
 
-def run_legend(picture: RunPicture, band_stddevs: float) -> List:
+def run_legend(picture: RunPicture) -> List:
+    """Legend entries for what the figure shows; a tag without a live window check says it has no bounds."""
+    points = [p for c in picture.curves for p in c.points]
     handles = [Line2D([], [], color=VALUE, marker="o", markersize=3, label="this run (value of each window)")]
-    if any(p.band for c in picture.curves for p in c.points):
-        handles.append(Patch(color=BAND, alpha=0.3, label=f"earlier successful runs at the same steps: "
-                                                          f"mean ± {band_stddevs:g}·std"))
+    if any(p.lower is not None and p.upper is not None for p in points):
+        handles.append(Patch(color=BAND, alpha=0.3, label="between the bounds of the live window check"))
+    if any((p.lower is None) != (p.upper is None) for p in points):
+        handles.append(Line2D([], [], color=BAND, linestyle="--", label="bound of the live window check"))
+    if any(p.bound and p.bound.centre is not None for p in points):
+        handles.append(Line2D([], [], color=BAND, linestyle=":", label="centre of its history"))
+    if any(p.bound and p.bound.stored for p in points):
+        handles.append(Line2D([], [], color=BAND, marker="D", markersize=4, linestyle="none",
+                              label="bound stored with the alert"))
+    if any(p.out_of_bounds for p in points):
+        handles.append(Line2D([], [], color=ALERT, marker="X", linestyle="none", label="window out of bounds"))
     if any(c.alert_spans for c in picture.curves):
         handles.append(Patch(color=ALERT, alpha=0.2, label="alert window"))
+    unchecked = sorted({c.tag for c in picture.curves if c.check is None and not any(p.bound for p in c.points)})
+    if unchecked:
+        handles.append(Line2D([], [], linestyle="none", label=short_label(
+            f"no window check, no bounds: {', '.join(unchecked)}", 90)))
     return handles
 
 
 def curve_panel(ax, curve: Curve) -> None:
-    """The run's windows, the band where earlier runs give one, the alert windows shaded."""
-    x = [p.step for p in curve.points]
+    """The run's windows against the bounds their live check used, out-of-bounds windows marked, alert
+    windows shaded; the right title says which aggregation and which check (or that there is none)."""
+    points = curve.points
+    x = [p.step for p in points]
     nan = math.nan
-    if any(p.band for p in curve.points):
-        ax.fill_between(x, [p.band.lower if p.band else nan for p in curve.points],
-                        [p.band.upper if p.band else nan for p in curve.points], color=BAND, alpha=0.25,
-                        linewidth=0)
-        ax.plot(x, [p.band.mean if p.band else nan for p in curve.points], color=BAND, linewidth=0.8,
-                linestyle="--")
-    ax.plot(x, [p.value for p in curve.points], color=VALUE, linewidth=1.2, marker="o", markersize=3)
+    draw_bounds(ax, x, bound_lines(points))
+    centre = [p.bound.centre if p.bound and p.bound.centre is not None else nan for p in points]
+    if has_values(centre):
+        ax.plot(x, centre, color=BAND, linewidth=0.8, linestyle=":")
+    stored = [(xi, v) for xi, p in zip(x, points) if p.bound and p.bound.stored
+              for v in (p.bound.lower, p.bound.upper) if v is not None]
+    if stored:
+        ax.plot(*zip(*stored), linestyle="none", marker="D", markersize=4, color=BAND, zorder=3)
+    ax.plot(x, [p.value for p in points], color=VALUE, linewidth=1.2, marker="o", markersize=3)
+    out = [(xi, p.value) for xi, p in zip(x, points) if p.out_of_bounds]
+    if out:
+        ax.plot(*zip(*out), linestyle="none", marker="X", markersize=8, color=ALERT, zorder=4)
     for start, end in curve.alert_spans:
         if start == end:
             ax.axvline(start, color=ALERT, alpha=0.5, linewidth=3)
         else:
             ax.axvspan(start, end, color=ALERT, alpha=0.18, linewidth=0)
     ax.set_ylim(*(curve.limits or (0.0, 1.0)))
-    ax.set_title(short_label(curve.tag, 70), loc="left", color=ALERT if curve.alert_spans else "black")
-    ax.set_title(f"{curve.aggregation} of {curve.kind} windows", loc="right", fontsize=8)
+    bad = bool(curve.alert_spans or curve.out_of_bounds)
+    ax.set_title(short_label(curve.tag, 50), loc="left", color=ALERT if bad else "black")
+    check = short_label(check_text(curve), 75)
+    out_text = f", {curve.out_of_bounds} out of bounds" if curve.out_of_bounds else ""
+    ax.set_title(f"{curve.aggregation} of {curve.kind} windows{out_text}\n{check}", loc="right", fontsize=8,
+                 color=ALERT if curve.out_of_bounds else "black")
 
 
 # --------------------------------------------------------------------------
@@ -285,7 +360,8 @@ def status_figure(grid: StatusGrid) -> Figure:
     else:
         ax.set_axis_off()
         ax.text(0.5, 0.5, "no runs", ha="center", va="center", transform=ax.transAxes)
-    figure.suptitle("Latest run per day (UTC)", x=0.01, ha="left")
+    figure.suptitle("Latest run per day (UTC)", x=EDGE / figure.get_figwidth(),
+                    y=1 - TITLE_TOP / figure.get_figheight(), ha="left", va="top")
     figure.legend(handles=[Patch(facecolor=STATE_COLORS[s], edgecolor="#bbbbbb", label=state_label(s))
                            for s in GRID_STATES], loc="lower left", ncols=len(GRID_STATES), frameon=False)
     margins(figure, top=0.45, bottom=0.75, left=left, right=0.3)
@@ -308,12 +384,12 @@ class Figures:
             self._layouts[(kind, count)] = make(count)
         return self._layouts[(kind, count)]
 
-    def figure(self, kind: str, data, band_stddevs: Optional[float] = None) -> Figure:
+    def figure(self, kind: str, data) -> Figure:
         """The figure of a ``history``, ``run`` or ``status`` task."""
         if kind == "history":
             return draw_history(self._layout(kind, len(data.panels), history_layout), data)
         if kind == "run":
-            return draw_run(self._layout(kind, len(data.curves), run_layout), data, band_stddevs)
+            return draw_run(self._layout(kind, len(data.curves), run_layout), data)
         return status_figure(data)
 
 
@@ -323,12 +399,12 @@ def panel_titles(figure: Figure) -> List[str]:
 
 
 def render_batch(tasks: Sequence[tuple]) -> List[List[str]]:
-    """Draws and saves each (kind, data, path, k) task in the report's style; returns the panel titles."""
+    """Draws and saves each (kind, data, path) task in the report's style; returns the panel titles."""
     figures = Figures()
     results = []
     with style():
-        for kind, data, path, band_stddevs in tasks:
-            figure = figures.figure(kind, data, band_stddevs)
+        for kind, data, path in tasks:
+            figure = figures.figure(kind, data)
             save(figure, path)
             results.append(panel_titles(figure))
     return results

@@ -1,6 +1,6 @@
 """Where the report's rows come from: a DuckDB store or a BigQuery dataset, through the same SQL.
 
-The report needs four reads, one per table (:class:`ReportSource`). They are
+The report needs a read per table (:class:`ReportSource`). They are
 written once (:class:`SqlReportSource`) in the SQL that DuckDB and BigQuery
 both accept; a source only says how to run a query and how its dialect spells
 table names, identifiers and seconds since the epoch (``sinks.seed.SqlDialect``,
@@ -18,12 +18,12 @@ from typing import Callable, List, Optional, Protocol, Sequence
 from core.alert_record import AlertRecord, alert_from_row
 from core.schema import ALERTS, JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS
 from core.triage import TriageItem, alert_states
-from core.vocabulary import AlertState
-from core.window_checks import WindowResult
+from core.vocabulary import AlertState, RunStatus
+from core.window_checks import NUMERIC_AGGREGATIONS, WindowResult
 from sinks.seed import SqlDialect, read_triage_actions
 from sinks.stores import bigquery_client, bigquery_dialect
 
-# Window aggregations a per-run curve can be drawn from, in order of preference.
+# What the curve of a tag without a window check is drawn from, in order of preference (a checked tag: its aggregation).
 CURVE_AGGREGATIONS = ("mean", "p50", "last")
 
 Query = Callable[[str], Sequence[Sequence]]  # SQL -> rows (tuples in SELECT order)
@@ -63,6 +63,8 @@ class ReportSource(Protocol):
 
     def alerts(self) -> List[AlertRecord]: ...
 
+    def triage_actions(self) -> List[TriageItem]: ...
+
     def close(self) -> None: ...
 
 
@@ -91,7 +93,7 @@ def since_literal(since: Optional[str]) -> Optional[str]:
 
 
 class SqlReportSource:
-    """The four reads, in SQL that DuckDB and BigQuery both run."""
+    """The reads, in SQL that DuckDB and BigQuery both run."""
 
     def __init__(self, query: Query, dialect: SqlDialect, since: Optional[str] = None,
                  close: Callable[[], None] = lambda: None):
@@ -108,9 +110,11 @@ class SqlReportSource:
 
     def jobs(self) -> List[JobRow]:
         q, epoch = self._sql.quote, self._sql.epoch_seconds
+        # A run a drain interrupted is still running: its ``interrupted`` row (until it ends) is not its end.
         rows = self._query(
             f"SELECT {q('test_name')}, {q('run_id')}, {q('job_status')}, {epoch(q('timestamp'))}, "
-            f"{epoch(q('processed_at'))} FROM {self._sql.table(JOB_HISTORY)} {self._where('timestamp')}")
+            f"{epoch(q('processed_at'))} FROM {self._sql.table(JOB_HISTORY)} {self._where('timestamp')} "
+            f"AND {q('job_status')} != '{RunStatus.INTERRUPTED.value}'")
         return [JobRow(*row) for row in rows]
 
     def metrics(self) -> List[MetricRow]:
@@ -122,15 +126,15 @@ class SqlReportSource:
         return [MetricRow(*row) for row in rows]
 
     def windows(self) -> List[WindowResult]:
-        """The highest revision of every window, with the aggregations a curve can use."""
+        """The highest revision of every window, with every numeric aggregation (a window check may be on any)."""
         q, epoch = self._sql.quote, self._sql.epoch_seconds
         key = ", ".join(q(c) for c in ("test_name", "run_id", "tag", "window_kind", "window_index"))
-        values = ", ".join(q(a) for a in CURVE_AGGREGATIONS)
+        values = ", ".join(q(a) for a in NUMERIC_AGGREGATIONS)
         rows = self._query(
             f"SELECT {key}, {epoch(q('start_time'))}, {epoch(q('end_time'))}, {q('start_step')}, {q('end_step')}, "
             f"{q('n')}, {q('partial')}, {values} FROM {self._sql.table(METRIC_WINDOWS)} {self._where('end_time')} "
             f"QUALIFY {q('revision')} = max({q('revision')}) OVER (PARTITION BY {key})")
-        return [WindowResult(*row[:11], {a: v for a, v in zip(CURVE_AGGREGATIONS, row[11:]) if v is not None})
+        return [WindowResult(*row[:11], {a: v for a, v in zip(NUMERIC_AGGREGATIONS, row[11:]) if v is not None})
                 for row in rows]
 
     def alerts(self) -> List[AlertRecord]:
@@ -142,9 +146,10 @@ class SqlReportSource:
         names = ("alert_id", "kind", "test_name", "run_id", "metric_name", "value", "lower_bound", "upper_bound",
                  "message", "created_at", "details")
         alerts = [alert_from_row(dict(zip(names, row))) for row in rows]
-        return with_triage_states(alerts, self._triage_actions())
+        return with_triage_states(alerts, self.triage_actions())
 
-    def _triage_actions(self) -> List[TriageItem]:
+    def triage_actions(self) -> List[TriageItem]:
+        """Every stored triage action, in event-time order ([] for a store written before triage existed)."""
         try:
             return read_triage_actions(self._query, self._sql)
         except Exception:  # noqa: BLE001 - a store written before triage existed has no triage table

@@ -7,7 +7,9 @@ Beam's ``WriteToBigQuery`` (streaming inserts, the portable default, or the
 Storage Write API on Dataflow); rows BigQuery rejects come back with
 BigQuery's error and go to the ``dead_letter`` table, so nothing is lost.
 At start-up the pipeline reads its ``HistorySeed`` back from the tables
-(``ReadSeedFromBigQuery``), so a new job continues where the last one stopped.
+(``ReadSeedFromBigQuery``), so a new job continues where the last one stopped:
+the tables' queries at once, each bounded in time with transient errors
+retried, and a failure one line naming the table (``BigQueryStore``).
 
 ``BigQueryTarget.endpoint`` points every client (ours and Beam's, through its
 ``test_client`` hook) at another BigQuery API endpoint, such as a local
@@ -27,6 +29,7 @@ import datetime
 import json
 import logging
 import os
+import time
 from typing import Any, Dict, List, Optional
 
 import apache_beam as beam
@@ -40,7 +43,10 @@ from core.history import HistorySeed
 from core.records import dead_letter_row
 from core.schema import DEAD_LETTER, TABLES, Table
 from core.vocabulary import WriteMethod
-from sinks.seed import SqlDialect, read_history_seed
+from sinks.seed import SEED_TIMEOUT_SECONDS, SqlDialect, read_history_seed
+
+SEED_QUERY_WORKERS = 6        # the seed's queries run at once: one thread each
+REQUEST_TIMEOUT_SECONDS = 60.0  # one HTTP request to BigQuery; a request that times out is retried
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -158,10 +164,17 @@ def bigquery_dialect(target: BigQueryTarget) -> SqlDialect:
 
 
 class BigQueryStore:
-    """Queries on the trainguard tables of one BigQuery dataset."""
+    """Queries on the trainguard tables of one BigQuery dataset.
 
-    def __init__(self, target: BigQueryTarget):
+    Each query is bounded by ``timeout_seconds`` (None: the client's defaults, which wait as long as it takes):
+    transient errors (rate limits, 5xx, a connection reset, a request without an answer after
+    ``REQUEST_TIMEOUT_SECONDS``) are retried with exponential backoff within it, as the BigQuery client's own
+    ``DEFAULT_RETRY`` decides; anything else (a query BigQuery refuses, a table that does not exist) fails at once.
+    """
+
+    def __init__(self, target: BigQueryTarget, timeout_seconds: Optional[float] = SEED_TIMEOUT_SECONDS):
         self.target = target
+        self.timeout_seconds = timeout_seconds
         self._client = None
 
     @property
@@ -171,20 +184,36 @@ class BigQueryStore:
         return self._client
 
     def query(self, sql: str) -> List[tuple]:
-        return [tuple(row.values()) for row in self.client.query(sql).result()]
+        if self.timeout_seconds is None:
+            return [tuple(row.values()) for row in self.client.query(sql).result()]
+        from google.cloud.bigquery.retry import DEFAULT_JOB_RETRY, DEFAULT_RETRY
+
+        bound = self.timeout_seconds
+        deadline = time.monotonic() + bound
+        retry = DEFAULT_RETRY.with_timeout(bound)
+        job = self.client.query(sql, retry=retry, timeout=min(REQUEST_TIMEOUT_SECONDS, bound),
+                                job_retry=DEFAULT_JOB_RETRY.with_timeout(bound))
+        remaining = max(0.001, deadline - time.monotonic())
+        rows = job.result(retry=retry.with_timeout(remaining), timeout=min(REQUEST_TIMEOUT_SECONDS, remaining))
+        return [tuple(row.values()) for row in rows]
 
     def read_seed(self, configs: ConfigSet) -> HistorySeed:
-        """The history state that earlier jobs left behind (the same seed as ``DuckDBStore.read_seed``)."""
-        return read_history_seed(configs, self.query, bigquery_dialect(self.target))
+        """The history state that earlier jobs left behind (the same seed as ``DuckDBStore.read_seed``): the
+        tables' queries at once, each within ``timeout_seconds``; ``sinks.seed.SeedReadError`` names the table
+        whose query failed or did not answer in time, and why."""
+        self.client  # noqa: B018 - made once, before the queries' threads share it
+        return read_history_seed(configs, self.query, bigquery_dialect(self.target), workers=SEED_QUERY_WORKERS,
+                                 timeout_seconds=self.timeout_seconds)
 
 
 class _ReadSeedFn(beam.DoFn):
-    def __init__(self, target: BigQueryTarget, configs: ConfigSet):
+    def __init__(self, target: BigQueryTarget, configs: ConfigSet, timeout_seconds: Optional[float]):
         self.target = target
         self.configs = configs
+        self.timeout_seconds = timeout_seconds
 
     def process(self, unused_impulse):
-        yield BigQueryStore(self.target).read_seed(self.configs)
+        yield BigQueryStore(self.target, self.timeout_seconds).read_seed(self.configs)
 
 
 class ReadSeedFromBigQuery(beam.PTransform):
@@ -195,15 +224,19 @@ class ReadSeedFromBigQuery(beam.PTransform):
     graph. The graph takes it as a singleton side input.
     """
 
-    def __init__(self, target: BigQueryTarget, configs: ConfigSet):
+    def __init__(self, target: BigQueryTarget, configs: ConfigSet,
+                 timeout_seconds: Optional[float] = SEED_TIMEOUT_SECONDS):
         super().__init__()
         self.target = target
         self.configs = configs
+        self.timeout_seconds = timeout_seconds
 
     def expand(self, pbegin):
         return (pbegin
-                | "Start" >> beam.Create([None])
-                | "ReadTables" >> beam.ParDo(_ReadSeedFn(self.target, self.configs)))
+                | "Start" >> beam.Impulse()  # not beam.Create: its inner steps are named after a lambda in Beam
+                # typed, so that the side input is encoded by the project's coder (transforms.coders), not pickled
+                | "ReadTables" >> beam.ParDo(_ReadSeedFn(self.target, self.configs, self.timeout_seconds)
+                                             ).with_output_types(HistorySeed))
 
 
 # --------------------------------------------------------------------------

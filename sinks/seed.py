@@ -10,20 +10,30 @@ BigQuery dataset holding the same rows give the same seed. The row readers
 (:func:`read_job_rows`, :func:`read_metric_rows`, :func:`read_latest_windows`)
 are shared with the backtest (``sinks/stored_history.py``), and read one row
 per key (:func:`one_per_key`): BigQuery keeps a row inserted twice twice.
+A run a drained streaming job stored as ``interrupted`` is not a stored run
+here: its open state comes back in ``HistorySeed.open_runs``
+(:func:`read_open_runs`) until a job ends it. The queries are independent and
+may run at once, each within a time bound (:func:`read_history_seed`).
 """
 
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import dataclasses
+import json
+import logging
+import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
+from core import encoding
 from core.config import ConfigSet
 from core.history import HistorySeed, history_policy, seed_job_history, seed_metric_history
 from core.records import iso_utc
+from core.runs import RunAccumulator, open_run_text
 from core.schema import ALERTS, JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS, TRIAGE, Table
 from core.triage import MAX_RECENT_ALERTS, AlertLedger, TriageItem, reaches_metric_history
-from core.vocabulary import TriageAction
+from core.vocabulary import RunStatus, TriageAction
 from core.window_checks import NUMERIC_AGGREGATIONS, seed_window_history, window_triage_targets
 from core.windows import WindowResult
 
@@ -39,30 +49,99 @@ class SqlDialect:
 Query = Callable[[str], Sequence[Sequence]]  # SQL -> rows (tuples in SELECT order)
 
 
-def read_history_seed(configs: ConfigSet, query: Query, sql: SqlDialect) -> HistorySeed:
-    """The history state that earlier invocations left behind in a store's tables."""
-    actions = read_triage_actions(query, sql)
-    jobs = read_job_rows(query, sql)
+_LOGGER = logging.getLogger(__name__)
+SEED_TIMEOUT_SECONDS = 300.0  # the streaming job's bound on each query of its seed, retries included
+
+
+class SeedReadError(RuntimeError):
+    """A query of the start-up seed failed, or did not answer in time; the message names its table and the cause."""
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [""])[0][:300]
+
+
+def _read_all(reads: Sequence[Tuple[str, Callable[[], Any]]], workers: int, timeout_seconds: Optional[float]
+              ) -> List[Any]:
+    """Each read's result, in order; the reads run at once on ``workers`` threads (1: one after the other, here),
+    each bounded by ``timeout_seconds`` from the start (None: unbounded). The first read to fail, or the first
+    one still running at the bound, raises ``SeedReadError`` naming it."""
+    if workers <= 1 and timeout_seconds is None:
+        results = []
+        for name, read in reads:
+            try:
+                results.append(read())
+            except Exception as error:  # re-raised as one line naming the table
+                raise SeedReadError(f"cannot read the history seed: the query of {name} failed: "
+                                    f"{type(error).__name__}: {_first_line(error)}") from error
+        return results
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="trainguard-seed")
+    try:
+        futures = [(name, pool.submit(read)) for name, read in reads]
+        deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
+        pending = {future for _, future in futures}
+        while pending:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            done, pending = concurrent.futures.wait(pending, timeout=remaining,
+                                                    return_when=concurrent.futures.FIRST_EXCEPTION)
+            for name, future in futures:
+                error = future.exception() if future in done else None
+                if error is not None:
+                    raise SeedReadError(f"cannot read the history seed: the query of {name} failed: "
+                                        f"{type(error).__name__}: {_first_line(error)}") from error
+            if pending and deadline is not None and time.monotonic() >= deadline:
+                name = next(name for name, future in futures if future in pending)
+                raise SeedReadError(f"cannot read the history seed: the query of {name} did not answer within "
+                                    f"{timeout_seconds:g} s (--seed_timeout_seconds)")
+        return [future.result() for _, future in futures]
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)  # a read still hanging ends with its own request timeout
+
+
+def read_history_seed(configs: ConfigSet, query: Query, sql: SqlDialect, workers: int = 1,
+                      timeout_seconds: Optional[float] = None) -> HistorySeed:
+    """The history state that earlier invocations left behind in a store's tables.
+
+    The tables' queries do not depend on each other: with ``workers`` > 1 they run at once (a BigQuery dataset
+    answers each in its own time). ``timeout_seconds`` bounds each of them, counted from the start (with fewer
+    workers than queries, that bounds them all together); a query that fails or does not answer in time raises
+    ``SeedReadError`` naming its table, with the cause.
+    """
+    actions, jobs, metric_rows, windows, alerts, open_runs = _read_all([
+        (_name(sql, TRIAGE), lambda: read_triage_actions(query, sql)),
+        (_name(sql, JOB_HISTORY), lambda: read_job_rows(query, sql)),
+        (_name(sql, METRIC_HISTORY), lambda: read_metric_rows(query, sql)),
+        (_name(sql, METRIC_WINDOWS), lambda: read_latest_windows(query, sql, successful_only=True)),
+        (_name(sql, ALERTS), lambda: read_alert_rows(query, sql, MAX_RECENT_ALERTS)),
+        (f"{_name(sql, JOB_HISTORY)} (interrupted runs)", lambda: read_open_runs(query, sql)),
+    ], workers, timeout_seconds)
+    stored_runs = frozenset((job.test, job.run) for job in jobs)
     runs_by_test = collections.defaultdict(list)
     for job in jobs:
         runs_by_test[job.test].append((job.finalized_at, job.run, job.status))
     rows_by_metric = collections.defaultdict(list)
-    for m in read_metric_rows(query, sql):
+    for m in metric_rows:
         rows_by_metric[(m.test, m.metric)].append((m.finalized_at, m.run, m.value, m.within, m.status))
     metric_actions = collections.defaultdict(list)
     for action in actions:
         if reaches_metric_history(action):
             metric_actions[(action.test, action.metric)].append(action)
     return HistorySeed(
-        windows=_window_seed(configs, query, sql, actions),
+        windows=_window_seed(configs, windows, actions),
         metrics={key: seed_metric_history(
             rows_by_metric.get(key, ()), history_policy(configs.for_test(key[0]).regression_test, key[1]),
             metric_actions.get(key, ()))
                  for key in set(rows_by_metric) | set(metric_actions)},
         jobs={test: seed_job_history(rows) for test, rows in runs_by_test.items()},
-        stored_runs=frozenset((job.test, job.run) for job in jobs),
+        stored_runs=stored_runs,
         stored_actions=frozenset(action.id for action in actions),
-        ledgers=_ledgers(query, sql, actions))
+        ledgers=_ledgers(alerts, actions),
+        open_runs={key: run for key, run in open_runs.items() if key not in stored_runs})
+
+
+def _name(sql: SqlDialect, table: Table) -> str:
+    """A table as its store names it (``project.dataset.table`` for BigQuery), for messages."""
+    return sql.table(table).strip('`"')
 
 
 def read_triage_actions(query: Query, sql: SqlDialect) -> List[TriageItem]:
@@ -101,27 +180,62 @@ class MetricRow(NamedTuple):
     step: Optional[int]
 
 
-def one_per_key(sql: SqlDialect, table: Table, columns: Sequence[str], latest: Optional[str] = None) -> str:
+def one_per_key(sql: SqlDialect, table: Table, columns: Sequence[str], latest: Optional[str] = None,
+                where: str = "TRUE") -> str:
     """A subquery of ``columns`` of ``table`` with one row per key: BigQuery has no keys, so a row written twice
     (an at-least-once insert) is there twice. With ``latest``, the key is the table's key without that column
-    and the row with its highest value is kept (the latest revision of a window)."""
+    and the row with its highest value is kept (the latest revision of a window). ``where`` filters the rows
+    first."""
     q = sql.quote
     key = ", ".join(q(column) for column in table.key if column != latest)
     order = f" ORDER BY {q(latest)} DESC" if latest else ""
-    # WHERE TRUE: BigQuery wants a WHERE, GROUP BY or HAVING beside a QUALIFY.
-    return (f"(SELECT {', '.join(q(column) for column in columns)} FROM {sql.table(table)} WHERE TRUE "
+    # WHERE: BigQuery wants a WHERE, GROUP BY or HAVING beside a QUALIFY.
+    return (f"(SELECT {', '.join(q(column) for column in columns)} FROM {sql.table(table)} WHERE {where} "
             f"QUALIFY ROW_NUMBER() OVER (PARTITION BY {key}{order}) = 1)")
 
 
+def ended_runs(sql: SqlDialect, columns: Sequence[str]) -> str:
+    """``job_history`` as a subquery of one row per run that ended. A run a drain interrupted has a row with
+    status ``interrupted`` (its open state, for the next job) until the run ends and gets its own row with the
+    same key: those rows are not the run's end, and are left out."""
+    return one_per_key(sql, JOB_HISTORY, columns,
+                       where=f"{sql.quote('job_status')} != '{RunStatus.INTERRUPTED.value}'")
+
+
 def read_job_rows(query: Query, sql: SqlDialect, with_details: bool = False) -> List[JobRow]:
-    """Every stored run, once."""
+    """Every stored run that ended, once (not one a drain interrupted and no job ended since)."""
     q, epoch = sql.quote, sql.epoch_seconds
     columns = ["test_name", "run_id", "job_status", "processed_at"]
     selected = f"{q('test_name')}, {q('run_id')}, {q('job_status')}, {epoch(q('processed_at'))}"
     if with_details:
         columns += ["num_failures", "start_time", "timestamp", "events"]
         selected += (f", {q('num_failures')}, {epoch(q('start_time'))}, {epoch(q('timestamp'))}, {q('events')}")
-    return [JobRow(*row) for row in query(f"SELECT {selected} FROM {one_per_key(sql, JOB_HISTORY, columns)} j")]
+    return [JobRow(*row) for row in query(f"SELECT {selected} FROM {ended_runs(sql, columns)} j")]
+
+
+def read_open_runs(query: Query, sql: SqlDialect) -> Dict[Tuple[str, str], RunAccumulator]:
+    """(test, run) -> the open state of each run a drain interrupted (its latest ``interrupted`` row), whether or
+    not a later job ended it since (:func:`read_history_seed` leaves those out). A state that cannot be read back
+    (code too old for it, a damaged row) is logged and left out: the run then starts afresh with its next message."""
+    q = sql.quote
+    rows = query(
+        f"SELECT {q('test_name')}, {q('run_id')}, {q('events')} FROM {sql.table(JOB_HISTORY)} "
+        f"WHERE {q('job_status')} = '{RunStatus.INTERRUPTED.value}' QUALIFY ROW_NUMBER() OVER "
+        f"(PARTITION BY {q('test_name')}, {q('run_id')} ORDER BY {q('processed_at')} DESC) = 1")
+    open_runs: Dict[Tuple[str, str], RunAccumulator] = {}
+    for test, run, events in rows:
+        try:
+            text = open_run_text(json.loads(events or "[]"))
+            state = None if text is None else encoding.from_text(text)
+            if not isinstance(state, RunAccumulator) or (state.test, state.run) != (test, run):
+                raise ValueError("no open state of this run in its events")
+        except (ValueError, TypeError, encoding.EncodingError) as error:
+            _LOGGER.warning("interrupted run %s/%s cannot be resumed (%s); its next message starts it afresh",
+                            test, run, error)
+            continue
+        open_runs[(test, run)] = state
+    return open_runs
+
 
 
 def read_metric_rows(query: Query, sql: SqlDialect) -> List[MetricRow]:
@@ -129,7 +243,7 @@ def read_metric_rows(query: Query, sql: SqlDialect) -> List[MetricRow]:
     q, epoch = sql.quote, sql.epoch_seconds
     metrics = one_per_key(sql, METRIC_HISTORY, ("test_name", "run_id", "metric_name", "metric_value",
                                                 "within_bounds", "step"))
-    jobs = one_per_key(sql, JOB_HISTORY, ("test_name", "run_id", "job_status", "processed_at"))
+    jobs = ended_runs(sql, ("test_name", "run_id", "job_status", "processed_at"))
     rows = query(
         f"SELECT m.{q('test_name')}, m.{q('metric_name')}, m.{q('run_id')}, {epoch('j.' + q('processed_at'))}, "
         f"m.{q('metric_value')}, m.{q('within_bounds')}, j.{q('job_status')}, m.{q('step')} "
@@ -148,7 +262,7 @@ def read_latest_windows(query: Query, sql: SqlDialect, successful_only: bool = T
     windows = one_per_key(sql, METRIC_WINDOWS, ("test_name", "run_id", "tag", "window_kind", "window_index",
                                                 "revision", "start_time", "end_time", "start_step", "end_step",
                                                 "n", "partial", *NUMERIC_AGGREGATIONS), latest="revision")
-    jobs = one_per_key(sql, JOB_HISTORY, ("test_name", "run_id", "job_status", "processed_at"))
+    jobs = ended_runs(sql, ("test_name", "run_id", "job_status", "processed_at"))
     aggregations = ", ".join(f"w.{q(name)}" for name in NUMERIC_AGGREGATIONS)
     rows = query(
         f"SELECT w.{q('test_name')}, w.{q('tag')}, w.{q('window_kind')}, {epoch('j.' + q('processed_at'))}, "
@@ -177,10 +291,11 @@ def read_alert_rows(query: Query, sql: SqlDialect, latest_per_test: Optional[int
     return [{**dict(zip(names, row)), "created_at": row[-1]} for row in rows]
 
 
-def _ledgers(query: Query, sql: SqlDialect, actions: Sequence[TriageItem]) -> Dict[str, AlertLedger]:
-    """Per test, the mutes and the latest alerts a later dismiss or accept can re-announce."""
+def _ledgers(alerts: Sequence[Dict[str, Any]], actions: Sequence[TriageItem]) -> Dict[str, AlertLedger]:
+    """Per test, the mutes and the latest alerts (``read_alert_rows(..., MAX_RECENT_ALERTS)``) a later dismiss or
+    accept can re-announce."""
     ledgers: Dict[str, AlertLedger] = collections.defaultdict(AlertLedger)
-    for row in sorted(read_alert_rows(query, sql, MAX_RECENT_ALERTS), key=lambda r: (r["created_at"], r["alert_id"])):
+    for row in sorted(alerts, key=lambda r: (r["created_at"], r["alert_id"])):
         ledgers[row["test_name"]].recent[row["alert_id"]] = (row["created_at"],
                                                              {**row, "created_at": iso_utc(row["created_at"])})
     for action in actions:
@@ -189,10 +304,12 @@ def _ledgers(query: Query, sql: SqlDialect, actions: Sequence[TriageItem]) -> Di
     return dict(ledgers)
 
 
-def _window_seed(configs: ConfigSet, query: Query, sql: SqlDialect, actions: Sequence[TriageItem]):
-    """Step-aligned window history: the latest revision of each window of successful runs."""
+def _window_seed(configs: ConfigSet, windows: Sequence[Tuple[Optional[float], Optional[str], WindowResult]],
+                 actions: Sequence[TriageItem]):
+    """Step-aligned window history: the latest revision of each window of successful runs
+    (``read_latest_windows(..., successful_only=True)``)."""
     runs = collections.defaultdict(lambda: collections.defaultdict(list))
-    for finalized_at, _, result in read_latest_windows(query, sql, successful_only=True):
+    for finalized_at, _, result in windows:
         runs[(result.test, result.tag, result.kind)][(finalized_at, result.run)].append(result)
     window_actions = collections.defaultdict(list)
     for action in actions:

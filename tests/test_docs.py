@@ -29,6 +29,7 @@ also has what the trainer docs take as given: ``runs/`` (TensorBoard logs), ``tr
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import glob
 import json
@@ -39,6 +40,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from typing import List, Optional
 
@@ -318,20 +320,38 @@ def dry_run_form(command: str, project: str, endpoint: str, gcs_dir: str, pip_re
 
 
 def run_until_ctrl_c(words: List[str], cwd) -> subprocess.CompletedProcess:
-    """Runs a command; if it says it runs until Ctrl-C, sends Ctrl-C. Output of both streams, merged."""
+    """Runs a command; if it says it runs until Ctrl-C, sends Ctrl-C. Output of both streams, merged.
+
+    A command still running ``COMMAND_TIMEOUT_S`` after it started, or 30 s after its Ctrl-C, is killed
+    (with its process group) and fails with what it printed.
+    """
     env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
                PYTHONUNBUFFERED="1")
     process = subprocess.Popen(["bash", "-c", shlex.join(words)], cwd=cwd, env=env, text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    output, deadline = [], time.monotonic() + COMMAND_TIMEOUT_S
-    for line in process.stdout:
-        output.append(line)
-        if RUNNING in line:
-            time.sleep(1.0)  # let it reach its main loop
-            os.killpg(process.pid, signal.SIGINT)
-        if time.monotonic() > deadline:
-            os.killpg(process.pid, signal.SIGKILL)
-    process.wait(timeout=60)
+    output, interrupted = [], threading.Event()
+
+    def kill_after(seconds: float) -> threading.Timer:
+        timer = threading.Timer(seconds, lambda: os.killpg(process.pid, signal.SIGKILL))
+        timer.daemon = True
+        timer.start()
+        return timer
+
+    watchdogs = [kill_after(COMMAND_TIMEOUT_S)]
+    try:
+        for line in process.stdout:
+            output.append(line)
+            if RUNNING in line and not interrupted.is_set():
+                interrupted.set()
+                time.sleep(1.0)  # let it reach its main loop
+                os.killpg(process.pid, signal.SIGINT)
+                watchdogs.append(kill_after(30))
+        process.wait()
+    finally:
+        for watchdog in watchdogs:
+            watchdog.cancel()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # nothing it started outlives the test
     return subprocess.CompletedProcess(words, process.returncode, "".join(output), "")
 
 

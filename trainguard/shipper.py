@@ -45,7 +45,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -67,6 +66,7 @@ MAX_REMEMBERED_TAGS = 100_000  # --ignore_tags verdicts cached per tag, up to th
 EXIT_CANNOT_RUN = 127  # as a shell reports a command it cannot run
 EXIT_NO_DATA = 1  # the run ended without a single point: nothing shipped is not a success
 NO_DATA_REASON = "no_data"
+SIGNAL_NAP_S = 0.1  # the longest a sleeping shipper takes to notice a signal
 
 
 @dataclasses.dataclass
@@ -172,7 +172,7 @@ class Shipper:
         self._layouts: Dict[str, Tuple[str, Rank]] = {}
         self._readers: Dict[str, Any] = {}
         self._ignored: Dict[str, bool] = {}
-        self._wakeup = threading.Event()
+        self._woken = False  # set by the signal handler: a plain flag, as a handler must take no lock
         self.interrupts = 0
         self.points_shipped = 0
         self.child: Optional[subprocess.Popen] = None
@@ -215,8 +215,15 @@ class Shipper:
         return False
 
     def _sleep(self, seconds: float) -> None:
-        self._wakeup.wait(seconds)
-        self._wakeup.clear()
+        """Sleeps up to ``seconds``, in short naps so that a signal ends it at once.
+
+        Not an ``Event``: the handler runs in this thread between two bytecodes, possibly while
+        ``Event.wait`` holds the event's lock, and ``Event.set`` in the handler would then wait forever.
+        """
+        deadline = time.monotonic() + seconds
+        while not self._woken and time.monotonic() < deadline:
+            time.sleep(min(SIGNAL_NAP_S, max(0.0, deadline - time.monotonic())))
+        self._woken = False
 
     def _encoder(self, rank: Rank) -> MessageEncoder:
         """The encoder of one rank's messages (each writes its rank into its envelope once)."""
@@ -412,7 +419,7 @@ class Shipper:
         if self.child is not None and self.child.poll() is None:
             with contextlib.suppress(OSError):
                 self.child.send_signal(signum)
-        self._wakeup.set()
+        self._woken = True
 
     def run(self) -> int:
         """Ships until the command exits, the run goes idle, or a signal; returns the exit code."""

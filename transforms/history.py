@@ -9,7 +9,8 @@ from core.records import MetricObservation
 from core.runs import RunResult
 from core.schema import ALERTS, DEAD_LETTER
 from core.triage import TriageItem, reaches_metric_history
-from transforms.ordered import ConfiguredMachine, OrderedCheck, in_event_time_order
+from transforms.coders import AnyRecord
+from transforms.ordered import ConfiguredMachine, KeyedParDo, OrderedCheck
 
 
 class _MetricMachine(ConfiguredMachine):
@@ -50,8 +51,8 @@ class CheckMetricHistory(OrderedCheck):
         metric_actions = actions | "MetricActions" >> beam.Filter(reaches_metric_history)
         outputs = ((observations, metric_actions) | "ObservationsAndActions" >> beam.Flatten()
                    | "KeyByMetric" >> beam.Map(lambda o: ((o.test, o.metric), o)).with_output_types(
-                       beam.typehints.KV[beam.typehints.Tuple[str, str], beam.typehints.Any])
-                   | "CheckInOrder" >> beam.ParDo(in_event_time_order(_MetricMachine(self.configs), "metric", self.streaming),
+                       beam.typehints.KV[beam.typehints.Tuple[str, str], AnyRecord])
+                   | "CheckInOrder" >> KeyedParDo(self.in_order(_MetricMachine(self.configs), "metric"),
                                                   self.seed).with_outputs(ALERTS.name, DEAD_LETTER.name, main="rows"))
         return outputs.rows, outputs[ALERTS.name], outputs[DEAD_LETTER.name]
 
@@ -66,6 +67,6 @@ class CheckJobHistory(OrderedCheck):
     def expand(self, runs):
         outputs = (runs
                    | "KeyByTest" >> beam.Map(lambda r: (r.test, r)).with_output_types(beam.typehints.KV[str, RunResult])
-                   | "CheckInOrder" >> beam.ParDo(in_event_time_order(_JobMachine(self.configs), "job", self.streaming),
+                   | "CheckInOrder" >> KeyedParDo(self.in_order(_JobMachine(self.configs), "job"),
                                                   self.seed).with_outputs(DEAD_LETTER.name, main="alerts"))
         return outputs.alerts, outputs[DEAD_LETTER.name]

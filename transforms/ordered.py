@@ -12,16 +12,20 @@ from __future__ import annotations
 import bisect
 import copy
 import pickle
-from typing import Any, Iterable, List, Protocol
+from typing import Any, Dict, Iterable, List, Protocol
 
 import apache_beam as beam
-from apache_beam.coders import PickleCoder
+from apache_beam.transforms.core import SIDE_INPUT_PREFIX
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
+from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import Timestamp
 
 from core.records import dead_letter_row, failure_reason, record_payload
+from core.registry import record
+from core.runs import TIMER_BUCKET_SECONDS
 from core.schema import DEAD_LETTER
+from transforms.coders import RecordCoder
 
 
 class StateMachine(Protocol):
@@ -43,14 +47,20 @@ class OrderedCheck(beam.PTransform):
     """Base of the composites that run a ``ConfiguredMachine`` in event-time order: its settings, once.
 
     ``seed`` is the singleton side input of the start-up ``HistorySeed``;
-    ``streaming`` says whether input is unbounded (see ``in_event_time_order``).
+    ``streaming`` says whether input is unbounded and ``timer_bucket_seconds`` how
+    coarse its timers are (see ``in_event_time_order``).
     """
 
-    def __init__(self, configs, seed, streaming: bool = True):
+    def __init__(self, configs, seed, streaming: bool = True, timer_bucket_seconds: float = TIMER_BUCKET_SECONDS):
         super().__init__()
         self.configs = configs
         self.seed = seed
         self.streaming = streaming
+        self.timer_bucket_seconds = timer_bucket_seconds
+
+    def in_order(self, machine: StateMachine, name: str) -> beam.DoFn:
+        """``in_event_time_order`` of ``machine`` with this composite's settings."""
+        return in_event_time_order(machine, name, self.streaming, self.timer_bucket_seconds)
 
 
 def _order(item):
@@ -61,6 +71,26 @@ def _due(item) -> Timestamp:
     return Timestamp.of(item.order[0])
 
 
+_LATEST_TIMER = GlobalWindow().max_timestamp()
+
+
+def bucket_end(seconds: float, bucket_seconds: float) -> Timestamp:
+    """When a watermark timer for something due at ``seconds`` fires: ``Timestamp.of(seconds)`` itself
+    (``bucket_seconds`` 0), else the end of its bucket, the first multiple of ``bucket_seconds`` at or after it
+    (``core.runs.RunLifecycle.timer_bucket_seconds``). Never before ``seconds``, as a float too: a firing at
+    the bucket's end takes everything due at or before ``float(fired_at)``, the due item included."""
+    due = Timestamp.of(seconds)
+    bucket_micros = round(bucket_seconds * 1_000_000)
+    if bucket_micros <= 0:
+        return due
+    micros = -(-due.micros // bucket_micros) * bucket_micros
+    while float(Timestamp(micros=micros)) < seconds:  # ``Timestamp.of`` truncates below a microsecond
+        micros += bucket_micros
+    end = Timestamp(micros=micros)
+    return end if end <= _LATEST_TIMER else max(due, _LATEST_TIMER)
+
+
+@record("OrderedKeyState")
 class _Keyed:
     """All that one key keeps: the machine's state and its items waiting for the watermark."""
 
@@ -69,21 +99,67 @@ class _Keyed:
         self.pending: list = []          # sorted by ``order``
         self.scheduled: Timestamp = None  # when the flush timer is set to fire
 
+    def to_state(self) -> Dict[str, Any]:
+        """What the key's state keeps (``core.encoding``: a file format, fields by name)."""
+        return {"machine_state": self.machine_state, "pending": self.pending,
+                "scheduled_micros": None if self.scheduled is None else self.scheduled.micros}
 
-def in_event_time_order(machine: StateMachine, name: str, streaming: bool = True) -> beam.DoFn:
+    @classmethod
+    def from_state(cls, state: Dict[str, Any]) -> _Keyed:
+        keyed = cls(state["machine_state"])
+        keyed.pending = state.get("pending", [])
+        micros = state.get("scheduled_micros")
+        keyed.scheduled = None if micros is None else Timestamp(micros=micros)
+        return keyed
+
+
+class KeyedParDo(beam.ParDo):
+    """``beam.ParDo`` of a stateful DoFn with side inputs, whose timers get the key coder of its main input.
+
+    Beam (2.77) takes "the main input" of a stateful ParDo to be any of its
+    inputs that is not a side input *object*; it compares input tags with
+    side-input objects, so the pick is the first of a set of tags, in hash-seed
+    order: often the side input. Its timers then got a key coder from the
+    seed's type (the fallback coder, or an error now that the seed has a coder
+    of its own) instead of the key's. This keeps the side inputs out of that
+    pick. The label stays ``ParDo(...)``: step names are what ``--update`` maps.
+    """
+
+    def default_label(self) -> str:
+        return f"ParDo({self.fn.default_label()})"
+
+    def _get_key_and_window_coder(self, named_inputs):
+        if named_inputs is not None:
+            named_inputs = {tag: pcoll for tag, pcoll in named_inputs.items()
+                            if not tag.startswith(SIDE_INPUT_PREFIX)}
+        return super()._get_key_and_window_coder(named_inputs)
+
+
+def in_event_time_order(machine: StateMachine, name: str, streaming: bool = True,
+                        timer_bucket_seconds: float = TIMER_BUCKET_SECONDS) -> beam.DoFn:
     """A DoFn: (key, item) -> whatever ``machine.step`` yields, per key in event-time order.
 
     Items need an ``order`` tuple whose first field is their event time in
     seconds. The ``seed`` side input is passed to ``machine.initial``.
 
     A key's state and pending items are one state value, read and written whole
-    (one pickle, not one state operation per item): a bounded replay buffers a
-    test's whole history in it before the first timer fires.
+    (one value encoded by ``transforms.coders.RecordCoder``, not one state
+    operation per item): a bounded replay buffers a test's whole history in it
+    before the first timer fires.
 
     With bounded input (``streaming=False``) every item has arrived before any
     timer fires (FnApiRunner runs a stage's timers once its input is done), so
     the first firing feeds all pending items, in order, instead of one firing
     per distinct event time, each re-reading the key's state.
+
+    With unbounded input the timer is set at the earliest pending item's due
+    time rounded up to its bucket of ``timer_bucket_seconds`` (``bucket_end``;
+    0: the due time itself). A firing at time T feeds every pending item due at
+    or before T, in order, and sets the timer at the next pending item's
+    bucket: one firing per bucket the watermark passes, not one per distinct
+    event time. The outputs are the same: an item is fed once the watermark
+    has passed its bucket's end, so after it has passed the item itself, and
+    every item due before it has been fed first.
 
     Each instance gets its own state and timer names: FnApiRunner confuses the
     timers of two stateful DoFns that share a timer name when it fuses them
@@ -94,7 +170,7 @@ def in_event_time_order(machine: StateMachine, name: str, streaming: bool = True
     and the item goes to the ``dead_letter`` output with the exception as the
     reason: one bad item never stops the key, let alone the stage.
     """
-    keyed_spec = ReadModifyWriteStateSpec(f"{name}_keyed", PickleCoder())
+    keyed_spec = ReadModifyWriteStateSpec(f"{name}_keyed", RecordCoder())
     flush_spec = TimerSpec(f"{name}_flush", TimeDomain.WATERMARK)
 
     class InEventTimeOrderFn(beam.DoFn):
@@ -106,7 +182,7 @@ def in_event_time_order(machine: StateMachine, name: str, streaming: bool = True
             if keyed is None:
                 keyed = _Keyed(copy.deepcopy(machine.initial(key, seed)))
             bisect.insort(keyed.pending, item, key=_order)
-            due = _due(item)
+            due = fires_at(item)
             if keyed.scheduled is None or due < keyed.scheduled:
                 flush.set(due)
                 keyed.scheduled = due
@@ -124,10 +200,13 @@ def in_event_time_order(machine: StateMachine, name: str, streaming: bool = True
                 yield from _step_or_dead_letter(keyed, keyed.pending[ready])
                 ready += 1
             del keyed.pending[:ready]
-            keyed.scheduled = _due(keyed.pending[0]) if keyed.pending else None
+            keyed.scheduled = fires_at(keyed.pending[0]) if keyed.pending else None
             if keyed.scheduled is not None:
                 flush.set(keyed.scheduled)
             keyed_state.write(keyed)
+
+    def fires_at(item: Any) -> Timestamp:
+        return bucket_end(item.order[0], timer_bucket_seconds) if streaming else _due(item)
 
     def _step_or_dead_letter(keyed: _Keyed, item: Any) -> List[Any]:
         snapshot = pickle.dumps(keyed.machine_state, pickle.HIGHEST_PROTOCOL)

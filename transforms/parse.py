@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import apache_beam as beam
-from apache_beam.transforms.deduplicate import DeduplicatePerKey
+from apache_beam.coders import BooleanCoder
+from apache_beam.transforms.timeutil import TimeDomain
+from apache_beam.transforms.userstate import BagStateSpec, TimerSpec, on_timer
 from apache_beam.utils.timestamp import Duration
 
 from core.config import Configs
@@ -12,6 +16,8 @@ from core.records import dead_letter_row, failure_reason
 from core.schema import DEAD_LETTER, TRIAGE
 from core.triage import TriageItem
 from trainguard import wire
+from transforms import progress
+from transforms.coders import AnyRecord
 
 
 class ParseMessageFn(beam.DoFn):
@@ -20,22 +26,32 @@ class ParseMessageFn(beam.DoFn):
     Invalid payloads, and invalid points or events inside otherwise good
     messages, go to the ``dead_letter`` output with the reason and the payload;
     so does a payload the parser itself fails on, with the exception as the reason.
+    With a progress id (a counter of ``transforms.progress``), each message and
+    its valid points are also counted there.
     """
 
-    def __init__(self):
+    def __init__(self, progress_id: Optional[str] = None):
         self.messages_read = beam.metrics.Metrics.counter("trainguard", "messages_read")
+        self.progress_id = progress_id
+
+    def start_bundle(self):
+        self._progress = progress.counter_for(self.progress_id)
 
     def process(self, raw: RawMessage):
         self.messages_read.inc()
         try:
             message, rejections = wire.parse_message(raw.payload)
         except wire.InvalidMessage as e:
-            yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
-                f"invalid message: {e}", raw.payload, raw.source, raw.received_at))
-            return
+            reason = f"invalid message: {e}"
         except Exception as error:  # noqa: BLE001 - whatever one payload does to the parser is that payload's
+            reason = failure_reason("parse", error)
+        else:
+            reason = None
+        if self._progress is not None:
+            self._progress.read_message(0 if reason is not None else len(message.points))
+        if reason is not None:
             yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
-                failure_reason("parse", error), raw.payload, raw.source, raw.received_at))
+                reason, raw.payload, raw.source, raw.received_at))
             return
         for rejection in rejections:
             payload = raw.payload if rejection.payload is None else rejection.payload
@@ -49,10 +65,17 @@ class ParseMessageFn(beam.DoFn):
 
 
 class ParseMessages(beam.PTransform):
-    """RawMessage -> (ParsedMessage in event time, TriageItem of control messages in event time, dead letters)."""
+    """RawMessage -> (ParsedMessage in event time, TriageItem of control messages in event time, dead letters).
+
+    ``progress_id``: see :class:`ParseMessageFn`.
+    """
+
+    def __init__(self, progress_id: Optional[str] = None):
+        super().__init__()
+        self.progress_id = progress_id
 
     def expand(self, raw_messages):
-        outputs = raw_messages | beam.ParDo(ParseMessageFn()).with_outputs(
+        outputs = raw_messages | beam.ParDo(ParseMessageFn(self.progress_id)).with_outputs(
             TRIAGE.name, DEAD_LETTER.name, main="messages")
         return outputs.messages, outputs[TRIAGE.name], outputs[DEAD_LETTER.name]
 
@@ -103,6 +126,43 @@ class DeduplicateMessages(beam.PTransform):
 
     def expand(self, messages):
         return (messages
-                | "KeyById" >> beam.Map(lambda m: (m.id, m)).with_output_types(beam.typehints.KV[str, beam.typehints.Any])
-                | "FirstPerId" >> DeduplicatePerKey(event_time_duration=Duration(seconds=self.horizon_seconds))
+                | "KeyById" >> beam.Map(lambda m: (m.id, m)).with_output_types(beam.typehints.KV[str, AnyRecord])
+                | "FirstPerId" >> FirstPerKeyInEventTime(self.horizon_seconds)
                 | "DropKey" >> beam.Values())
+
+
+class FirstPerKeyInEventTime(beam.PTransform):
+    """(key, value) -> the first (key, value) of each key, again once ``horizon_seconds`` of event time have passed.
+
+    Beam's ``DeduplicatePerKey(event_time_duration=...)`` without its processing-time timer: that timer, declared
+    even when unused, makes Beam's ``DirectRunner`` leave the FnApiRunner for the BundleBasedDirectRunner, whose
+    user timers do not hold the watermark of the stages after them, so a replay named ``--runner=DirectRunner``
+    gave other rows. The step, state and timer names are Beam's, so that ``--update`` finds the running job's.
+    """
+
+    def __init__(self, horizon_seconds: float):
+        super().__init__()
+        self.horizon_seconds = horizon_seconds
+
+    def expand(self, keyed):
+        return keyed | "DeduplicateFn" >> beam.ParDo(_FirstPerKeyFn(Duration(seconds=self.horizon_seconds)))
+
+
+class _FirstPerKeyFn(beam.DoFn):
+    SEEN = BagStateSpec("seen", BooleanCoder())
+    FORGET = TimerSpec("event_timer", TimeDomain.WATERMARK)
+
+    def __init__(self, horizon: Duration):
+        self.horizon = horizon
+
+    def process(self, keyed, at=beam.DoFn.TimestampParam, seen=beam.DoFn.StateParam(SEEN),
+                forget=beam.DoFn.TimerParam(FORGET)):
+        if True in seen.read():
+            return
+        forget.set(at + self.horizon)
+        seen.add(True)
+        yield keyed
+
+    @on_timer(FORGET)
+    def on_forget(self, seen=beam.DoFn.StateParam(SEEN)):
+        seen.clear()

@@ -16,7 +16,8 @@ from core.rank_windows import RankWindows, add_rank_window, close_rank_windows
 from core.runs import RunResult
 from core.schema import ALERTS, DEAD_LETTER
 from core.window_checks import RunEnded
-from transforms.ordered import ConfiguredMachine, OrderedCheck, in_event_time_order
+from transforms.coders import AnyRecord
+from transforms.ordered import ConfiguredMachine, KeyedParDo, OrderedCheck
 
 
 class _RankWindowMachine(ConfiguredMachine):
@@ -63,8 +64,8 @@ class CombineRankWindows(OrderedCheck):
         ends = runs | "RunEnds" >> beam.FlatMap(run_ends)
         outputs = ((firsts, ends) | "RankInputs" >> beam.Flatten()
                    | "KeyByRunTag" >> beam.Map(lambda i: ((i.test, i.run, i.tag), i)).with_output_types(
-                       beam.typehints.KV[beam.typehints.Tuple[str, str, str], beam.typehints.Any])
-                   | "CombineInOrder" >> beam.ParDo(
-                       in_event_time_order(_RankWindowMachine(configs), "rank_windows", self.streaming),
+                       beam.typehints.KV[beam.typehints.Tuple[str, str, str], AnyRecord])
+                   | "CombineInOrder" >> KeyedParDo(
+                       self.in_order(_RankWindowMachine(configs), "rank_windows"),
                        self.seed).with_outputs(ALERTS.name, DEAD_LETTER.name, main="windows"))
         return outputs.windows, outputs[ALERTS.name], outputs[DEAD_LETTER.name]

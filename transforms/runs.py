@@ -2,45 +2,73 @@
 
 from __future__ import annotations
 
+import copy
 import json
-from typing import Tuple
+import time
+from typing import Callable, Optional, Tuple
 
 import apache_beam as beam
-from apache_beam.coders import BooleanCoder, PickleCoder
+from apache_beam.coders import BooleanCoder
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.utils.timestamp import Duration, Timestamp
 
+from core import encoding
 from core.config import Configs
-from core.parse import MessageSummary
 from core.records import dead_letter_row, failure_reason, record_payload
-from core.runs import RunAccumulator, RunLifecycle
+from core.runs import RunAccumulator, RunLifecycle, interrupt
 from core.schema import DEAD_LETTER
+from core.vocabulary import RunStatus
+from transforms.coders import AnyRecord, RecordCoder
 
 RunKey = Tuple[str, str]
+INTERRUPTED = "interrupted"  # AssembleRuns' output of the runs a drain cut short (``RunStatus.INTERRUPTED``)
+
+
+def stored_run_reason(test: str, run: str) -> str:
+    """The dead-letter reason of a message of a run the store already holds (the same for every such message of
+    the run, so that a message delivered twice is one dead-letter row)."""
+    return (f"run already stored: {test}/{run} was finalized by an earlier job "
+            "(a message later than its end, or one resent that it already holds)")
+
+
+class _SkipStoredRunsFn(beam.DoFn):
+    def __init__(self, dead_letter: bool):
+        self.dead_letter = dead_letter
+        self.skipped = beam.metrics.Metrics.counter("trainguard", "messages_of_stored_runs")
+
+    def process(self, message, seed, timestamp=beam.DoFn.TimestampParam):
+        if (message.test, message.run) not in seed.stored_runs:
+            yield message
+            return
+        self.skipped.inc()
+        if self.dead_letter:
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
+                stored_run_reason(message.test, message.run), message.payload, f"run:{message.test}/{message.run}",
+                float(timestamp)))
 
 
 class SkipStoredRuns(beam.PTransform):
-    """Drops messages of runs that the store already holds (re-running the same files).
+    """``MessageSummary``s -> (those of runs the store does not hold yet, dead-letter rows).
 
-    Takes ``MessageSummary``s and the start-up seed as a singleton side input;
-    what it drops is counted (``messages_of_stored_runs``) and reported.
+    ``seed`` is the singleton side input of the start-up ``HistorySeed``: its
+    ``stored_runs`` are the runs that ended (a run a drain interrupted is not
+    one: its messages pass, and ``AssembleRuns`` resumes it). A message of a
+    stored run is counted (``messages_of_stored_runs``) and, with
+    ``dead_letter`` (the streaming job), dead-lettered with the reason and its
+    payload. A replay only counts them: re-running it on the same files reads
+    every message of its stored runs again, and adds nothing.
     """
 
-    def __init__(self, seed):
+    def __init__(self, seed, dead_letter: bool = False):
         super().__init__()
         self.seed = seed
+        self.dead_letter = dead_letter
 
     def expand(self, messages):
-        skipped = beam.metrics.Metrics.counter("trainguard", "messages_of_stored_runs")
-
-        def is_new(message, seed):
-            if (message.test, message.run) in seed.stored_runs:
-                skipped.inc()
-                return False
-            return True
-
-        return messages | beam.Filter(is_new, self.seed)
+        outputs = messages | "NotStored" >> beam.ParDo(_SkipStoredRunsFn(self.dead_letter), self.seed).with_outputs(
+            DEAD_LETTER.name, main="new")
+        return outputs.new, outputs[DEAD_LETTER.name]
 
 
 class AssembleRunFn(beam.DoFn):
@@ -51,23 +79,39 @@ class AssembleRunFn(beam.DoFn):
     ``lifecycle.timeout_seconds`` after its latest point when it never finishes
     (status ``missing``). Messages arriving after that are dead-lettered as
     late; the run's tombstone is kept for ``lifecycle.retention_seconds``.
+
+    With ``interruptions`` (the streaming job), a run that would end as
+    ``missing`` further ahead of the wall clock (``clock``) than
+    ``lifecycle.clock_skew_seconds`` was cut short by a drain
+    (``RunLifecycle.interrupted``): it goes to the ``interrupted`` output with
+    its open state (``core.runs.interrupt``) instead. An element whose value is
+    a ``RunAccumulator`` is such a run's state, resumed from the store: it is
+    merged with whatever the run's messages brought so far.
     """
 
-    ACCUMULATOR = ReadModifyWriteStateSpec("accumulator", PickleCoder())
+    ACCUMULATOR = ReadModifyWriteStateSpec("accumulator", RecordCoder())
     FINALIZED = ReadModifyWriteStateSpec("finalized", BooleanCoder())
     FINALIZE = TimerSpec("finalize", TimeDomain.WATERMARK)
     EXPIRE = TimerSpec("expire", TimeDomain.WATERMARK)
 
-    def __init__(self, configs: Configs, lifecycle: RunLifecycle):
+    def __init__(self, configs: Configs, lifecycle: RunLifecycle, interruptions: bool = False,
+                 clock: Optional[Callable[[], float]] = None):
         self.configs = configs
         self.lifecycle = lifecycle
+        self.interruptions = interruptions
+        self.clock = clock or time.time
         self.runs_finalized = beam.metrics.Metrics.counter("trainguard", "runs_finalized")
+        self.runs_interrupted = beam.metrics.Metrics.counter("trainguard", "runs_interrupted")
+        self.runs_resumed = beam.metrics.Metrics.counter("trainguard", "runs_resumed")
 
     def process(self, element, timestamp=beam.DoFn.TimestampParam,
                 accumulator_state=beam.DoFn.StateParam(ACCUMULATOR),
                 finalized=beam.DoFn.StateParam(FINALIZED),
                 finalize_timer=beam.DoFn.TimerParam(FINALIZE)):
         (test, run), summary = element
+        if isinstance(summary, RunAccumulator):
+            yield from self._resume(summary, accumulator_state, finalized, finalize_timer)
+            return
         if finalized.read():
             yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
                 "late: run already finalized", summary.payload, f"run:{test}/{run}", float(timestamp)))
@@ -87,6 +131,32 @@ class AssembleRunFn(beam.DoFn):
         accumulator_state.write(accumulator)
         finalize_timer.set(Timestamp.of(finalize_at))
 
+    def _resume(self, stored: RunAccumulator, accumulator_state, finalized, finalize_timer):
+        """A run a drained job left open: its stored state joins what this job has of it, and its timer is set
+        again (a run that never hears from its trainer again still ends, as ``missing``, at its own timeout).
+        Its element comes from the seed, at the start of time: its dead letters have no time."""
+        source = f"run:{stored.test}/{stored.run}"
+        if finalized.read():  # cannot happen while the seed holds the watermark back; never re-opens a run
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
+                "late: run already finalized", record_payload(stored.to_state()), source, None))
+            return
+        current = accumulator_state.read()
+        accumulator = copy.deepcopy(stored)  # the seed's object may be shared: never change it
+        try:
+            overflow = [] if current is None else accumulator.absorb(current)
+            finalize_at = accumulator.finalize_at(self.lifecycle)
+        except Exception as error:  # noqa: BLE001 - a state that cannot be resumed is a dead letter, not a crash
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
+                failure_reason("resume run", error), record_payload(stored.to_state()), source, None))
+            return
+        for event in overflow:
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
+                f"too many events in run (limit {RunAccumulator.MAX_EVENTS})",
+                json.dumps(event._asdict(), sort_keys=True), source, None))
+        self.runs_resumed.inc()
+        accumulator_state.write(accumulator)
+        finalize_timer.set(Timestamp.of(finalize_at))
+
     @on_timer(FINALIZE)
     def finalize(self, key=beam.DoFn.KeyParam, fired_at=beam.DoFn.TimestampParam,
                  accumulator_state=beam.DoFn.StateParam(ACCUMULATOR),
@@ -98,31 +168,56 @@ class AssembleRunFn(beam.DoFn):
         accumulator_state.clear()
         finalized.write(True)
         expire_timer.set(fired_at + Duration(seconds=self.lifecycle.retention_seconds))
-        self.runs_finalized.inc()
         try:
-            yield accumulator.result(self.configs.for_test(key[0], float(fired_at)), self.lifecycle)
+            result = accumulator.result(self.configs.for_test(key[0], float(fired_at)), self.lifecycle)
+            if self.interruptions and result.status == RunStatus.MISSING:
+                now = self.clock()
+                if self.lifecycle.interrupted(float(fired_at), now):
+                    result = interrupt(result, now, encoding.to_text(accumulator))
         except Exception as error:  # noqa: BLE001 - a run that cannot be summed up is that run's dead letter
+            self.runs_finalized.inc()
             yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
                 failure_reason("finalize run", error), record_payload({
                     "test": accumulator.test, "run": accumulator.run, "tags": sorted(accumulator.tags),
                     "events": [event._asdict() for event in accumulator.events]}),
                 f"run:{key[0]}/{key[1]}", float(fired_at)))
+            return
+        if result.status == RunStatus.INTERRUPTED:
+            self.runs_interrupted.inc()
+            yield beam.pvalue.TaggedOutput(INTERRUPTED, result)
+        else:
+            self.runs_finalized.inc()
+            yield result
 
     @on_timer(EXPIRE)
     def expire(self, finalized=beam.DoFn.StateParam(FINALIZED)):
         finalized.clear()
 
 
-class AssembleRuns(beam.PTransform):
-    """MessageSummary -> (RunResult per finalized run, dead-letter rows for late messages)."""
+def _open_runs(seed):
+    """The runs a drained job left open (``HistorySeed.open_runs``), keyed as messages are."""
+    return seed.open_runs.items()
 
-    def __init__(self, configs: Configs, lifecycle: RunLifecycle):
+
+class AssembleRuns(beam.PTransform):
+    """MessageSummary -> (RunResult per finalized run, dead-letter rows for late messages, ``interrupted`` RunResults).
+
+    ``seed`` (the one-element PCollection of the start-up ``HistorySeed``, optional) brings the runs a drained
+    job left open, which resume here; ``interruptions`` and ``clock``: see ``AssembleRunFn``.
+    """
+
+    def __init__(self, configs: Configs, lifecycle: RunLifecycle, seed: Optional[beam.PCollection] = None,
+                 interruptions: bool = False, clock: Optional[Callable[[], float]] = None):
         super().__init__()
-        self.fn = AssembleRunFn(configs, lifecycle)
+        self.fn = AssembleRunFn(configs, lifecycle, interruptions, clock)
+        self.seed = seed
 
     def expand(self, messages):
-        outputs = (messages
-                   | "KeyByRun" >> beam.Map(lambda m: ((m.test, m.run), m)).with_output_types(
-                       beam.typehints.KV[beam.typehints.Tuple[str, str], MessageSummary])
-                   | "Assemble" >> beam.ParDo(self.fn).with_outputs(DEAD_LETTER.name, main="runs"))
-        return outputs.runs, outputs[DEAD_LETTER.name]
+        keyed = beam.typehints.KV[beam.typehints.Tuple[str, str], AnyRecord]
+        inputs = (messages
+                  | "KeyByRun" >> beam.Map(lambda m: ((m.test, m.run), m)).with_output_types(keyed))
+        if self.seed is not None:
+            resumed = self.seed | "OpenRuns" >> beam.FlatMap(_open_runs).with_output_types(keyed)
+            inputs = (inputs, resumed) | "MessagesAndOpenRuns" >> beam.Flatten().with_output_types(keyed)
+        outputs = inputs | "Assemble" >> beam.ParDo(self.fn).with_outputs(DEAD_LETTER.name, INTERRUPTED, main="runs")
+        return outputs.runs, outputs[DEAD_LETTER.name], outputs[INTERRUPTED]

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
-from typing import Optional, Sequence, Union
+from typing import Dict, Optional, Sequence, Union
 
 import apache_beam as beam
 from apache_beam.coders import BytesCoder
 from apache_beam.io.gcp.pubsub import PubsubMessage, ReadFromPubSub
 
 from trainguard import wire
+from transforms import progress
 from transforms.parse import RawMessage
 
 
@@ -50,25 +51,50 @@ class ReadPubSubMessages(beam.PTransform):
                 | "ToRawMessage" >> beam.Map(raw_from_pubsub, source))
 
 
+class LinesToRawMessages(beam.DoFn):
+    """(filename, line) -> RawMessage, blank lines skipped; with a progress id, counts each file it reads.
+
+    A file's source (its real path) is worked out, and the file counted, once per file and bundle, not per line.
+    """
+
+    def __init__(self, progress_id: Optional[str] = None):
+        self.progress_id = progress_id
+
+    def start_bundle(self):
+        self._sources: Dict[str, str] = {}
+        self._progress = progress.counter_for(self.progress_id)
+
+    def process(self, named_line):
+        filename, line = named_line
+        source = self._sources.get(filename)
+        if source is None:
+            source = self._sources[filename] = file_source(filename)
+            if self._progress is not None:
+                self._progress.read_file(filename)
+        if line.strip() != b"":
+            yield RawMessage(line, source)
+
+
 class ReadReplayFiles(beam.PTransform):
     """Lines of ``.jsonl`` files matching a glob (or several) -> RawMessage (bounded).
 
     Lines are read as bytes, so that invalid UTF-8 reaches the dead-letter
     output with its bytes intact instead of failing the read. Blank lines are
-    layout, not messages, and are skipped.
+    layout, not messages, and are skipped. ``progress_id`` names a counter of
+    ``transforms.progress`` that the files read are counted into (a file counts
+    once its first line is read).
     """
 
-    def __init__(self, file_pattern: Union[str, Sequence[str]]):
+    def __init__(self, file_pattern: Union[str, Sequence[str]], progress_id: Optional[str] = None):
         super().__init__()
         self.file_patterns = [file_pattern] if isinstance(file_pattern, str) else list(file_pattern)
+        self.progress_id = progress_id
 
     def expand(self, pbegin):
         reads = [pbegin | f"ReadLines{i or ''}" >> beam.io.ReadFromTextWithFilename(pattern, coder=BytesCoder())
                  for i, pattern in enumerate(self.file_patterns)]
         lines = reads[0] if len(reads) == 1 else reads | "AllLines" >> beam.Flatten()
-        return (lines
-                | "SkipBlank" >> beam.Filter(lambda named_line: named_line[1].strip() != b"")
-                | "ToRawMessage" >> beam.MapTuple(lambda filename, line: RawMessage(line, file_source(filename))))
+        return lines | "ToRawMessage" >> beam.ParDo(LinesToRawMessages(self.progress_id))
 
 
 def file_source(filename: str) -> str:

@@ -14,7 +14,8 @@ from core.alert_details import finish_alert
 from core.records import Alert
 from core.schema import ALERT_UPDATES, DEAD_LETTER
 from core.triage import AlertLedger, RaisedAlert, TriageItem
-from transforms.ordered import ConfiguredMachine, OrderedCheck, in_event_time_order
+from transforms.coders import AnyRecord
+from transforms.ordered import ConfiguredMachine, KeyedParDo, OrderedCheck
 
 
 class SkipStoredActions(beam.PTransform):
@@ -29,7 +30,7 @@ class SkipStoredActions(beam.PTransform):
         self.seed = seed
 
     def expand(self, actions):
-        return actions | beam.Filter(lambda action, seed: action.id not in seed.stored_actions, self.seed)
+        return actions | "NotStored" >> beam.Filter(lambda action, seed: action.id not in seed.stored_actions, self.seed)
 
 
 class _LedgerMachine(ConfiguredMachine):
@@ -68,7 +69,7 @@ class TriageAlerts(OrderedCheck):
         raised = alerts | "Raised" >> beam.Map(raised_row)
         outputs = ((raised, actions) | "AlertsAndActions" >> beam.Flatten()
                    | "KeyByTest" >> beam.Map(lambda item: (item.test, item)).with_output_types(
-                       beam.typehints.KV[str, beam.typehints.Any])
-                   | "InOrder" >> beam.ParDo(in_event_time_order(_LedgerMachine(self.configs), "triage", self.streaming),
+                       beam.typehints.KV[str, AnyRecord])
+                   | "InOrder" >> KeyedParDo(self.in_order(_LedgerMachine(self.configs), "triage"),
                                              self.seed).with_outputs(ALERT_UPDATES, DEAD_LETTER.name, main="alerts"))
         return outputs.alerts, outputs[ALERT_UPDATES], outputs[DEAD_LETTER.name]

@@ -16,7 +16,8 @@ from core.schema import DEAD_LETTER
 from core.triage import TriageItem
 from core.window_checks import RunEnded, WindowHistory, WindowTriage, step_window_history, window_triage_targets
 from core.windows import WindowResult
-from transforms.ordered import ConfiguredMachine, OrderedCheck, in_event_time_order
+from transforms.coders import AnyRecord
+from transforms.ordered import ConfiguredMachine, KeyedParDo, OrderedCheck
 
 
 class _WindowCheckMachine(ConfiguredMachine):
@@ -61,8 +62,8 @@ class CheckWindows(OrderedCheck):
         window_actions = actions | "WindowActions" >> beam.FlatMap(targets)
         outputs = ((first_results, ends, window_actions) | "CheckInputs" >> beam.Flatten()
                    | "KeyByTagKind" >> beam.Map(lambda i: ((i.test, i.tag, i.kind), i)).with_output_types(
-                       beam.typehints.KV[beam.typehints.Tuple[str, str, str], beam.typehints.Any])
-                   | "CheckInOrder" >> beam.ParDo(
-                       in_event_time_order(_WindowCheckMachine(configs), "window", self.streaming),
+                       beam.typehints.KV[beam.typehints.Tuple[str, str, str], AnyRecord])
+                   | "CheckInOrder" >> KeyedParDo(
+                       self.in_order(_WindowCheckMachine(configs), "window"),
                        self.seed).with_outputs(DEAD_LETTER.name, main="alerts"))
         return outputs.alerts, outputs[DEAD_LETTER.name]

@@ -11,7 +11,6 @@ import json
 from typing import Dict, List, Optional, Tuple
 
 import apache_beam as beam
-from apache_beam.coders import PickleCoder
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.utils.timestamp import Timestamp
@@ -20,16 +19,20 @@ from core.aggregation import NO_STEP
 from core.config import Configs, WindowConfig, ranks_matter
 from core.parse import MessageSummary
 from core.records import Alert, dead_letter_row, failure_reason, iso_utc, window_row
+from core.registry import record
 from core.runs import RunLifecycle, effective_rank
 from core.schema import ALERTS, DEAD_LETTER
 from core.stalls import StallWatch
 from core.vocabulary import AlertKind
 from core.windows import TagWindows, Window, WindowPoint, WindowResult, window_aggregates
 from trainguard import wire
+from transforms.coders import RecordCoder
+from transforms.ordered import bucket_end
 from transforms.rank_windows import CombineRankWindows
 from transforms.window_checks import CheckWindows
 
 
+@record("RunWindows")
 @dataclasses.dataclass
 class _RunWindows:
     """Everything one run keeps for its windows."""
@@ -57,6 +60,12 @@ class WindowRunFn(beam.DoFn):
     which errs towards accepting a point (its window is re-emitted with a new
     revision), never towards dropping one.
 
+    In streaming mode the settle timer is set at the earliest due time (a
+    buffered point, a time window's end, a stall span) rounded up to its bucket
+    of ``lifecycle.timer_bucket_seconds`` (``transforms.ordered.bucket_end``):
+    a firing settles everything due up to its time at once, so the watermark
+    passing many points costs a firing per bucket, not one per point time.
+
     Configs may change while a run is open (``--update``): a tag that gains
     windows starts windowing from its next point; a tag that loses them is
     closed at the next timer, its open windows flushed as partial. A window
@@ -65,8 +74,8 @@ class WindowRunFn(beam.DoFn):
     the run goes on without it.
     """
 
-    STATE = ReadModifyWriteStateSpec("run_windows", PickleCoder())
-    POINTS = BagStateSpec("window_points", PickleCoder())  # batches of (tag, point) not yet placed
+    STATE = ReadModifyWriteStateSpec("run_windows", RecordCoder())
+    POINTS = BagStateSpec("window_points", RecordCoder())  # batches of (tag, point) not yet placed
     SETTLE = TimerSpec("settle_windows", TimeDomain.WATERMARK)
     CLOSE = TimerSpec("close_windows", TimeDomain.WATERMARK)
     STALL = TimerSpec("stall", TimeDomain.WATERMARK)
@@ -136,8 +145,7 @@ class WindowRunFn(beam.DoFn):
             span_due = [summary.first_time] if run_windows.stalls is not None else []
             due = min([item[1].time for item in waiting] + span_due + [run_windows.scheduled or float("inf")])
             if due < float("inf") and due != run_windows.scheduled:
-                run_windows.scheduled = max(due, run_windows.watermark_floor)
-                settle.set(Timestamp.of(run_windows.scheduled))
+                self._set_settle(run_windows, settle, max(due, run_windows.watermark_floor))
             if run_windows.stalls is not None:
                 stall.set(Timestamp.of(run_windows.last_time + config.stall_seconds))
 
@@ -204,15 +212,21 @@ class WindowRunFn(beam.DoFn):
                         f"after {iso_utc(gap_start)}",
                 details={"silent_since": iso_utc(gap_start), "stall_seconds": run_windows.stalls.stall_seconds}))
 
-    @staticmethod
-    def _schedule(run_windows: _RunWindows, settle, buffered_times: List[float]) -> None:
+    def _schedule(self, run_windows: _RunWindows, settle, buffered_times: List[float]) -> None:
         dues = [d for d in (w.next_due() for w in run_windows.tags.values()) if d is not None]
         dues += buffered_times
         if run_windows.stalls is not None and run_windows.stalls.next_due() is not None:
             dues.append(run_windows.stalls.next_due())
-        run_windows.scheduled = max(min(dues), run_windows.watermark_floor) if dues else None
-        if run_windows.scheduled is not None:
-            settle.set(Timestamp.of(run_windows.scheduled))
+        if dues:
+            self._set_settle(run_windows, settle, max(min(dues), run_windows.watermark_floor))
+        else:
+            run_windows.scheduled = None
+
+    def _set_settle(self, run_windows: _RunWindows, settle, due: float) -> None:
+        """Sets the settle timer at the end of ``due``'s bucket (``scheduled`` keeps when it fires)."""
+        fires = bucket_end(due, self.lifecycle.timer_bucket_seconds)
+        run_windows.scheduled = float(fires) if self.lifecycle.timer_bucket_seconds > 0 else due
+        settle.set(fires)
 
     def _results(self, test: str, run: str, tag: str, windows: List[Window], aggregations: Tuple[str, ...],
                  run_windows: _RunWindows):
@@ -320,12 +334,13 @@ class LiveWindows(beam.PTransform):
                     | "Windows" >> beam.ParDo(self.fn).with_outputs(ALERTS.name, DEAD_LETTER.name, main="results"))
         by_rank = windowed.results | "RankOrRun" >> beam.Partition(
             lambda result, _: int(result[0].rank is not None), 2)
+        bucket = self.fn.lifecycle.timer_bucket_seconds
         combined, straggler_alerts, failed_combines = (by_rank[1], runs) | "CombineRanks" >> CombineRankWindows(
-            configs, self.seed, self.streaming)
+            configs, self.seed, self.streaming, bucket)
         results = (by_rank[0], combined) | "RunWindows" >> beam.Flatten()
         rows = results | "Rows" >> beam.MapTuple(window_row)
         check_alerts, failed_checks = (results, runs, actions) | "Checks" >> CheckWindows(
-            configs, self.seed, self.streaming)
+            configs, self.seed, self.streaming, bucket)
         alerts = (windowed[ALERTS.name], check_alerts, straggler_alerts) | "WindowAlerts" >> beam.Flatten()
         dead_letters = ((windowed[DEAD_LETTER.name], failed_checks, failed_combines)
                         | "WindowDeadLetters" >> beam.Flatten())

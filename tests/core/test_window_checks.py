@@ -1,6 +1,10 @@
+import copy
 import dataclasses
+import pickle
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from core.config import ConfigError, SuccessCondition, TagWindowConfig, WindowCheck, parse_test_config
 from core.window_checks import (
@@ -213,3 +217,42 @@ def test_seeded_window_history_equals_the_checked_one():
         stored.append((start + 99, f"r{i}", windows))
     seeded = seed_window_history(list(reversed(stored)), cfg, 3)
     assert seeded.finished_runs == live.finished_runs and seeded.rebased_from == live.rebased_from == {"mean": "r5"}
+
+
+def scanned(finished, query):
+    """What ``FinishedRun.most_overlapping`` must find: the scan of every window it replaced."""
+    def overlap(a, b):
+        if None in (a.start_step, a.end_step, b.start_step, b.end_step):
+            return -1
+        return min(a.end_step, b.end_step) - max(a.start_step, b.start_step)
+    overlapping = [w for w in finished.windows if overlap(w, query) >= 0]
+    return max(overlapping, key=lambda w: (overlap(w, query), -w.index)) if overlapping else None
+
+
+step_spans = st.one_of(st.none(), st.tuples(st.integers(0, 60), st.integers(0, 30)))
+
+
+def spanned(index, span, run="old"):
+    start, length = span if span is not None else (None, None)
+    return dataclasses.replace(window(run, index, float(index)), start_step=start,
+                               end_step=None if start is None else start + length)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), step_spans), max_size=12), step_spans)
+def test_the_step_index_finds_what_a_scan_of_every_window_finds(windows, query):
+    """Unsorted, overlapping, stepless windows and repeated indices alike: the lookup is the scan's."""
+    finished = FinishedRun("old", [spanned(index, span) for index, span in windows])
+    expected = scanned(finished, spanned(0, query, "new"))
+    found = finished.most_overlapping(spanned(0, query, "new"))
+    assert found is expected
+
+
+def test_the_step_index_follows_new_windows_and_stays_out_of_pickles_and_comparisons():
+    finished = FinishedRun("a", [window("a", i, float(i)) for i in range(50)])
+    assert finished.most_overlapping(window("b", 7, 0.0, steps=100)).index == 7
+    finished.windows.append(window("a", 50, 50.0))
+    assert finished.most_overlapping(window("b", 50, 0.0)).index == 50
+    twin = pickle.loads(pickle.dumps(finished))
+    assert "_step_index" not in twin.__dict__ and twin == finished == copy.deepcopy(finished)
+    assert twin.most_overlapping(window("b", 3, 0.0)).index == 3

@@ -216,3 +216,32 @@ def test_an_unknown_notifier_option_exits_2_naming_the_nearest(files, capsys):
             environ={})
     assert exit_info.value.code == 2
     assert "unknown option --dead_leter_file (did you mean --dead_letter_file?)" in capsys.readouterr().err
+
+
+def test_a_signal_never_waits_for_a_lock_the_interrupted_main_thread_may_hold():
+    """Ctrl-C arriving while the main thread was inside the source queue's lock deadlocked the notifier."""
+    import threading
+
+    from notifier.cli import Loop, _install_signal_handlers
+
+    class SourceWithHeldLock:
+        lock = threading.Lock()
+        waited = False
+
+        def wakeup(self):
+            if not self.lock.acquire(timeout=1):
+                self.waited = True  # the real queue's lock would never come free: a deadlock
+            else:
+                self.lock.release()
+
+    source = SourceWithHeldLock()
+    loop = Loop(notifier=None, source=source)
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        _install_signal_handlers(loop)
+        with source.lock:  # the main thread is inside the queue, as in Queue.get
+            signal.getsignal(signal.SIGINT)(signal.SIGINT, None)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    assert loop.stop_event.is_set() and not source.waited

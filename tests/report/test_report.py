@@ -1,31 +1,45 @@
-"""``python -m report`` on a small hand-built store: files, figures, band values, escaping, copies.
+"""``python -m report`` on a small hand-built store: files, figures, bounds, layout, escaping, copies.
 
 The store is written with ``DuckDBStore`` (the pipeline's own sink), so the report reads exactly the
-rows and types the pipeline writes. One test replays the bundled demo and calls ``write_report``; one
-reads the same rows from the BigQuery emulator and expects the same report data.
+rows and types the pipeline writes. The bundled demo is replayed once (``demo_store``): its regressed run's
+picture must draw the bound its alert stored, and say what went wrong. One test reads the same rows from the
+BigQuery emulator and expects the same report data.
 """
 
 import datetime
 import json
+import math
 import os
 import pathlib
 import re
-import statistics
 
 import pytest
 from matplotlib.collections import LineCollection, PolyCollection
 from matplotlib.patches import Rectangle
 from PIL import Image
 
+from core import locations
+from core.config import load_config_dir
 from core.schema import ALERTS, JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS, TABLES, TRIAGE
 from pipeline.main import main as pipeline_main
 from pipeline.options import DEMO_INPUT
 from report import write_report
 from report.cli import main as report_main
 from report.cli import progress_bar, run
-from report.data import ReportSettings, prepare_report, safe_name, short_label
+from report.data import (
+    HistoryPoint,
+    Incident,
+    MetricPanel,
+    ReportSection,
+    ReportSettings,
+    RunPicture,
+    prepare_report,
+    safe_name,
+    short_label,
+)
 from report.page import history_file, run_file
 from report.plots import Figures, history_figure, run_figure, status_figure, style
+from report.publish import path_name
 from report.source import bigquery_source, duckdb_source
 from sinks.duckdb_store import DuckDBStore
 from tests.support import T0
@@ -201,22 +215,26 @@ def test_history_figure_has_one_panel_per_metric_latest_out_of_bounds_first(data
         assert sum(len(c.get_segments()) for c in ax.collections if isinstance(c, LineCollection)) == 3
 
 
-def test_run_figure_draws_the_step_aligned_band_of_earlier_successful_runs(data):
+def test_run_figure_of_a_tag_without_a_window_check_draws_no_band_and_says_so(data):
     picture = next(p for p in section(data, TEST).pictures if p.run == "r5")
     with style():
-        figure = run_figure(picture, 2.0)
+        figure = run_figure(picture)
     ax, = figure.axes
-    band, = [c for c in ax.collections if isinstance(c, PolyCollection)]
-    vertices = {(round(x, 6), round(y, 6)) for x, y in band.get_paths()[0].vertices}
-    for i, step in enumerate((49.5, 149.5, 249.5)):
-        history = [LOSS[r][i] for r in ("r0", "r1", "r3")]  # r2 failed: not in the band
-        mean, std = statistics.fmean(history), statistics.pstdev(history)
-        assert (step, round(mean - 2 * std, 6)) in vertices and (step, round(mean + 2 * std, 6)) in vertices
-    value_line = ax.lines[-1]
+    assert not [c for c in ax.collections if isinstance(c, PolyCollection)]  # no invented mean ± 2σ band
+    # pt-small has no config of its own: only the bound its alert stored is drawn, and the panel says so.
+    assert ax.get_title(loc="right").splitlines() == ["mean of count windows, 1 out of bounds",
+                                                      "no window check in the configs: bounds of its alerts only"]
+    upper, = [line for line in ax.lines if line.get_linestyle() == "--"]
+    assert [(x, y) for x, y in zip(upper.get_xdata(), upper.get_ydata()) if not math.isnan(y)] == [(149.5, 2.0)]
+    value_line, = [line for line in ax.lines if line.get_marker() == "o"]
     assert list(value_line.get_ydata()) == [2.5, 30.0, 21.5]  # the highest revision of window 0
+    cross, = [line for line in ax.lines if line.get_marker() == "X"]
+    assert list(zip(cross.get_xdata(), cross.get_ydata())) == [(149.5, 30.0)]  # the window its alert fired for
     span, = [p for p in ax.patches if isinstance(p, Rectangle)]
     assert (span.get_x(), span.get_x() + span.get_width()) == (100, 199)
     assert ax.get_title(loc="left") == "loss"
+    assert figure.get_suptitle() == (f"{TEST} / run r5 \u2014 success, 1 alert, 1 window out of bounds:\n"
+                                     "loss_mean window out of bounds")
 
 
 def test_the_same_tag_has_the_same_y_scale_in_every_run_of_a_test(data):
@@ -224,10 +242,14 @@ def test_the_same_tag_has_the_same_y_scale_in_every_run_of_a_test(data):
     figures = Figures()
     with style():
         for picture in section(data, TEST).pictures:
-            limits.add(figures.figure("run", picture, 2.0).axes[0].get_ylim())
+            limits.add(figures.figure("run", picture).axes[0].get_ylim())
     assert len(limits) == 1
     lo, hi = limits.pop()
     assert lo < 1.0 and hi > 100.0  # r2's failed run is drawn, on the same scale
+
+
+def ydata(line):
+    return [None if math.isnan(y) else y for y in line.get_ydata()]
 
 
 def test_a_reused_layout_draws_exactly_what_a_fresh_one_does(data):
@@ -235,13 +257,14 @@ def test_a_reused_layout_draws_exactly_what_a_fresh_one_does(data):
     figures = Figures()
     with style():
         for picture in pictures:  # r5 then the others reuse r5's layout
-            reused = figures.figure("run", picture, 2.0)
-            fresh = run_figure(picture, 2.0)
+            reused = figures.figure("run", picture)
+            fresh = run_figure(picture)
             for a, b in zip(reused.axes, fresh.axes):
                 assert [type(x).__name__ for x in a.get_children()] == [type(x).__name__ for x in b.get_children()]
                 assert a.get_xlim() == b.get_xlim() and a.get_ylim() == b.get_ylim()
-                assert [list(line.get_ydata()) for line in a.lines] == [list(line.get_ydata()) for line in b.lines]
+                assert [ydata(line) for line in a.lines] == [ydata(line) for line in b.lines]
             assert reused.get_suptitle() == fresh.get_suptitle()
+            assert [ax.get_position().bounds for ax in reused.axes] == [ax.get_position().bounds for ax in fresh.axes]
 
 
 def test_status_grid_figure(data):
@@ -285,6 +308,8 @@ def test_html_says_which_metrics_have_no_per_run_curve(report):
     assert "Per-run curves for the tags with live windows: loss." in html
     assert "No per-run curve (their tags have no live windows): a_recovered, m_both, m_lower, z_latest_out." \
         in html
+    assert "No window check in the configs, so no bounds (but those stored with their alerts, if any): loss." \
+        in html  # pt-small has no config of its own
 
 
 # --------------------------------------------------------------------------
@@ -292,20 +317,22 @@ def test_html_says_which_metrics_have_no_per_run_curve(report):
 # --------------------------------------------------------------------------
 
 
-def test_copy_to_puts_each_run_picture_next_to_its_artifacts(store, tmp_path):
+def test_copy_to_puts_each_run_picture_next_to_its_artifacts_under_the_plain_ids(store, tmp_path):
     artifacts = tmp_path / "models"
     result = run([f"--local_store={store}", f"--out={tmp_path / 'out'}", f"--test={TEST}", "--runs_per_test=1",
                   "--run=r0", f"--copy-to={artifacts}/{{test}}/{{run}}/trainguard"])
     copies = sorted(os.path.relpath(p, artifacts) for p in result.copies)
-    assert copies == sorted(os.path.join(safe_name(TEST), safe_name(r), "trainguard",
-                                         os.path.basename(run_file(TEST, r))) for r in ("r5", "r0"))
+    assert copies == [os.path.join(TEST, "r0", "trainguard", "r0.png"), os.path.join(TEST, "r5", "trainguard", "r5.png")]
     for path in result.copies:
         with Image.open(path) as image:
             assert image.format == "PNG"
-    plain = run([f"--local_store={store}", f"--out={tmp_path / 'out2'}", f"--test={HOSTILE}",
-                 f"--copy_to={tmp_path / 'flat'}"])
-    assert sorted(os.path.dirname(os.path.relpath(p, tmp_path / "flat")) for p in plain.copies) == \
-        sorted(os.path.join(safe_name(HOSTILE), safe_name(r)) for r in ("h0", "h1<i>"))
+    flat = tmp_path / "flat"
+    plain = run([f"--local_store={store}", f"--out={tmp_path / 'out2'}", f"--test={HOSTILE}", f"--copy_to={flat}"])
+    expected = {os.path.join(path_name(HOSTILE), path_name(r), path_name(r) + ".png") for r in ("h0", "h1<i>")}
+    assert {os.path.relpath(p, flat) for p in plain.copies} == expected
+    assert path_name(HOSTILE) == HOSTILE.replace("\\", "%5C").replace("/", "%2F")  # the rest stays as it is
+    for path in plain.copies:  # "../../etc/passwd" in the test name stays inside PATH
+        assert os.path.realpath(path).startswith(os.path.realpath(flat) + os.sep) and os.path.isfile(path)
 
 
 def test_drawing_in_worker_processes_gives_the_same_figures(store, report, tmp_path):
@@ -336,18 +363,151 @@ def test_progress_bar_on_request(capsys):
 # --------------------------------------------------------------------------
 
 
-def test_write_report_on_the_demo_store(tmp_path):
-    store = str(tmp_path / "demo.duckdb")
-    assert pipeline_main([f"--input_files={DEMO_INPUT}", f"--local_store={store}",
-                          f"--alerts_file={tmp_path / 'alerts.jsonl'}"]) == 0
-    index = write_report(store, str(tmp_path / "report"))
+CIFAR = "pt-cifar-tpu-v3-8"
+REGRESSED, LEVEL_CONTINUES = "pt-cifar-tpu-v3-8-010", "pt-cifar-tpu-v3-8-011"
+
+
+@pytest.fixture(scope="module")
+def demo_store(tmp_path_factory):
+    """The bundled demo replayed into a store (no report): cifar regresses in run 010 and stays there in 011."""
+    directory = tmp_path_factory.mktemp("demo")
+    store = str(directory / "demo.duckdb")
+    assert pipeline_main([f"--input_files={DEMO_INPUT}", f"--local_store={store}", "--report_dir=",
+                          f"--alerts_file={directory / 'alerts.jsonl'}"]) == 0
+    return store
+
+
+def demo_data(store, with_alerts=True):
+    source = duckdb_source(store)
+    try:
+        jobs, metrics, windows, alerts = source.jobs(), source.metrics(), source.windows(), source.alerts()
+        actions = source.triage_actions()
+    finally:
+        source.close()
+    return prepare_report(jobs, metrics, windows, alerts if with_alerts else [], ReportSettings(),
+                          load_config_dir(locations.CONFIG_DIR), actions), alerts
+
+
+def demo_picture(data, run_id):
+    return next(p for s in data.sections if s.test == CIFAR for p in s.pictures if p.run == run_id)
+
+
+def test_write_report_on_the_demo_store(demo_store, tmp_path):
+    index = write_report(demo_store, str(tmp_path / "report"))
     assert index == str(tmp_path / "report" / "index.html")
     html = pathlib.Path(index).read_text()
-    cifar = "pt-cifar-tpu-v3-8"
-    for run_id in ("pt-cifar-tpu-v3-8-010", "pt-cifar-tpu-v3-8-011"):
-        assert os.path.exists(tmp_path / "report" / run_file(cifar, run_id))
+    for run_id in (REGRESSED, LEVEL_CONTINUES):
+        assert os.path.exists(tmp_path / "report" / run_file(CIFAR, run_id))
     assert "window_out_of_bounds" in html and "run_missing" in html
     assert html.count("This test has no live windows") == 3  # every demo test but cifar
+    assert "so no bounds (but those stored with their alerts, if any): throughput/examples_per_sec." in html
+
+
+def test_the_regressed_run_draws_the_bound_its_alert_stored(demo_store):
+    data, alerts = demo_data(demo_store)
+    alert, = [a for a in alerts if a.kind == "window_out_of_bounds"]
+    assert (alert.run, alert.metric) == (REGRESSED, "Accuracy/test_mean")
+    picture = demo_picture(data, REGRESSED)
+    curve = next(c for c in picture.curves if c.tag == "Accuracy/test")
+    fired = next(p for p in curve.points if p.index == alert.window["index"])
+    assert (fired.lower, fired.upper) == (alert.lower_bound, alert.upper_bound)
+    assert fired.bound.centre == alert.details["centre"] and fired.bound.stored and fired.out_of_bounds
+    assert curve.check.condition.stddevs_from_mean == alert.details["multiplier"] == 4.0  # the check's k, not 2
+    # Drawn: the dashed bound line passes through the stored bound at the window, marked by a diamond.
+    with style():
+        figure = run_figure(picture)
+    ax = figure.axes[picture.curves.index(curve)]
+    dashed, = [line for line in ax.lines if line.get_linestyle() == "--"]
+    assert dict(zip(dashed.get_xdata(), dashed.get_ydata()))[fired.step] == alert.lower_bound
+    diamond, = [line for line in ax.lines if line.get_marker() == "D"]
+    assert list(zip(diamond.get_xdata(), diamond.get_ydata())) == [(fired.step, alert.lower_bound)]
+    crosses, = [line for line in ax.lines if line.get_marker() == "X"]
+    assert len(crosses.get_xdata()) == curve.out_of_bounds == 6
+
+
+def test_the_replayed_check_gives_the_bound_the_live_check_used(demo_store):
+    """Without the alerts, the bounds come from replaying the check over the stored windows: the same."""
+    data, alerts = demo_data(demo_store, with_alerts=False)
+    alert, = [a for a in alerts if a.kind == "window_out_of_bounds"]
+    curve = next(c for c in demo_picture(data, REGRESSED).curves if c.tag == "Accuracy/test")
+    fired = next(p for p in curve.points if p.index == alert.window["index"])
+    assert not fired.bound.stored and fired.out_of_bounds
+    assert fired.lower == pytest.approx(alert.lower_bound, rel=1e-12)
+    assert fired.bound.centre == pytest.approx(alert.details["centre"], rel=1e-12)
+
+
+def test_the_run_after_a_regression_is_judged_without_it(demo_store):
+    """011 stays at 010's level: its bounds leave 010's windows out (as the live check did), so all its
+    windows are out of bounds, where a band over the last runs including 010 made it look healthy."""
+    data, _ = demo_data(demo_store)
+    regressed, after = (next(c for c in demo_picture(data, r).curves if c.tag == "Accuracy/test")
+                        for r in (REGRESSED, LEVEL_CONTINUES))
+    assert [p.lower for p in after.points] == [p.lower for p in regressed.points]
+    assert after.out_of_bounds == len(after.points) == 6 and not after.alert_spans  # no alert: the level continues
+
+
+def test_the_titles_say_what_was_wrong(demo_store):
+    data, _ = demo_data(demo_store)
+    picture = demo_picture(data, REGRESSED)
+    with style():
+        title = run_figure(picture).get_suptitle()
+    first, second = title.split("\n")
+    assert first == f"{CIFAR} / run {REGRESSED} \u2014 success, 4 alerts, 6 windows out of bounds:"
+    assert second == ("Accuracy/test_final, Accuracy/test_max and 1 more out of bounds; "
+                      "Accuracy/test_mean window out of bounds")
+    healthy = demo_picture(data, "pt-cifar-tpu-v3-8-009")
+    assert healthy.alert_count == 0 and not healthy.problems
+    throughput = next(c for c in healthy.curves if c.tag == "throughput/examples_per_sec")
+    assert throughput.check is None and all(p.bound is None for p in throughput.points)
+
+
+# --------------------------------------------------------------------------
+# Layout: the title, the legend and the panels never overlap
+# --------------------------------------------------------------------------
+
+
+def history_section(count):
+    """A test with ``count`` metrics whose legend has every entry (bands, lines, crosses, bad runs)."""
+    panels = tuple(MetricPanel(f"metric_{i:02d}_{'x' * 30}", (
+        HistoryPoint("r0", T0, 1.0, 0.0, 2.0, True, "success"),
+        HistoryPoint("r1", T0 + DAY, 3.0, 0.0, None, False, "failure"),
+        HistoryPoint("r2", T0 + 2 * DAY, 1.5, None, 2.0, True, "success"))) for i in range(count))
+    return ReportSection("a-test-" + "y" * 60, panels, (Incident("r1", T0 + DAY, "failure"),
+                                                        Incident("r3", T0 + 3 * DAY, "timeout"),
+                                                        Incident("r4", T0 + 4 * DAY, "missing")), (), (), ())
+
+
+def assert_no_overlaps(figure):
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    page = figure.bbox
+    title = figure._suptitle.get_window_extent(renderer)
+    legend, = figure.legends
+    legend_box = legend.get_window_extent(renderer)
+    assert not title.overlaps(legend_box), (title, legend_box)
+    for box in (title, legend_box):
+        assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1
+    for ax in figure.axes:  # the panels and their titles stay below the header
+        panel = ax.get_tightbbox(renderer)
+        assert not panel.overlaps(title) and not panel.overlaps(legend_box), (ax.get_title(loc="left"), panel)
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 4, 13, 20])
+def test_the_history_title_and_legend_never_overlap(count):
+    with style():
+        figure = history_figure(history_section(count))
+        assert len(figure.axes) == count
+        assert_no_overlaps(figure)
+
+
+@pytest.mark.parametrize("run_id", [REGRESSED, "pt-cifar-tpu-v3-8-009"])
+def test_the_run_title_legend_and_panels_never_overlap(demo_store, run_id):
+    data, _ = demo_data(demo_store)
+    picture = demo_picture(data, run_id)
+    long = RunPicture("t" * 200, "r" * 200, "success", T0, picture.curves, ("a" * 40 + " out of bounds",) * 9, 9)
+    with style():
+        for drawn in (picture, long):
+            assert_no_overlaps(run_figure(drawn))
 
 
 def test_bigquery_source_reads_what_the_duckdb_source_reads(store, bigquery_emulator):

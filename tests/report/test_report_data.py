@@ -1,5 +1,6 @@
 """The report's data preparation (``report/data.py``): pure functions, no matplotlib, no store."""
 
+import dataclasses
 import math
 import re
 import statistics
@@ -9,27 +10,42 @@ import sys
 import pytest
 
 from core.alert_record import AlertRecord
+from core.config import (
+    ConfigSet,
+    RegressionTestConfig,
+    SuccessCondition,
+    TagWindowConfig,
+    TestConfig,
+    WindowCheck,
+    WindowConfig,
+)
+from core.triage import TriageItem
 from core.window_checks import WindowResult
+from core.windows import WindowSpec
 from report.data import (
     NO_RUN,
     OUT_OF_BOUNDS,
     RUNNING,
     ReportSettings,
+    RunPicture,
     RunWindows,
     alert_spans,
     alert_tag,
     bound_lines,
-    earlier_successful,
+    check_rule,
     metric_panels,
     prepare_report,
+    run_picture,
+    run_title,
     run_windows,
     runs_to_draw,
     safe_name,
     shared_limits,
     short_label,
     status_grid,
-    step_aligned_band,
+    tag_checks,
 )
+from report.publish import copy_name, destination, path_name
 from report.source import JobRow, MetricRow, since_literal
 from tests.support import REPO_ROOT, T0
 
@@ -127,44 +143,148 @@ def test_points_carry_the_status_of_their_run():
 
 
 # --------------------------------------------------------------------------
-# The step-aligned band
+# The bounds of the live window checks
 # --------------------------------------------------------------------------
 
 
-def test_band_is_mean_plus_minus_k_population_stddev_of_the_same_steps_in_earlier_runs():
-    earlier = [("r0", [window("r0", 0, 99, 1.0), window("r0", 100, 199, 10.0, index=1)]),
-               ("r1", [window("r1", 0, 99, 2.0), window("r1", 100, 199, 20.0, index=1)]),
-               ("r2", [window("r2", 0, 99, 3.0), window("r2", 100, 199, 30.0, index=1)])]
-    band = step_aligned_band(window("r3", 100, 199, 0.0, index=1), earlier, "mean", k=2.0)
-    std = statistics.pstdev([10.0, 20.0, 30.0])
-    assert band.runs == 3 and band.mean == pytest.approx(20.0)
-    assert (band.lower, band.upper) == (pytest.approx(20.0 - 2 * std), pytest.approx(20.0 + 2 * std))
-    k3 = step_aligned_band(window("r3", 100, 199, 0.0, index=1), earlier, "mean", k=3.0)
-    assert k3.upper - k3.mean == pytest.approx(3 * std)
+def check(k=3.0, history_runs=2, aggregation="mean", history="step_aligned", comparison="greater", wait=2,
+          **condition):
+    return WindowCheck(aggregation, SuccessCondition(comparison, **(condition or {"stddevs_from_mean": k}),
+                                                     wait_for_n_points_of_history=wait),
+                       history=history, history_runs=history_runs)
 
 
-def test_band_takes_the_earlier_window_overlapping_the_most_steps():
-    earlier = [("r0", [window("r0", 0, 99, 1.0), window("r0", 100, 199, 5.0, index=1)]),
-               ("r1", [window("r1", 0, 149, 3.0), window("r1", 150, 299, 7.0, index=1)])]
-    band = step_aligned_band(window("r2", 0, 150, 0.0, kind="time"), earlier, "mean", k=1.0)
-    assert band.mean == pytest.approx(2.0)  # [0, 99] from r0 (99 steps vs 50), [0, 149] from r1
+def config_with(*checks, tag="loss", spec=WindowSpec(count=100, aggregations=("mean", "p90")), rebaseline_after=3):
+    return TestConfig(regression_test=RegressionTestConfig(rebaseline_after=rebaseline_after),
+                      windows=WindowConfig({tag: TagWindowConfig(spec, tuple(checks))}))
 
 
-def test_no_band_from_fewer_than_two_runs_or_without_the_aggregation():
-    one = [("r0", [window("r0", 0, 99, 1.0)])]
-    assert step_aligned_band(window("r1", 0, 99, 0.0), one, "mean", 2.0) is None
-    no_mean = [("r0", [window("r0", 0, 99, None, p50=1.0)]), ("r1", [window("r1", 0, 99, None, p50=3.0)])]
-    assert step_aligned_band(window("r2", 0, 99, 0.0), no_mean, "mean", 2.0) is None
-    assert step_aligned_band(window("r2", 0, 99, 0.0), no_mean, "p50", 2.0).mean == 2.0
+def story(values, statuses=None):
+    """One run per value, a day apart, each with one count window at steps 0-99 (mean, p90 = mean + 1)."""
+    statuses = statuses or ["success"] * len(values)
+    return [RunWindows(f"r{i}", status, T0 + i * DAY + 60, T0 + i * DAY + 60, {("loss", "count"): (
+        dataclasses.replace(window(f"r{i}", 0, 99, v, p90=v + 1), start_time=T0 + i * DAY, end_time=T0 + i * DAY + 50),
+    )}) for i, (v, status) in enumerate(zip(values, statuses))]
 
 
-def test_band_history_is_the_last_successful_runs_before_the_run():
-    runs = [windows_of(f"r{i}", status, i, [window(f"r{i}", 0, 99, float(i))])
-            for i, status in enumerate(["success", "failure", "success", "success", "success", RUNNING])]
+def drawn(runs, position, config, alerts=(), actions=()):
     key = ("loss", "count")
-    assert [r for r, _ in earlier_successful(runs, 4, key, band_runs=0)] == ["r0", "r2", "r3"]
-    assert [r for r, _ in earlier_successful(runs, 5, key, band_runs=2)] == ["r3", "r4"]
-    assert earlier_successful(runs, 0, key, band_runs=2) == []
+    picture = run_picture("t", runs, position, list(alerts), {key: tag_checks(config, key, runs, actions)})
+    return picture.curves
+
+
+def test_bounds_are_the_check_s_own_k_over_its_own_runs_not_a_mean_2_std_of_the_last_10():
+    runs = story([1.0, 2.0, 4.0, 100.0, 6.0, 5.0], ["success", "success", "success", "failure", "success", "success"])
+    curve, = drawn(runs, 5, config_with(check(k=3.0, history_runs=2)))
+    point, = curve.points
+    history = [4.0, 6.0]  # the last 2 successful runs, r2 and r4: r3 failed, r0 and r1 are beyond history_runs
+    mean, std = statistics.fmean(history), statistics.pstdev(history)
+    assert point.bound.lower == pytest.approx(mean - 3 * std) and point.bound.upper is None  # greater: one side
+    assert point.bound.centre == pytest.approx(mean) and not point.bound.stored and not point.out_of_bounds
+    assert curve.check.condition.stddevs_from_mean == 3.0 and curve.aggregation == "mean"
+
+
+def test_an_earlier_regressed_run_does_not_widen_the_bounds_of_the_next():
+    runs = story([10.0, 11.0, 12.0, 1.0, 1.5])  # r3 regressed, r4 stays at the new level
+    regressed, = drawn(runs, 3, config_with(check(k=3.0, history_runs=3)))
+    after, = drawn(runs, 4, config_with(check(k=3.0, history_runs=3)))
+    assert regressed.points[0].out_of_bounds and after.points[0].out_of_bounds  # no alert needed to be marked
+    assert after.points[0].bound == regressed.points[0].bound  # r3's window is left out: r0..r2 again
+    mean, std = statistics.fmean([10.0, 11.0, 12.0]), statistics.pstdev([10.0, 11.0, 12.0])
+    assert after.points[0].bound.lower == pytest.approx(mean - 3 * std)
+
+
+def test_a_dismissed_window_counts_again_as_the_check_counts_it():
+    runs = story([10.0, 11.0, 12.0, 1.0, 1.5])
+    dismiss = TriageItem("d", "t", "dismiss", T0 + 3.5 * DAY, metric="loss_mean", run="r3",
+                         alert_kind="window_out_of_bounds", instance="count/0")
+    after, = drawn(runs, 4, config_with(check(k=3.0, history_runs=3)), actions=[dismiss])
+    history = [11.0, 12.0, 1.0]
+    assert after.points[0].bound.lower == pytest.approx(statistics.fmean(history) - 3 * statistics.pstdev(history))
+
+
+def test_each_check_of_a_tag_gets_its_curve_in_its_aggregation_with_its_bounds():
+    runs = story([10.0, 11.0, 12.0, 13.0])
+    p90 = check(aggregation="p90", comparison="less", history_runs=5, fixed_value=20.0, wait=0)
+    mean_curve, p90_curve = drawn(runs, 3, config_with(check(k=1.0, history_runs=5), p90))
+    assert (mean_curve.aggregation, p90_curve.aggregation) == ("mean", "p90")
+    assert p90_curve.points[0].value == 14.0 and (p90_curve.points[0].lower, p90_curve.points[0].upper) == (None, 20.0)
+    assert mean_curve.points[0].lower == pytest.approx(11.0 - statistics.pstdev([10.0, 11.0, 12.0]))
+
+
+def test_a_window_that_alerted_draws_the_bound_stored_with_its_alert():
+    runs = story([10.0, 11.0, 12.0, 1.0])
+    details = {"window": {"kind": "count", "index": 0, "start_step": 0, "end_step": 99}, "history": "step_aligned",
+               "centre": 11.5}
+    stored = AlertRecord("a", "window_out_of_bounds", "t", "r3", "loss_mean", 1.0, 9.25, None, "m", T0, details)
+    curve, = drawn(runs, 3, config_with(check(k=3.0, history_runs=3)), alerts=[stored])
+    point, = curve.points
+    assert (point.lower, point.upper, point.bound.centre) == (9.25, None, 11.5)  # not the replayed 11 - 3*0.816
+    assert point.bound.stored and point.out_of_bounds and curve.alert_spans == ((0, 99),)
+
+
+def test_a_tag_without_a_window_check_draws_no_bounds_and_says_so():
+    runs = story([10.0, 11.0, 12.0, 1.0])
+    trailing_only_elsewhere = config_with(check(), tag="other")
+    curve, = drawn(runs, 3, trailing_only_elsewhere)
+    assert curve.check is None and all(p.bound is None for p in curve.points)
+    jobs = [job(f"r{i}", i) for i in range(3)]
+    windows = [window(f"r{i}", 0, 99, float(i)) for i in range(3)] + [window("r2", 0, 99, 1.0, tag="gpu")]
+    section, = prepare_report(jobs, [], windows, [], ReportSettings(),
+                              ConfigSet({"t": config_with(check(), tag="gpu")})).sections
+    assert section.unchecked_tags == ("loss",)
+
+
+def test_a_check_on_the_other_window_kind_is_not_the_tag_s_check():
+    runs = story([10.0, 11.0, 12.0])
+    curve, = drawn(runs, 2, config_with(check(), spec=WindowSpec(time_seconds=60.0)))
+    assert curve.check is None
+
+
+def test_check_rules_in_a_few_words():
+    assert check_rule(check(k=4.0, history_runs=5)) == \
+        "check > mean \u2212 4\u00b7stddev of the same steps in the last 5 successful runs"
+    robust = WindowCheck("p90", SuccessCondition("less_or_equal", mads_from_median=5.0), history="trailing",
+                         trailing_windows=10)
+    assert check_rule(robust) == "check \u2264 median + 5\u00b7robust scale of the previous 10 windows of the run"
+    assert check_rule(check(history_runs=1, fixed_value=70.0, comparison="greater_or_equal")) == \
+        "check \u2265 70 of the same steps in the last 1 successful run"
+    assert "rate 0.001" in check_rule(check(false_alert_rate=0.001))
+
+
+def test_a_run_title_says_what_its_alerts_say_went_wrong():
+    alerts = [alert("r", "metric_out_of_bounds", "Accuracy/test_final"), alert("r", "metric_out_of_bounds", "b"),
+              alert("r", "metric_out_of_bounds", "c"), alert("r", details={})]
+    picture, = prepare_report([job("r", 0)], [], [window("r", 0, 99, 1.0)], alerts, ReportSettings()).sections[0] \
+        .pictures
+    assert run_title(picture) == ("t / run r \u2014 success, 4 alerts:\n"
+                                  "Accuracy/test_final, b and 1 more out of bounds; loss_mean window out of bounds")
+    quiet = RunPicture("t", "r", "success", T0, ())
+    assert run_title(quiet) == "t / run r \u2014 success"
+    long = RunPicture("t" * 80, "r", "failure", T0, (), ("x" * 300,), 1)
+    first, second = run_title(long).split("\n")
+    assert first == "t" * 35 + "\u2026 / run r \u2014 failure, 1 alert:" and len(second) == 110 and second[-1] == "\u2026"
+
+
+# --------------------------------------------------------------------------
+# Copies next to the model artifacts: the plain ids
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("pt-cifar-tpu-v3-8-011", "pt-cifar-tpu-v3-8-011"), ("run 7 (retry)", "run 7 (retry)"),
+    ("名前", "名前"), ("team/model", "team%2Fmodel"), ("../../etc", "..%2F..%2Fetc"), ("..", "%2E%2E"),
+    (".", "%2E"), ("a\\b", "a%5Cb"), ("50%", "50%25"), ("a\nb", "a%0Ab"), (".hidden", ".hidden")])
+def test_copies_are_named_by_the_plain_ids_escaping_only_what_a_path_cannot_hold(name, expected):
+    assert path_name(name) == expected
+    assert destination("gs://models/{test}/{run}/trainguard", name, "r1") == f"gs://models/{expected}/r1/trainguard"
+    assert copy_name(name) == expected + ".png"
+
+
+def test_copy_names_differ_when_ids_differ_and_stay_short():
+    names = ["a/b", "a%2Fb", "a_b", "a\\b", "..", "%2E%2E", "x" * 300, "x" * 301]
+    assert len({path_name(n) for n in names}) == len(names)
+    assert all(len(path_name(n).encode()) <= 200 and "/" not in path_name(n) for n in names)
 
 
 def test_runs_without_a_job_row_are_running_and_latest():
@@ -222,13 +342,14 @@ def test_pictures_share_one_y_range_per_tag_and_put_alerting_tags_first():
     assert section.windowed_tags == ("a_throughput", "loss") and section.curveless_metrics == ("wall",)
 
 
-def test_shared_limits_cover_the_bands_too():
-    runs = [windows_of(f"r{i}", "success", i, [window(f"r{i}", 0, 99, v)]) for i, v in enumerate([0.0, 10.0, 5.0])]
-    from report.data import run_picture
-    picture, = shared_limits([run_picture("t", runs, 2, [], ReportSettings(band_stddevs=3.0))])
+def test_shared_limits_cover_the_bounds_too():
+    runs = story([0.0, 10.0, 5.0])
+    key = ("loss", "count")
+    config = config_with(check(k=3.0, comparison="less"))  # r1 is not judged (warm-up): both count for r2
+    picture, = shared_limits([run_picture("t", runs, 2, [], {key: tag_checks(config, key, runs)})])
     curve, = picture.curves
-    assert curve.points[0].band.upper == pytest.approx(5.0 + 3 * 5.0)
-    assert curve.limits[1] > 20.0 and curve.limits[0] < -10.0
+    assert curve.points[0].upper == pytest.approx(5.0 + 3 * 5.0)
+    assert curve.limits[1] > 20.0 and curve.limits[0] < 5.0  # the bound and the value
 
 
 def test_windows_without_steps_give_no_curve_and_a_note():

@@ -1,0 +1,223 @@
+"""State and shuffles are encoded by the project's own coder (``transforms.coders.RecordCoder``), never pickled.
+
+- every state fixture written by an earlier version (``tests/fixtures/state_v1``) still decodes, field by field;
+- the graphs (the replay's and the streaming job's) hold no pickling coder in any state spec, stateful or
+  grouping input, or side input: each is checked in the pipeline proto that the runner (Dataflow) gets.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, Iterator, List, Tuple
+
+import apache_beam as beam
+import pytest
+from apache_beam.coders import PickleCoder, StrUtf8Coder, TupleCoder
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.portability import common_urns, python_urns
+from apache_beam.portability.api import beam_runner_api_pb2
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
+from apache_beam.typehints import typehints
+from google.protobuf import wrappers_pb2
+
+from core import encoding
+from core.config import load_config_dir
+from core.history import HistorySeed, MetricHistory
+from core.parse import MessageSummary
+from core.records import MetricObservation
+from core.runs import RunResult
+from core.triage import TriageItem
+from core.windows import WindowResult
+from pipeline.graph import DetectRegressions, GraphSettings
+from pipeline.replay import WriteLocal
+from pipeline.streaming import StreamingJobConfig, build_streaming_pipeline
+from tests.support import REPO_ROOT, T0
+from transforms.coders import AnyRecord, RecordCoder
+from transforms.sources import ReadReplayFiles
+
+FIXTURES = os.path.join(REPO_ROOT, "tests", "fixtures", "state_v1")
+OUR_CODERS = {"RecordCoder"}
+# Beam's BigQuery sink groups (destination, (row, insert id)) by key with Beam's own coders: the rows are plain
+# JSON-ready dicts of str, float, int, bool and None (``core.records``), which FastPrimitivesCoder writes itself,
+# with no pickle; no project class reaches it.
+BEAM_SINK_STEPS = ("WriteBigQuery/",)
+
+
+# -- the coder -------------------------------------------------------------------------------------------------
+
+
+def test_record_coder_round_trips_nested_in_beam_coders():
+    history = MetricHistory([("r1", -0.0, True), ("r2", float("inf"), False)], pending_accept="r3")
+    kv = TupleCoder([TupleCoder([StrUtf8Coder(), StrUtf8Coder()]), RecordCoder()])
+    key, value = kv.decode(kv.encode((("t", "m"), history)))
+    assert key == ("t", "m") and value == history
+    assert RecordCoder().is_deterministic()
+    assert RecordCoder().encode(history) == RecordCoder().encode(MetricHistory(list(history.entries),
+                                                                               pending_accept="r3"))
+
+
+@pytest.mark.parametrize("cls", [MessageSummary, RunResult, MetricObservation, TriageItem, WindowResult, HistorySeed])
+def test_beam_gives_record_coder_to_every_record_type(cls):
+    assert isinstance(beam.coders.registry.get_coder(cls), RecordCoder)
+
+
+def test_any_record_is_any_to_type_checks_and_record_coder_to_the_registry():
+    coder = beam.coders.registry.get_coder(typehints.KV[typehints.Tuple[str, str], AnyRecord])
+    assert coder.is_kv_coder() and isinstance(coder.value_coder(), RecordCoder)
+    assert coder.key_coder() == TupleCoder([StrUtf8Coder(), StrUtf8Coder()])
+    assert typehints.is_consistent_with(AnyRecord, TriageItem) and typehints.is_consistent_with(TriageItem, AnyRecord)
+
+
+# -- state written by earlier versions ---------------------------------------------------------------------------
+
+
+def fixture_names() -> List[str]:
+    return sorted(name[:-4] for name in os.listdir(FIXTURES) if name.endswith(".bin"))
+
+
+def read_fixture(name: str) -> bytes:
+    with open(os.path.join(FIXTURES, f"{name}.bin"), "rb") as f:
+        return f.read()
+
+
+@pytest.fixture(scope="module")
+def expected() -> Dict[str, Any]:
+    with open(os.path.join(FIXTURES, "expected.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def test_the_fixtures_cover_every_state_cell():
+    names = set(fixture_names())
+    assert {"run_accumulator", "run_windows", "window_points_bag", "ordered_key_state", "ordered_key_state_windows",
+            "metric_history", "job_history", "window_history", "rank_windows", "alert_ledger", "history_seed",
+            "message_summary", "run_result", "metric_observations", "raised_alert", "triage_item",
+            "window_results", "run_ended", "window_triage"} <= names
+
+
+@pytest.mark.parametrize("name", fixture_names())
+def test_state_written_by_v1_still_decodes_to_the_same_values(name, expected):
+    """Every field the v1 bytes hold decodes to the value it had (fields added since take their defaults)."""
+    data = read_fixture(name)
+    decoded = RecordCoder().decode(data)
+    held = {type_name: fields for type_name, _, fields in encoding.types_of(data) if fields is not None}
+    assert encoding.describe(decoded, only=held) == expected[name]
+
+
+@pytest.mark.parametrize("name", fixture_names())
+def test_state_written_by_v1_encodes_to_the_same_bytes_while_its_types_are_unchanged(name):
+    data = read_fixture(name)
+    again = RecordCoder().encode(RecordCoder().decode(data))
+    if encoding.types_of(again) != encoding.types_of(data):
+        pytest.skip("a type of this fixture changed since v1 (decoding is checked above)")
+    assert again == data
+
+
+# -- no pickles in the graphs ------------------------------------------------------------------------------------
+
+
+def coder_classes(components, coder_id: str) -> Iterator[Tuple[str, str]]:
+    """(urn, Python class of a pickled coder or "") of a coder and every coder it is made of."""
+    coder = components.coders[coder_id]
+    name = ""
+    if coder.spec.urn == python_urns.PICKLED_CODER:
+        name = wrappers_pb2.BytesValue.FromString(coder.spec.payload).value.split(b"$", 1)[0].decode()
+    yield coder.spec.urn, name
+    for component in coder.component_coder_ids:
+        yield from coder_classes(components, component)
+
+
+def encoded_places(proto) -> Iterator[Tuple[str, str, str]]:
+    """(step, what, coder id) of every place where elements or state are encoded to be kept or shuffled."""
+    components = proto.components
+    for transform in components.transforms.values():
+        if transform.subtransforms:
+            continue
+        step = transform.unique_name
+        if transform.spec.urn == common_urns.primitives.GROUP_BY_KEY.urn:
+            for pcoll in transform.inputs.values():
+                yield step, "grouped input", components.pcollections[pcoll].coder_id
+        if transform.spec.urn != common_urns.primitives.PAR_DO.urn:
+            continue
+        payload = beam_runner_api_pb2.ParDoPayload.FromString(transform.spec.payload)
+        for tag in payload.side_inputs:
+            yield step, f"side input {tag}", components.pcollections[transform.inputs[tag]].coder_id
+        if not payload.state_specs and not payload.timer_family_specs:
+            continue
+        for tag, pcoll in transform.inputs.items():
+            if tag not in payload.side_inputs:
+                yield step, "keyed input", components.pcollections[pcoll].coder_id
+        for name, spec in payload.state_specs.items():
+            kind = spec.WhichOneof("spec")
+            part = getattr(spec, kind)
+            for field in ("coder_id", "element_coder_id", "key_coder_id", "value_coder_id", "accumulator_coder_id"):
+                if getattr(part, field, ""):
+                    yield step, f"state {name}", getattr(part, field)
+        for name, spec in payload.timer_family_specs.items():
+            yield step, f"timer {name}", spec.timer_family_coder_id
+
+
+def pickled_places(pipeline: beam.Pipeline, allowed_prefixes=()) -> List[str]:
+    proto = pipeline.to_runner_api()
+    found = []
+    for step, what, coder_id in encoded_places(proto):
+        if step.startswith(allowed_prefixes):
+            continue
+        foreign = sorted({name for urn, name in coder_classes(proto.components, coder_id)
+                          if urn == python_urns.PICKLED_CODER and name not in OUR_CODERS})
+        if foreign:
+            found.append(f"{step}: {what} is encoded by {', '.join(foreign)}")
+    return found
+
+
+def replay_pipeline() -> beam.Pipeline:
+    """The replay's graph, as ``pipeline.replay.run`` builds it (not run)."""
+    pipeline = beam.Pipeline(runner=FnApiRunner())
+    configs = load_config_dir(os.path.join(REPO_ROOT, "configs"))
+    outputs = (pipeline
+               | "ReadFiles" >> ReadReplayFiles([os.path.join(REPO_ROOT, "data", "demo", "*.jsonl")])
+               | "DetectRegressions" >> DetectRegressions(GraphSettings(configs),
+                                                          pipeline | "Seed" >> beam.Create([HistorySeed()])))
+    outputs | "WriteLocal" >> WriteLocal("unused.duckdb", "unused.jsonl")
+    return pipeline
+
+
+def streaming_pipeline() -> beam.Pipeline:
+    """The streaming job's graph, as ``pipeline.streaming`` builds it for Dataflow (not run)."""
+    options = PipelineOptions(["--streaming", "--input_subscription=projects/my-project/subscriptions/metrics",
+                               "--bigquery_dataset=trainguard", "--project=my-project",
+                               "--alerts_topic=projects/my-project/topics/alerts"])
+    configs = load_config_dir(os.path.join(REPO_ROOT, "configs"))
+    return build_streaming_pipeline(options, configs, StreamingJobConfig.from_options(options))
+
+
+def test_the_replay_graph_pickles_nothing_it_keeps_or_shuffles():
+    pipeline = replay_pipeline()
+    places = list(encoded_places(pipeline.to_runner_api()))
+    states = {what for _, what, _ in places if what.startswith("state ")}
+    assert {"state accumulator", "state run_windows", "state window_points", "state metric_keyed",
+            "state job_keyed", "state window_keyed", "state rank_windows_keyed", "state triage_keyed"} <= states
+    assert pickled_places(pipeline) == []
+
+
+def test_the_streaming_graph_pickles_nothing_it_keeps_or_shuffles():
+    pipeline = streaming_pipeline()
+    assert pickled_places(pipeline, BEAM_SINK_STEPS) == []
+    assert any(step.startswith("DetectRegressions/") and what.startswith("side input")
+               for step, what, _ in encoded_places(pipeline.to_runner_api()))  # the seed, checked above
+
+
+def test_the_check_finds_a_pickled_state_and_an_untyped_shuffle():
+    spec = ReadModifyWriteStateSpec("legacy", PickleCoder())
+
+    class LegacyFn(beam.DoFn):
+        def process(self, element, state=beam.DoFn.StateParam(spec)):
+            yield element
+
+    pipeline = beam.Pipeline(runner=FnApiRunner())
+    (pipeline | beam.Create([T0]) | "KeyUntyped" >> beam.Map(lambda t: ("k", MetricHistory()))
+     .with_output_types(typehints.KV[str, typehints.Any]) | "Legacy" >> beam.ParDo(LegacyFn()))
+    found = pickled_places(pipeline)
+    assert "Legacy: keyed input is encoded by FastPrimitivesCoder" in found
+    assert "Legacy: state legacy is encoded by PickleCoder" in found

@@ -1,0 +1,168 @@
+"""Streaming timers in buckets (``RunLifecycle.timer_bucket_seconds``): one firing per bucket the watermark
+passes, not one per distinct event time, with the same outputs.
+
+A timer's outputs carry the time it fired at, so the distinct timestamps of a stage's outputs count the
+firings that fed it something (every firing here does: each item is due in a bucket the watermark passes).
+"""
+
+import dataclasses
+import json
+import random
+
+import apache_beam as beam
+import pytest
+from apache_beam.testing.test_stream import TestStream
+from apache_beam.utils.timestamp import Timestamp
+
+from core.runs import RunLifecycle
+from core.window_checks import RunEnded
+from pipeline.graph import GraphSettings
+from tests.support import T0
+from tests.transforms.support import configs, detect, finished, gather, raw, started, streaming_pipeline
+from transforms.ordered import KeyedParDo, bucket_end, in_event_time_order
+
+POINTS = 200
+
+
+class Collect:
+    """A state machine that keeps the runs it has seen and yields each one with how many came before it."""
+
+    def initial(self, key, seed):
+        return []
+
+    def step(self, state, item):
+        state.append(item.run)
+        yield key_of(item), len(state) - 1, item.run
+
+
+def key_of(item):
+    return item.test
+
+
+def with_fired_at(output, fired_at=beam.DoFn.TimestampParam):
+    return (*output, fired_at.micros)
+
+
+def ordered_stage(bucket_seconds, items, keys=("a",)):
+    """Runs ``in_event_time_order`` of ``Collect`` on ``items`` per key (shuffled, then one watermark advance
+    past them all); returns the outputs with the time of the firing that gave each."""
+    elements = [beam.window.TimestampedValue((key, dataclasses.replace(item, test=key)), item.finalized_at)
+                for key in keys for item in items]
+    random.Random(3).shuffle(elements)
+    stream = (TestStream().advance_watermark_to(Timestamp.of(T0 - 100)).add_elements(elements)
+              .advance_watermark_to(Timestamp.of(T0 + 100)).advance_watermark_to_infinity())
+    with streaming_pipeline() as p:
+        seed = beam.pvalue.AsSingleton(p | "Seed" >> beam.Create([None]))
+        outputs = (p | stream
+                   | KeyedParDo(in_event_time_order(Collect(), "collect", True, bucket_seconds), seed)
+                   | beam.Map(with_fired_at))
+        return gather(outputs, "outputs")
+
+
+def distinct_times(n, spacing=0.04, start=T0 + 0.5):
+    """``n`` run ends at distinct times, all inside the 10 s bucket (T0, T0 + 10]."""
+    return [RunEnded("t", f"r{i:03d}", "success", start + spacing * i, "loss", "count") for i in range(n)]
+
+
+def firings(outputs, key):
+    return len({fired_at for k, _, _, fired_at in outputs if k == key})
+
+
+def test_200_items_in_one_bucket_take_one_firing_per_key_not_200():
+    outputs = ordered_stage(10.0, distinct_times(POINTS), keys=("a", "b"))
+    assert firings(outputs, "a") == firings(outputs, "b") == 1
+    assert {fired_at for *_, fired_at in outputs} == {Timestamp.of(T0 + 10).micros}  # the bucket's end
+    for key in ("a", "b"):  # every item once, in event-time order
+        assert sorted((seen, run) for k, seen, run, _ in outputs if k == key) == [
+            (i, f"r{i:03d}") for i in range(POINTS)]
+
+
+def test_without_buckets_each_distinct_event_time_takes_a_firing():
+    outputs = ordered_stage(0, distinct_times(POINTS))
+    assert firings(outputs, "a") == POINTS
+    assert sorted((seen, run) for _, seen, run, _ in outputs) == [(i, f"r{i:03d}") for i in range(POINTS)]
+
+
+def test_items_over_several_buckets_take_a_firing_per_bucket_in_order():
+    items = distinct_times(POINTS, spacing=0.25)  # T0 + 0.5 ... T0 + 50.25: buckets ending T0 + 10 ... T0 + 60
+    outputs = ordered_stage(10.0, items)
+    assert firings(outputs, "a") == 6
+    assert sorted((seen, run) for _, seen, run, _ in outputs) == [(i, f"r{i:03d}") for i in range(POINTS)]
+    for _, _, run, fired_at in outputs:  # each item by the end of its own bucket, never before its time
+        due = items[int(run[1:])].finalized_at
+        assert due <= fired_at / 1e6 < due + 10
+
+
+@pytest.mark.parametrize("seconds, bucket, expected", [
+    (T0 + 0.5, 10, T0 + 10), (T0 + 10, 10, T0 + 10), (T0 - 0.5, 10, T0), (T0 + 3, 0, T0 + 3),
+    (T0 + 0.1, 0.3, T0 + 0.3), (-15.0, 10, -10.0)])
+def test_bucket_end_rounds_up_to_a_multiple_of_the_bucket(seconds, bucket, expected):
+    fires = bucket_end(seconds, bucket)
+    assert fires == Timestamp.of(expected) or abs(float(fires) - expected) < 1e-6
+    assert float(fires) >= seconds
+
+
+def test_bucket_end_is_never_before_the_time_even_below_a_microsecond():
+    for seconds in (T0 + 10.0000004, T0 + 9.9999999, 0.3 * 7, T0 + 0.3 * 11):
+        for bucket in (0.3, 1, 10):
+            assert float(bucket_end(seconds, bucket)) >= seconds
+
+
+LOSS_WINDOWS = {
+    "regression_test_config": {"metric_success_conditions": {"acc_final": {
+        "comparison": "greater", "success_threshold": {"stddevs_from_mean": 2}, "wait_for_n_points_of_history": 2}},
+        "alert_after_second_test_failure": False},
+    "window_config": {
+        "allowed_lateness_seconds": 30, "stall_seconds": 60,
+        "tags": {"loss": {"count": 4, "aggregations": ["mean", "max"], "checks": [{
+            "aggregation": "mean", "history": "step_aligned",
+            "condition": {"comparison": "less", "success_threshold": {"stddevs_from_mean": 3},
+                          "wait_for_n_points_of_history": 2}, "min_effect_rel": 0.05}]},
+                 "tput": {"time_seconds": 7, "aggregations": ["mean"]}}}}
+
+
+def run_messages(run, start, loss, accuracy):
+    """A run of ``len(loss)`` points at distinct times 0.7 s apart (loss and throughput), then its end."""
+    points = [raw("cifar", run, f"{run}/p{i}", points=[("loss", value, i * 10, start + 1 + 0.7 * i),
+                                                        ("tput", 100.0 + i % 3, i * 10, start + 1.2 + 0.7 * i)])
+              for i, value in enumerate(loss)]
+    end = start + 2 + 0.7 * len(loss)
+    return ([raw("cifar", run, f"{run}/s", events=[started(start)])] + points
+            + [raw("cifar", run, f"{run}/e", points=[("acc", accuracy, len(loss) * 10, end)],
+                   events=[finished(end)])])
+
+
+def shuffled_stream():
+    """Four runs (the last regresses), each delivered shuffled, with redeliveries, before the watermark passes it;
+    a fifth that stalls and never finishes."""
+    rng = random.Random(11)
+    stream = TestStream().advance_watermark_to(Timestamp.of(T0))
+    for r, (loss, accuracy) in enumerate([([1.0, 0.9, 0.8, 0.7] * 4, 90.0), ([1.02, 0.91, 0.79, 0.71] * 4, 91.0),
+                                          ([0.98, 0.9, 0.81, 0.69] * 4, 89.5), ([1.0, 1.4, 1.6, 1.9] * 4, 60.0)]):
+        start = T0 + 100 * r
+        messages = run_messages(f"r{r}", start, loss, accuracy)
+        messages += rng.sample(messages, 4)
+        rng.shuffle(messages)
+        stream = stream.add_elements(messages[:len(messages) // 2]).advance_watermark_to(Timestamp.of(start + 5))
+        stream = stream.add_elements(messages[len(messages) // 2:]).advance_watermark_to(Timestamp.of(start + 99))
+    stalled = run_messages("r4", T0 + 400, [1.0, 0.9], 90.0)[:-1]
+    return (stream.add_elements(stalled).advance_watermark_to(Timestamp.of(T0 + 500))
+            .advance_watermark_to(Timestamp.of(T0 + 1000)).advance_watermark_to_infinity())
+
+
+def pipeline_outputs(bucket_seconds):
+    settings = GraphSettings(configs(cifar=LOSS_WINDOWS), RunLifecycle(
+        grace_seconds=10, timeout_seconds=300, timer_bucket_seconds=bucket_seconds), streaming=True)
+    with streaming_pipeline() as p:
+        outputs = detect(p | shuffled_stream(), settings)
+        gathered = {name: gather(outputs[name] | f"Json_{name}" >> beam.Map(json.dumps, sort_keys=True, default=str),
+                                 name) for name in sorted(outputs)}
+    return {name: sorted(rows) for name, rows in gathered.items()}
+
+
+def test_every_output_is_the_same_with_timers_in_buckets_or_at_each_event_time():
+    unbucketed = pipeline_outputs(0)
+    assert {name: len(rows) for name, rows in unbucketed.items() if rows} == {
+        "alerts": 4, "dead_letter": 0, "job_history": 5, "metric_history": 10, "metric_windows": 35} or unbucketed
+    for bucket_seconds in (10.0, 3.7):
+        assert pipeline_outputs(bucket_seconds) == unbucketed, bucket_seconds

@@ -18,7 +18,9 @@ import glob
 import json
 import os
 import shlex
+import shutil
 import sys
+import tempfile
 import threading
 import time
 from typing import IO, Dict, Iterator, List, Optional
@@ -40,8 +42,8 @@ from pipeline.options import (
     lifecycle_from,
 )
 from pipeline.runners import runner_for
-from sinks.alerts_file import AppendAlertsToFile
-from sinks.duckdb_store import DuckDBStore, WriteToDuckDB
+from sinks.duckdb_store import DuckDBStore
+from sinks.staging import StageRows, load_staged
 from transforms.progress import LocalCounter, ProgressCounter, ReadCounts, register, unregister
 from transforms.sources import ReadReplayFiles
 
@@ -53,19 +55,20 @@ PROGRESS_INTERVAL_ENV = "TRAINGUARD_PROGRESS_INTERVAL"
 
 
 class WriteLocal(beam.PTransform):
-    """The graph's outputs -> the DuckDB store; alerts, and alerts announced again, also -> the alerts JSONL file."""
+    """The graph's outputs -> files staged under ``staging_dir`` for the store and the alerts file.
 
-    def __init__(self, store_path: str, alerts_file: str):
+    Any worker process may run these steps; ``sinks.staging.load_staged`` moves the rows into the DuckDB store
+    and the alerts file from the launching process once the pipeline is done (one writer, whatever the runner).
+    """
+
+    def __init__(self, staging_dir: str):
         super().__init__()
-        self.store_path = store_path
-        self.alerts_file = alerts_file
+        self.staging_dir = staging_dir
 
     def expand(self, outputs: Dict[str, beam.PCollection]):
         for name, rows in outputs.items():
-            if name in TABLES:
-                rows | f"Store_{name}" >> WriteToDuckDB(self.store_path, TABLES[name])
-        ((outputs[ALERTS.name], outputs[ALERT_UPDATES]) | "AlertsAndUpdates" >> beam.Flatten()
-         | "AlertsFile" >> AppendAlertsToFile(self.alerts_file))
+            if name in TABLES or name == ALERT_UPDATES:
+                rows | f"Stage_{name}" >> StageRows(self.staging_dir, name)
         return beam.pvalue.PDone(outputs[ALERTS.name].pipeline)
 
 
@@ -267,7 +270,7 @@ def run(argv: Optional[List[str]] = None) -> ReplaySummary:
     store.ensure_schema()
     counts_before, kinds_before = store.counts(), _alert_kinds(store)
     seed = store.read_seed(configs)
-    store.close()  # the pipeline's sinks open their own connections
+    store.close()  # no step writes the store: the rows are loaded after the run (sinks/staging.py)
 
     started = time.monotonic()
     show_progress = is_terminal(sys.stderr) if local.progress is None else local.progress
@@ -279,9 +282,15 @@ def run(argv: Optional[List[str]] = None) -> ReplaySummary:
                        GraphSettings(configs, lifecycle_from(local), options.view_as(StandardOptions).streaming,
                                      progress_id),
                        pipeline | "Seed" >> beam.Create([seed])))
-        outputs | "WriteLocal" >> WriteLocal(local.local_store, local.alerts_file)
-        result = pipeline.run()
-        result.wait_until_finish()
+        staging_dir = tempfile.mkdtemp(prefix=".trainguard-staging-", dir=os.path.dirname(
+            os.path.abspath(local.local_store)))
+        try:
+            outputs | "WriteLocal" >> WriteLocal(staging_dir)
+            result = pipeline.run()
+            result.wait_until_finish()
+            load_staged(staging_dir, local.local_store, local.alerts_file)
+        finally:
+            shutil.rmtree(staging_dir, ignore_errors=True)
 
     counters = {name: 0 for name in COUNTERS}
     for counter in result.metrics().query(MetricsFilter().with_namespace("trainguard"))["counters"]:

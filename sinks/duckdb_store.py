@@ -11,7 +11,6 @@ import collections
 import threading
 from typing import Dict, Iterable, List
 
-import apache_beam as beam
 import duckdb
 import pyarrow as pa
 
@@ -26,8 +25,8 @@ _DUCKDB_TYPES = {"STRING": "VARCHAR", "FLOAT64": "DOUBLE", "INT64": "BIGINT", "B
 # How rows are staged in Arrow before the insert casts them (timestamps arrive as ISO strings).
 _ARROW_TYPES = {"STRING": pa.string(), "FLOAT64": pa.float64(), "INT64": pa.int64(), "BOOL": pa.bool_(),
                 "TIMESTAMP": pa.string()}
-# DuckDB serializes writers within a process only per connection; one lock per file keeps
-# concurrent bundles of the local streaming runner from conflicting on primary keys.
+# DuckDB serializes writers within a process only per connection; one lock per file keeps threads of one
+# process from conflicting on primary keys (only the replay's launching process writes: sinks/staging.py).
 _WRITE_LOCKS: Dict[str, threading.Lock] = collections.defaultdict(threading.Lock)
 
 
@@ -87,42 +86,4 @@ class DuckDBStore:
     def read_seed(self, configs: ConfigSet) -> HistorySeed:
         """The history state that earlier invocations left behind (``sinks/seed.py``)."""
         return read_history_seed(configs, self.query, DUCKDB_SQL)
-
-
-class _InsertRowsFn(beam.DoFn):
-    """Buffers a bundle's rows and inserts them in one statement when the bundle ends."""
-
-    def __init__(self, path: str, table_name: str):
-        self.path = path
-        self.table_name = table_name
-        self.rows: List[dict] = []
-        self.store = None
-
-    def setup(self):
-        self.store = DuckDBStore(self.path)
-
-    def teardown(self):
-        self.store.close()
-
-    def start_bundle(self):
-        self.rows = []
-
-    def process(self, row: dict):
-        self.rows.append(row)
-
-    def finish_bundle(self):
-        self.store.insert(TABLES[self.table_name], self.rows)
-        self.rows = []
-
-
-class WriteToDuckDB(beam.PTransform):
-    """Row dicts -> rows of ``table`` in the DuckDB file at ``path`` (tables must exist)."""
-
-    def __init__(self, path: str, table: Table):
-        super().__init__()
-        self.path = path
-        self.table = table
-
-    def expand(self, rows):
-        return rows | beam.ParDo(_InsertRowsFn(self.path, self.table.name))
 

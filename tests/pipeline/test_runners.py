@@ -5,7 +5,8 @@ The local replay runs on FnApiRunner unless ``--runner`` says otherwise; the use
 stage declares a processing-time timer: see ``transforms.parse.FirstPerKeyInEventTime``). Beam's
 ``BundleBasedDirectRunner`` runs bounded input too, but its user timers do not hold the watermark of the stages
 after them, so chained timer stages see their end of input early: a known limitation, kept as a strict xfail so
-that it is noticed when it changes.
+that it is noticed when it changes. The replay also runs on FnApiRunner's two worker processes, from the wheel,
+as workers would (no step writes the store: ``sinks/staging.py``).
 """
 
 import os
@@ -47,3 +48,53 @@ def test_the_demo_replay_on_the_direct_runner_gives_the_fn_api_runners_rows(fn_a
 @pytest.mark.xfail(strict=True, reason="BundleBasedDirectRunner: user timers hold no watermark downstream")
 def test_the_demo_replay_on_the_bundle_based_direct_runner_gives_the_same_rows(fn_api_rows, tmp_path):
     assert replay_rows(tmp_path / "bundle", "--runner=BundleBasedDirectRunner")[0] == fn_api_rows[0]
+
+
+def test_a_replay_on_two_worker_processes_gives_the_in_process_rows(fn_api_rows, tmp_path):
+    rows, alerts = replay_rows(tmp_path / "workers", "--direct_num_workers=2", "--direct_running_mode=multi_processing")
+    assert rows == fn_api_rows[0] and alerts == fn_api_rows[1]
+
+
+def test_the_project_installed_from_its_wheel_replays_on_worker_processes_outside_the_source_tree(fn_api_rows,
+                                                                                                   tmp_path):
+    """Packaging, pickling across processes and process-global state, as on workers: the rows are the same.
+
+    The wheel is built from ``setup.py`` and installed alone into a fresh environment whose dependencies come
+    from this one (a path entry, so this environment's editable install of the source tree is not active);
+    the replay runs from a directory outside the tree, on two worker processes.
+    """
+    import glob
+    import subprocess
+    import sys
+    import sysconfig
+
+    from tests.support import REPO_ROOT
+
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
+                    "-w", str(wheels), REPO_ROOT], check=True, capture_output=True)
+    environment = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(environment)], check=True)
+    site = subprocess.run([str(environment / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path("
+                           "'purelib'))"], check=True, capture_output=True, text=True).stdout.strip()
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--target", site,
+                    *glob.glob(str(wheels / "*.whl"))], check=True, capture_output=True)
+    with open(os.path.join(site, "dependencies.pth"), "w") as f:
+        f.write(sysconfig.get_path("purelib") + "\n")
+    where = tmp_path / "outside"
+    where.mkdir()
+    python = str(environment / "bin" / "python")
+    located = subprocess.run([python, "-c", "import pipeline, core; print(pipeline.__file__, core.__file__)"],
+                             cwd=where, check=True, capture_output=True, text=True).stdout
+    assert REPO_ROOT not in located and site in located
+    demo = os.path.join(REPO_ROOT, "data", "demo", "*.jsonl")
+    done = subprocess.run([python, "-m", "pipeline", f"--input_files={demo}", f"--config_dir={REPO_ROOT}/configs",
+                           "--direct_num_workers=2", "--direct_running_mode=multi_processing", "--report_dir="],
+                          cwd=where, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    store = DuckDBStore(str(where / "trainguard.duckdb"))
+    try:
+        assert table_rows(store.query, DUCKDB_SQL) == fn_api_rows[0]
+    finally:
+        store.close()
+    assert (where / "alerts.jsonl").read_text().splitlines() == fn_api_rows[1]

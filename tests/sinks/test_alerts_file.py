@@ -1,9 +1,6 @@
 import json
 
-import apache_beam as beam
-
-from sinks.alerts_file import AppendAlertsToFile
-from tests.transforms.support import batch_pipeline
+from sinks.alerts_file import append_alerts
 
 
 def row(alert_id, created_at="2025-11-21T00:00:00.000000Z"):
@@ -11,8 +8,7 @@ def row(alert_id, created_at="2025-11-21T00:00:00.000000Z"):
 
 
 def append(path, rows):
-    with batch_pipeline() as p:
-        p | beam.Create(rows) | AppendAlertsToFile(str(path))
+    append_alerts(str(path), rows)
 
 
 def ids(path):

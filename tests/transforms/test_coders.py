@@ -179,7 +179,7 @@ def replay_pipeline() -> beam.Pipeline:
                | "ReadFiles" >> ReadReplayFiles([os.path.join(REPO_ROOT, "data", "demo", "*.jsonl")])
                | "DetectRegressions" >> DetectRegressions(GraphSettings(configs),
                                                           pipeline | "Seed" >> beam.Create([HistorySeed()])))
-    outputs | "WriteLocal" >> WriteLocal("unused.duckdb", "unused.jsonl")
+    outputs | "WriteLocal" >> WriteLocal("unused-staging")
     return pipeline
 
 

@@ -50,8 +50,9 @@ multi-word options may also be spelled with dashes, --job-name for --job_name):
 demo options: --rate N (messages per second) and any of the above.
 
 Stopping: 'gcloud dataflow jobs drain JOB_ID --region REGION' finishes in-flight work and stops reading:
-open runs are finalized early and keyed state is discarded; the next job seeds its history from
-BigQuery. 'cancel' stops at once and loses in-flight messages' work (Pub/Sub redelivers unacked ones).
+runs that ended are finalized, open runs are stored as 'interrupted' (no alert), and keyed state is
+discarded; the next job seeds its history from BigQuery and resumes the interrupted runs. 'cancel'
+stops at once and loses in-flight messages' work and open runs (Pub/Sub redelivers unacked messages).
 
 Java: the Storage Write API is a cross-language transform that Beam expands on the machine running
 this script with a Java expansion service. Beam runs $JAVA_HOME/bin/java if JAVA_HOME is set, else

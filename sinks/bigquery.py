@@ -190,11 +190,13 @@ class BigQueryStore:
 
         bound = self.timeout_seconds
         deadline = time.monotonic() + bound
-        retry = DEFAULT_RETRY.with_timeout(bound)
-        job = self.client.query(sql, retry=retry, timeout=min(REQUEST_TIMEOUT_SECONDS, bound),
-                                job_retry=DEFAULT_JOB_RETRY.with_timeout(bound))
+        # job_retry=None here: the client would otherwise wrap the job's creation in a retry of its own, with
+        # a deadline of its own (minutes). A job that fails for a transient reason is re-run by result() below.
+        job = self.client.query(sql, retry=DEFAULT_RETRY.with_timeout(bound),
+                                timeout=min(REQUEST_TIMEOUT_SECONDS, bound), job_retry=None)
         remaining = max(0.001, deadline - time.monotonic())
-        rows = job.result(retry=retry.with_timeout(remaining), timeout=min(REQUEST_TIMEOUT_SECONDS, remaining))
+        rows = job.result(retry=DEFAULT_RETRY.with_timeout(remaining), timeout=remaining,
+                          job_retry=DEFAULT_JOB_RETRY.with_timeout(remaining))
         return [tuple(row.values()) for row in rows]
 
     def read_seed(self, configs: ConfigSet) -> HistorySeed:

@@ -7,7 +7,6 @@ event time. The runs here happen now, by the wall clock, as a live job's do.
 import json
 import time
 
-import apache_beam as beam
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.utils.timestamp import Timestamp
 
@@ -63,8 +62,7 @@ def test_a_drained_jobs_open_run_is_resumed_by_the_next_job_and_its_stored_runs_
     second = run_job(open_after, seed, now)
 
     [row] = second[JOB_HISTORY.name]
-    assert (row["run_id"], row["job_status"], row["start_time"]) == ("open", "failure",
-                                                                     first_row_start(jobs["open"]))
+    assert (row["run_id"], row["job_status"], row["start_time"]) == ("open", "failure", jobs["open"]["start_time"])
     assert RUN_INTERRUPTED not in [e["type"] for e in json.loads(row["events"])]
     assert [(a["kind"], a["run_id"]) for a in second[ALERTS.name]] == [("job_failed", "open")]
     # the whole run's values: the first point came before the drain
@@ -72,7 +70,3 @@ def test_a_drained_jobs_open_run_is_resumed_by_the_next_job_and_its_stored_runs_
     assert metrics["acc_final"] == 80.0 and metrics["total_wall_time"] == 140.0
     assert [(d["source"], d["reason"]) for d in second[DEAD_LETTER.name]] == [
         ("run:cifar/done", stored_run_reason("cifar", "done"))]
-
-
-def first_row_start(row):
-    return row["start_time"]

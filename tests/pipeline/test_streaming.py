@@ -44,6 +44,7 @@ from sinks.duckdb_store import DUCKDB_SQL, DuckDBStore
 from sinks.pubsub import alert_message
 from tests.support import REPO_ROOT
 from trainguard import wire
+from transforms.runs import stored_run_reason
 from transforms.sources import raw_from_pubsub
 
 REPO = REPO_ROOT
@@ -168,9 +169,12 @@ def table_rows(query, dialect) -> Dict[str, List[tuple]]:
     return rows
 
 
-def wait_for_rows(bigquery: BigQueryStore, expected: DuckDBStore, alerts: AlertCollector) -> None:
-    """Blocks until BigQuery holds as many rows as the replay store, and every alert has arrived."""
+def wait_for_rows(bigquery: BigQueryStore, expected: DuckDBStore, alerts: AlertCollector,
+                  more_dead_letters: int = 0) -> None:
+    """Blocks until BigQuery holds as many rows as the replay store (and ``more_dead_letters``), and every alert
+    has arrived."""
     counts = expected.counts()
+    counts[DEAD_LETTER.name] += more_dead_letters
     deadline = time.monotonic() + WAIT_SECONDS
     while True:
         have = {name: bigquery.query(f"SELECT count(*) FROM `{bigquery.target.table_id(table)}`")[0][0]
@@ -222,11 +226,13 @@ def test_streaming_job_matches_the_local_replay_and_continues_after_a_restart(
         wait_for_rows(bigquery, replay(tmp_path, "first", first), alerts)
         job.cancel()
         # A new job (not an update): its history comes from the BigQuery tables.
-        # Trainers retrying two old messages: runs the new job skips because BigQuery already has them.
+        # Trainers retrying two old messages: runs BigQuery already has, so the new job dead-letters them
+        # (a replay of all the payloads at once has them as duplicates).
+        resent = first[1:3]
         job, second = run_job(pubsub_server, bigquery_emulator, publisher, "e2e", b"warm-up 2", 4, SECOND_JOB,
-                              resent=first[1:3])
+                              resent=resent)
         expected = replay(tmp_path, "all", first + second)
-        wait_for_rows(bigquery, expected, alerts)
+        wait_for_rows(bigquery, expected, alerts, more_dead_letters=len(set(resent)))
         job.cancel()
     finally:
         alerts.close()
@@ -242,11 +248,17 @@ def test_streaming_job_matches_the_local_replay_and_continues_after_a_restart(
     # Dead letters say where the payload came from: the replay file vs the subscription, with its publish time.
     columns = DEAD_LETTER.column_names
     replayed, streamed = ([dict(zip(columns, row)) for row in rows] for rows in dead_letter)
+    of_stored_runs = [d for d in streamed if d["reason"].startswith("run already stored: ")]
+    streamed = [d for d in streamed if d not in of_stored_runs]
     assert sorted((d["reason"], d["payload"]) for d in streamed) == sorted((d["reason"], d["payload"])
                                                                           for d in replayed)
     assert {d["payload"] for d in streamed} == {"warm-up 1", "warm-up 2"}
     assert all(d["source"] == f"pubsub:{pubsub_server.subscription_path('metrics-pipeline')}"
                and d["received_at"] is not None for d in streamed)
+    # The resent messages of stored runs: dead letters with the reason and the payload, once each.
+    keys = [(json.loads(payload)["test"], json.loads(payload)["run"], payload.decode()) for payload in set(resent)]
+    assert sorted((d["source"], d["reason"], d["payload"]) for d in of_stored_runs) == sorted(
+        (f"run:{test}/{run}", stored_run_reason(test, run), payload) for test, run, payload in keys)
     # The alerts topic carried every alert once, as the alerts file's lines, with test/run/kind attributes.
     lines = (tmp_path / "all.alerts.jsonl").read_text().splitlines()
     published = sorted(m.data.decode() for m in alerts.messages.values())

@@ -38,9 +38,13 @@ class RunLifecycle:
     every firing is a work item that reads, decodes, encodes and commits the key's whole state. Rounded up,
     one firing takes every item due in its bucket, in order. The results are the same: an item is still taken
     only once the watermark has passed it, a key's items still in order; they only come later, by less than a
-    bucket of watermark. 10 s because Dataflow's Pub/Sub watermark trails real time by about that much anyway,
-    a window alert 10 s later is nothing next to a training run's hours, and a run's points, seconds apart,
-    then cost one firing per 10 s per key instead of one each. Bounded replays take all in one firing anyway.
+    bucket of watermark. (Windows are where the watermark itself shows: a point that arrives behind it is
+    placed at once, so whether its window was already emitted, a revision, can differ; and a watermark jump
+    past a run's last windows and its end no longer fires the end between two of their settle firings, which
+    closed windows that had ended as partial.) 10 s because Dataflow's Pub/Sub watermark trails real time by
+    about that much anyway, a window alert 10 s later is nothing next to a training run's hours, and a run's
+    points, seconds apart, then cost one firing per 10 s per key instead of one each. Bounded replays take
+    everything in one firing regardless.
     """
     grace_seconds: float = 60.0               # after run_finished, stragglers still count
     timeout_seconds: float = 6 * HOUR         # silence after which a run without run_finished is missing
@@ -359,8 +363,9 @@ def open_run_text(events: Sequence[Any]) -> Optional[str]:
         if not isinstance(event, dict) or event.get("type") != RUN_INTERRUPTED:
             continue
         data = event.get("data")
-        if isinstance(data, dict) and isinstance(data.get(OPEN_RUN), str):
-            return data[OPEN_RUN]
+        text = data.get(OPEN_RUN) if isinstance(data, dict) else None
+        if isinstance(text, str):
+            return text
     return None
 
 

@@ -75,16 +75,18 @@ _LATEST_TIMER = GlobalWindow().max_timestamp()
 
 
 def bucket_end(seconds: float, bucket_seconds: float) -> Timestamp:
-    """When a watermark timer for something due at ``seconds`` fires: ``Timestamp.of(seconds)`` itself
-    (``bucket_seconds`` 0), else the end of its bucket, the first multiple of ``bucket_seconds`` at or after it
-    (``core.runs.RunLifecycle.timer_bucket_seconds``). Never before ``seconds``, as a float too: a firing at
-    the bucket's end takes everything due at or before ``float(fired_at)``, the due item included."""
+    """When a watermark timer for something due at ``seconds`` fires: the end of its bucket, the first multiple
+    of ``bucket_seconds`` at or after it (``core.runs.RunLifecycle.timer_bucket_seconds``; 0: the first whole
+    microsecond at or after it).
+
+    Never before ``seconds``, as a float too: a firing takes what is due at or before ``float(fired_at)``, so
+    ``Timestamp.of(seconds)``, which truncates below a microsecond, would fire just before a time such as
+    ``T + 0.2 + 0.7 * 2`` (...2.6000000000001) and leave it pending, due at the time just fired: the settle
+    timer of its windows would then fire again at that same time, forever."""
     due = Timestamp.of(seconds)
-    bucket_micros = round(bucket_seconds * 1_000_000)
-    if bucket_micros <= 0:
-        return due
+    bucket_micros = max(1, round(bucket_seconds * 1_000_000))
     micros = -(-due.micros // bucket_micros) * bucket_micros
-    while float(Timestamp(micros=micros)) < seconds:  # ``Timestamp.of`` truncates below a microsecond
+    while float(Timestamp(micros=micros)) < seconds:
         micros += bucket_micros
     end = Timestamp(micros=micros)
     return end if end <= _LATEST_TIMER else max(due, _LATEST_TIMER)
@@ -154,7 +156,7 @@ def in_event_time_order(machine: StateMachine, name: str, streaming: bool = True
 
     With unbounded input the timer is set at the earliest pending item's due
     time rounded up to its bucket of ``timer_bucket_seconds`` (``bucket_end``;
-    0: the due time itself). A firing at time T feeds every pending item due at
+    0: the due time itself, to the microsecond). A firing at time T feeds every pending item due at
     or before T, in order, and sets the timer at the next pending item's
     bucket: one firing per bucket the watermark passes, not one per distinct
     event time. The outputs are the same: an item is fed once the watermark

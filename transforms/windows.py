@@ -147,7 +147,8 @@ class WindowRunFn(beam.DoFn):
             if due < float("inf") and due != run_windows.scheduled:
                 self._set_settle(run_windows, settle, max(due, run_windows.watermark_floor))
             if run_windows.stalls is not None:
-                stall.set(Timestamp.of(run_windows.last_time + config.stall_seconds))
+                # not truncated below a microsecond (``bucket_end``): a firing before it would see no stall yet
+                stall.set(bucket_end(run_windows.last_time + config.stall_seconds, 0))
 
     @staticmethod
     def _take_pending(run_windows: _RunWindows, pending, upto: float) -> List[float]:
@@ -225,7 +226,7 @@ class WindowRunFn(beam.DoFn):
     def _set_settle(self, run_windows: _RunWindows, settle, due: float) -> None:
         """Sets the settle timer at the end of ``due``'s bucket (``scheduled`` keeps when it fires)."""
         fires = bucket_end(due, self.lifecycle.timer_bucket_seconds)
-        run_windows.scheduled = float(fires) if self.lifecycle.timer_bucket_seconds > 0 else due
+        run_windows.scheduled = float(fires)
         settle.set(fires)
 
     def _results(self, test: str, run: str, tag: str, windows: List[Window], aggregations: Tuple[str, ...],

@@ -5,6 +5,7 @@ A timer's outputs carry the time it fired at, so the distinct timestamps of a st
 firings that fed it something (every firing here does: each item is due in a bucket the watermark passes).
 """
 
+import collections
 import dataclasses
 import json
 import random
@@ -103,9 +104,13 @@ def test_bucket_end_rounds_up_to_a_multiple_of_the_bucket(seconds, bucket, expec
 
 
 def test_bucket_end_is_never_before_the_time_even_below_a_microsecond():
-    for seconds in (T0 + 10.0000004, T0 + 9.9999999, 0.3 * 7, T0 + 0.3 * 11):
-        for bucket in (0.3, 1, 10):
+    """``Timestamp.of`` truncates: a settle timer set at ``Timestamp.of(T0 + 1.2 + 0.7 * 2)`` fired before that
+    point's time (a float), left it pending and was set at the same time again, for ever."""
+    assert float(Timestamp.of(T0 + 1.2 + 0.7 * 2)) < T0 + 1.2 + 0.7 * 2
+    for seconds in (T0 + 10.0000004, T0 + 9.9999999, 0.3 * 7, T0 + 0.3 * 11, T0 + 1.2 + 0.7 * 2):
+        for bucket in (0, 0.3, 1, 10):
             assert float(bucket_end(seconds, bucket)) >= seconds
+    assert bucket_end(T0 + 1.2 + 0.7 * 2, 0).micros == Timestamp.of(T0 + 2.6).micros + 1
 
 
 LOSS_WINDOWS = {
@@ -119,42 +124,55 @@ LOSS_WINDOWS = {
             "condition": {"comparison": "less", "success_threshold": {"stddevs_from_mean": 3},
                           "wait_for_n_points_of_history": 2}, "min_effect_rel": 0.05}]},
                  "tput": {"time_seconds": 7, "aggregations": ["mean"]}}}}
+RUN_SECONDS = 20  # a run's points span 1.0 ... 12.9 s after its start; it ends at 13.2 s, is finalized 10 s later
 
 
-def run_messages(run, start, loss, accuracy):
-    """A run of ``len(loss)`` points at distinct times 0.7 s apart (loss and throughput), then its end."""
-    points = [raw("cifar", run, f"{run}/p{i}", points=[("loss", value, i * 10, start + 1 + 0.7 * i),
-                                                        ("tput", 100.0 + i % 3, i * 10, start + 1.2 + 0.7 * i)])
+def run_messages(run, start, loss, accuracy=90.0, spacing=0.7):
+    """A run of ``len(loss)`` points at distinct times ``spacing`` apart (loss and throughput), then its end."""
+    points = [raw("cifar", run, f"{run}/p{i}", points=[("loss", value, i * 10, start + 1 + spacing * i),
+                                                        ("tput", 100.0 + i % 3, i * 10, start + 1.5 + spacing * i)])
               for i, value in enumerate(loss)]
-    end = start + 2 + 0.7 * len(loss)
+    end = start + 2 + spacing * len(loss)
     return ([raw("cifar", run, f"{run}/s", events=[started(start)])] + points
             + [raw("cifar", run, f"{run}/e", points=[("acc", accuracy, len(loss) * 10, end)],
                    events=[finished(end)])])
 
 
 def shuffled_stream():
-    """Four runs (the last regresses), each delivered shuffled, with redeliveries, before the watermark passes it;
-    a fifth that stalls and never finishes."""
+    """Four runs (the last regresses) 20 s apart, each delivered shuffled and with redeliveries before the
+    watermark reaches its first point, which then moves to the next run's start; a fifth run stalls.
+
+    On time: no point arrives behind the watermark (a late point is placed when it arrives, so how far the
+    watermark got, which buckets change, decides what it joins). A run's windows settle in the watermark step
+    after its points, its end in the next one, with the next run's windows (in the same buckets).
+
+    Nor does one watermark step pass both a run's last windows and its end: without buckets, the settle timer
+    works through a run's point times one firing at a time, and the direct runner fires the run's close timer,
+    due in the same step, between two of them, closing as partial windows that had ended (with buckets, one
+    firing settles them all before the close)."""
     rng = random.Random(11)
     stream = TestStream().advance_watermark_to(Timestamp.of(T0))
     for r, (loss, accuracy) in enumerate([([1.0, 0.9, 0.8, 0.7] * 4, 90.0), ([1.02, 0.91, 0.79, 0.71] * 4, 91.0),
-                                          ([0.98, 0.9, 0.81, 0.69] * 4, 89.5), ([1.0, 1.4, 1.6, 1.9] * 4, 60.0)]):
-        start = T0 + 100 * r
+                                          ([0.98, 0.9, 0.81, 0.69] * 4, 90.5), ([1.0, 1.4, 1.6, 1.9] * 4, 60.0)]):
+        start = T0 + RUN_SECONDS * r
         messages = run_messages(f"r{r}", start, loss, accuracy)
         messages += rng.sample(messages, 4)
         rng.shuffle(messages)
-        stream = stream.add_elements(messages[:len(messages) // 2]).advance_watermark_to(Timestamp.of(start + 5))
-        stream = stream.add_elements(messages[len(messages) // 2:]).advance_watermark_to(Timestamp.of(start + 99))
-    stalled = run_messages("r4", T0 + 400, [1.0, 0.9], 90.0)[:-1]
-    return (stream.add_elements(stalled).advance_watermark_to(Timestamp.of(T0 + 500))
+        stream = stream.add_elements(messages).advance_watermark_to(Timestamp.of(start + RUN_SECONDS))
+    stalled = run_messages("r4", T0 + 4 * RUN_SECONDS, [1.0, 0.9])[:-1]
+    return (stream.add_elements(stalled).advance_watermark_to(Timestamp.of(T0 + 100))
+            .advance_watermark_to(Timestamp.of(T0 + 500))
             .advance_watermark_to(Timestamp.of(T0 + 1000)).advance_watermark_to_infinity())
 
 
-def pipeline_outputs(bucket_seconds):
-    settings = GraphSettings(configs(cifar=LOSS_WINDOWS), RunLifecycle(
+def settings(bucket_seconds):
+    return GraphSettings(configs(cifar=LOSS_WINDOWS), RunLifecycle(
         grace_seconds=10, timeout_seconds=300, timer_bucket_seconds=bucket_seconds), streaming=True)
+
+
+def pipeline_outputs(bucket_seconds):
     with streaming_pipeline() as p:
-        outputs = detect(p | shuffled_stream(), settings)
+        outputs = detect(p | shuffled_stream(), settings(bucket_seconds))
         gathered = {name: gather(outputs[name] | f"Json_{name}" >> beam.Map(json.dumps, sort_keys=True, default=str),
                                  name) for name in sorted(outputs)}
     return {name: sorted(rows) for name, rows in gathered.items()}
@@ -162,7 +180,39 @@ def pipeline_outputs(bucket_seconds):
 
 def test_every_output_is_the_same_with_timers_in_buckets_or_at_each_event_time():
     unbucketed = pipeline_outputs(0)
-    assert {name: len(rows) for name, rows in unbucketed.items() if rows} == {
-        "alerts": 4, "dead_letter": 0, "job_history": 5, "metric_history": 10, "metric_windows": 35} or unbucketed
+    alerts = sorted((a["kind"], a["run_id"]) for a in map(json.loads, unbucketed["alerts"]))
+    assert alerts == [("metric_out_of_bounds", "r3"), ("run_missing", "r4"), ("run_stalled", "r4"),
+                      ("window_out_of_bounds", "r3")]
+    windows = collections.Counter((w["run_id"], w["tag"], w["partial"]) for w in map(json.loads,
+                                                                                      unbucketed["metric_windows"]))
+    assert windows == {**{(f"r{r}", "loss", False): 4 for r in range(4)},  # settled live, none partial
+                       **{(f"r{r}", "tput", False): 2 + r // 2 for r in range(4)},
+                       ("r4", "tput", False): 1, ("r4", "loss", True): 1}  # the stalled run's loss: at its timeout
     for bucket_seconds in (10.0, 3.7):
         assert pipeline_outputs(bucket_seconds) == unbucketed, bucket_seconds
+
+
+WINDOW_POINTS = 100
+
+
+def window_rows_fired_at(bucket_seconds):
+    """The loss windows of one run of 100 points at distinct times inside one 10 s bucket, each with the time
+    of the settle timer's firing that emitted it."""
+    messages = run_messages("r0", T0 - 0.5, [1.0, 2.0, 3.0, 4.0] * (WINDOW_POINTS // 4), spacing=0.08)  # T0 + 0.5 ... 8.42
+    random.Random(4).shuffle(messages)
+    stream = (TestStream().advance_watermark_to(Timestamp.of(T0 - 2)).add_elements(messages)
+              .advance_watermark_to(Timestamp.of(T0 + 10)).advance_watermark_to_infinity())
+    with streaming_pipeline() as p:
+        rows = (detect(p | stream, settings(bucket_seconds))["metric_windows"]
+                | beam.Filter(lambda row: row["tag"] == "loss")
+                | beam.Map(lambda row, fired_at=beam.DoFn.TimestampParam: (row["window_index"], row["partial"],
+                                                                            fired_at.micros)))
+        return gather(rows, "rows")
+
+
+def test_the_settle_timer_emits_a_bucket_of_windows_in_one_firing():
+    bucketed, unbucketed = window_rows_fired_at(10.0), window_rows_fired_at(0)
+    assert sorted(row[:2] for row in bucketed) == sorted(row[:2] for row in unbucketed) == [
+        (i, False) for i in range(WINDOW_POINTS // 4)]
+    assert {fired_at for *_, fired_at in bucketed} == {Timestamp.of(T0 + 10).micros}  # one firing
+    assert len({fired_at for *_, fired_at in unbucketed}) == WINDOW_POINTS // 4  # one per window's last point

@@ -52,7 +52,6 @@ Changes (2026-11-23), and why:
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
@@ -67,6 +66,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pipeline.replay import run as replay
 from trainguard import wire
+from trainguard.cli import DASHES_NOTE, StrictArgumentParser
 
 DAY = 86400.0
 START = 1767225600.0  # 2026-01-01T00:00:00Z
@@ -296,8 +296,7 @@ def print_scores(scores: Dict[str, object]) -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = StrictArgumentParser(description=__doc__.split("\n\n")[0], epilog=DASHES_NOTE)
     parser.add_argument("--tests", type=int, default=8, help="daily tests in the suite")
     parser.add_argument("--runs", type=int, default=60, help="runs per test")
     parser.add_argument("--seed", type=int, default=1, help="seed of the generator and the shuffle")

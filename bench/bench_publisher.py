@@ -46,7 +46,6 @@ Reports (and writes to bench/out/publisher.json):
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
 import os
@@ -67,6 +66,7 @@ from google.pubsub_v1.services.publisher.transports import PublisherGrpcTranspor
 
 import trainguard as tg  # noqa: E402
 from trainguard import wire  # noqa: E402
+from trainguard.cli import DASHES_NOTE, StrictArgumentParser  # noqa: E402
 from trainguard.metrics.api import MetricData, MetricHandler, MetricStream, NullMetricHandler  # noqa: E402
 
 TAGS = ["loss", "lr", "grad_norm", "throughput", "step_time_ms"]
@@ -364,7 +364,7 @@ def wire_efficiency(server: ServerProcess, topic: str, rate: int, points: int) -
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = StrictArgumentParser(description=__doc__.split("\n")[0], epilog=DASHES_NOTE)
     parser.add_argument("--quick", action="store_true", help="short run (smoke test)")
     args = parser.parse_args()
     scale = 0.1 if args.quick else 1.0

@@ -12,21 +12,21 @@ encode and decode times of both coders.
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import sys
-import time
-from typing import Any, Callable, List, Tuple
+from typing import Any, List
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from apache_beam.coders import PickleCoder
 
+from bench.timing import best
 from core.history import MetricHistory
 from core.window_checks import FinishedRun, WindowHistory
 from core.windows import WindowResult
 from scripts.write_state_fixtures import build
+from trainguard.cli import DASHES_NOTE, StrictArgumentParser
 from transforms.coders import RecordCoder
 from transforms.ordered import _Keyed
 
@@ -50,15 +50,6 @@ def window_history(runs: int, windows: int, seed: int = 1) -> WindowHistory:
     return history
 
 
-def best(repeat: int, fn: Callable[[], Any]) -> Tuple[float, Any]:
-    times, result = [], None
-    for _ in range(repeat):
-        start = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - start)
-    return min(times), result
-
-
 def measure(name: str, value: Any, repeat: int) -> List[str]:
     rows = []
     for coder in (PickleCoder(), RecordCoder()):
@@ -70,7 +61,7 @@ def measure(name: str, value: Any, repeat: int) -> List[str]:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = StrictArgumentParser(description=__doc__.split("\n\n")[0], epilog=DASHES_NOTE)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--windows", type=int, default=20000)
     parser.add_argument("--repeat", type=int, default=5)

@@ -13,18 +13,18 @@ each (the best of ``--repeat``), and what building the index costs (once per run
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import random
 import sys
-import time
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.timing import best
 from core.window_checks import FinishedRun, _overlap, step_aligned_history
 from core.windows import WindowResult
+from trainguard.cli import DASHES_NOTE, StrictArgumentParser
 
 T0 = 1763596800.0
 
@@ -60,22 +60,13 @@ def scanned_history(window: WindowResult, runs: Sequence[FinishedRun], aggregati
     return values[::-1], compared[::-1]
 
 
-def best(repeat: int, fn: Callable[[], Any]) -> Tuple[float, Any]:
-    times, result = [], None
-    for _ in range(repeat):
-        start = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - start)
-    return min(times), result
-
-
 def fresh(runs: List[FinishedRun]) -> List[FinishedRun]:
     """The runs as a decoded state has them: no step index yet."""
     return [dataclasses.replace(f) for f in runs]
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = StrictArgumentParser(description=__doc__.split("\n\n")[0], epilog=DASHES_NOTE)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--windows", type=int, default=20000)
     parser.add_argument("--lookups", type=int, default=200)

@@ -68,8 +68,7 @@ class AlertRecord:
 
     @property
     def logs_link(self) -> Optional[str]:
-        link = self.run_data.get("logs_link")
-        return link if isinstance(link, str) and link else None
+        return _text(self.run_data.get("logs_link"))
 
     @property
     def status(self) -> Optional[str]:
@@ -79,14 +78,12 @@ class AlertRecord:
     @property
     def unit(self) -> Optional[str]:
         """The metric's unit (``core.alert_details``), None when unknown."""
-        unit = self.details.get("unit")
-        return unit if isinstance(unit, str) and unit else None
+        return _text(self.details.get("unit"))
 
     @property
     def report_url(self) -> Optional[str]:
         """The run's page of the configured outside report (``report_url_pattern``); not checked to be http(s)."""
-        url = self.details.get("report_url")
-        return url if isinstance(url, str) and url else None
+        return _text(self.details.get("report_url"))
 
     @property
     def next_steps(self) -> List[str]:
@@ -161,6 +158,11 @@ def _optional_string(row: Mapping[str, Any], key: str) -> Optional[str]:
     if value is not None and not isinstance(value, str):
         raise InvalidAlert(f"{key} must be a string or null, got {value!r}")
     return value
+
+
+def _text(value: Any) -> Optional[str]:
+    """A non-empty string from the free-form details, else None (details are data: never trusted to be typed)."""
+    return value if isinstance(value, str) and value else None
 
 
 def decode_details(raw: Any) -> Dict[str, Any]:

@@ -268,7 +268,7 @@ def run(argv: Optional[List[str]] = None) -> ReplaySummary:
     configs = load_config_dir(local.config_dir)
     store = DuckDBStore(local.local_store)
     store.ensure_schema()
-    counts_before, kinds_before = store.counts(), _alert_kinds(store)
+    kinds_before = _alert_kinds(store)
     seed = store.read_seed(configs)
     store.close()  # no step writes the store: the rows are loaded after the run (sinks/staging.py)
 
@@ -288,7 +288,7 @@ def run(argv: Optional[List[str]] = None) -> ReplaySummary:
             outputs | "WriteLocal" >> WriteLocal(staging_dir)
             result = pipeline.run()
             result.wait_until_finish()
-            load_staged(staging_dir, local.local_store, local.alerts_file)
+            rows_added = load_staged(staging_dir, local.local_store, local.alerts_file)
         finally:
             shutil.rmtree(staging_dir, ignore_errors=True)
 
@@ -296,10 +296,10 @@ def run(argv: Optional[List[str]] = None) -> ReplaySummary:
     for counter in result.metrics().query(MetricsFilter().with_namespace("trainguard"))["counters"]:
         if counter.key.metric.name in counters:
             counters[counter.key.metric.name] += counter.committed or 0
-    counts_after, kinds_after = store.counts(), _alert_kinds(store)
+    kinds_after = _alert_kinds(store)
     return ReplaySummary(
         input_files=files, counters=counters,
-        rows_added={t: counts_after[t] - counts_before[t] for t in counts_after},
+        rows_added=rows_added,
         alerts_by_kind={k: n - kinds_before.get(k, 0) for k, n in kinds_after.items() if n > kinds_before.get(k, 0)},
         seconds=time.monotonic() - started, store=local.local_store, alerts_file=local.alerts_file)
 

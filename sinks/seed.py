@@ -36,6 +36,7 @@ from core.triage import MAX_RECENT_ALERTS, AlertLedger, TriageItem, reaches_metr
 from core.vocabulary import RunStatus, TriageAction
 from core.window_checks import NUMERIC_AGGREGATIONS, seed_window_history, window_triage_targets
 from core.windows import WindowResult
+from trainguard.cli import error_line
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,8 +58,9 @@ class SeedReadError(RuntimeError):
     """A query of the start-up seed failed, or did not answer in time; the message names its table and the cause."""
 
 
-def _first_line(error: BaseException) -> str:
-    return (str(error).strip().splitlines() or [""])[0][:300]
+def _query_failed(name: str, error: BaseException) -> SeedReadError:
+    return SeedReadError(f"cannot read the history seed: the query of {name} failed: "
+                         f"{type(error).__name__}: {error_line(error)}")
 
 
 def _read_all(reads: Sequence[Tuple[str, Callable[[], Any]]], workers: int, timeout_seconds: Optional[float]
@@ -72,8 +74,7 @@ def _read_all(reads: Sequence[Tuple[str, Callable[[], Any]]], workers: int, time
             try:
                 results.append(read())
             except Exception as error:  # re-raised as one line naming the table
-                raise SeedReadError(f"cannot read the history seed: the query of {name} failed: "
-                                    f"{type(error).__name__}: {_first_line(error)}") from error
+                raise _query_failed(name, error) from error
         return results
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="trainguard-seed")
     try:
@@ -87,8 +88,7 @@ def _read_all(reads: Sequence[Tuple[str, Callable[[], Any]]], workers: int, time
             for name, future in futures:
                 error = future.exception() if future in done else None
                 if error is not None:
-                    raise SeedReadError(f"cannot read the history seed: the query of {name} failed: "
-                                        f"{type(error).__name__}: {_first_line(error)}") from error
+                    raise _query_failed(name, error) from error
             if pending and deadline is not None and time.monotonic() >= deadline:
                 name = next(name for name, future in futures if future in pending)
                 raise SeedReadError(f"cannot read the history seed: the query of {name} did not answer within "

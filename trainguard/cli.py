@@ -107,6 +107,11 @@ class StrictArgumentParser(argparse.ArgumentParser):
         return parsed
 
 
+def error_line(error: BaseException, limit: int = 300) -> str:
+    """The first line of an error's message, cut to ``limit`` characters (client errors often run to pages)."""
+    return (str(error).strip().splitlines() or [""])[0][:limit]
+
+
 def cloud_failure(error: BaseException) -> Optional[str]:
     """One line for an error that means Google Cloud could not be reached as configured; None for any other.
 
@@ -121,7 +126,7 @@ def cloud_failure(error: BaseException) -> Optional[str]:
     while error is not None and id(error) not in seen:
         seen.add(id(error))
         names = {cls.__name__ for cls in type(error).__mro__}
-        first_line = (str(error).strip().splitlines() or [""])[0][:300]
+        first_line = error_line(error)
         if "DefaultCredentialsError" in names:
             return ("no Google Cloud credentials: run 'gcloud auth application-default login' or set "
                     "GOOGLE_APPLICATION_CREDENTIALS (or point the tool at an emulator)")

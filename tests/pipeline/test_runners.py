@@ -26,6 +26,11 @@ def replay_rows(where, *runner):
         assert main([*runner, "--report_dir=", "--no_progress"]) == 0
     finally:
         os.chdir(cwd)
+    return outputs_in(where)
+
+
+def outputs_in(where):
+    """Every table's rows of the store in ``where``, and its alerts file's lines."""
     store = DuckDBStore(str(where / "trainguard.duckdb"))
     try:
         return table_rows(store.query, DUCKDB_SQL), (where / "alerts.jsonl").read_text().splitlines()
@@ -92,9 +97,4 @@ def test_the_project_installed_from_its_wheel_replays_on_worker_processes_outsid
                            "--direct_num_workers=2", "--direct_running_mode=multi_processing", "--report_dir="],
                           cwd=where, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    store = DuckDBStore(str(where / "trainguard.duckdb"))
-    try:
-        assert table_rows(store.query, DUCKDB_SQL) == fn_api_rows[0]
-    finally:
-        store.close()
-    assert (where / "alerts.jsonl").read_text().splitlines() == fn_api_rows[1]
+    assert outputs_in(where) == fn_api_rows

@@ -5,9 +5,11 @@ set -euo pipefail
 usage() {
   cat <<'EOF'
 Usage: ./run_dataflow.sh [deploy] [options]     create what is missing, then launch (or --update) the job
+       ./run_dataflow.sh configs [options]      upload the configs to the running job (no redeploy)
        ./run_dataflow.sh demo [options]         publish the demo workload to the metrics topic
 
 deploy first checks, before it creates anything:
+  - that every file in CONFIG_DIR is a valid config (python -m pipeline.check_configs);
   - with --write_method=storage_write_api (the default), that Java 11+ runs on this machine (see below);
   - that the subscription PREFIX-metrics-pipeline, if it exists, has no dead-letter or retry policy:
     Dataflow does not support them (it acks a message only once its work is committed, and extends
@@ -19,8 +21,16 @@ then creates, idempotently ("describe || create"), everything the job needs:
   - the BigQuery dataset and its tables (explicit schemas from sinks/schema.py, partitioned by day
     on their time column, clustered by test_name; dead_letter by source)
   - the bucket gs://BUCKET for Dataflow's temp and staging files
-then launches the streaming job from setup.py: python -m pipeline --runner=DataflowRunner --streaming
-with Streaming Engine, the Storage Write API for BigQuery and autoscaling up to MAX_WORKERS.
+then makes CONFIG_GCS a copy of CONFIG_DIR (gcloud storage rsync: files not in CONFIG_DIR are deleted
+there) and launches the streaming job from setup.py: python -m pipeline
+--runner=DataflowRunner --streaming --config_dir=CONFIG_GCS with Streaming Engine, the Storage Write API
+for BigQuery and autoscaling up to MAX_WORKERS.
+
+configs checks CONFIG_DIR the same way and uploads it, and nothing else: the running job re-reads
+CONFIG_GCS every 5 minutes (--config_refresh_seconds of python -m pipeline), so a config change needs no
+--update. A file the job cannot use keeps its previous version and raises a config_rejected alert.
+A version valid from an event time on is a file <test>@<UTC time>.json, e.g.
+pt-cifar-tpu-v3-8@20261120T100000Z.json: elements from that time on use it, in the job and in any replay.
 
 Options (each also settable as an environment variable, in brackets; --name=value or --name value;
 multi-word options may also be spelled with dashes, --job-name for --job_name):
@@ -34,18 +44,21 @@ multi-word options may also be spelled with dashes, --job-name for --job_name):
   --max_workers N           autoscaling limit [TRAINGUARD_MAX_WORKERS] (4)
   --machine_type TYPE       worker machine type [TRAINGUARD_MACHINE_TYPE] (n2-standard-2)
   --write_method METHOD     storage_write_api or streaming_inserts [TRAINGUARD_WRITE_METHOD] (storage_write_api)
-  --config_dir DIR          per-test configs, read at launch [TRAINGUARD_CONFIG_DIR] (configs/ here)
+  --config_dir DIR          per-test configs, checked and uploaded [TRAINGUARD_CONFIG_DIR] (configs/ here)
+  --config_gcs URL          where the job reads the configs [TRAINGUARD_CONFIG_GCS]
+                            (gs://BUCKET/JOB_NAME/configs)
   --id_attribute NAME       Pub/Sub attribute for Dataflow's de-duplication (id_label), only when every
                             publisher sets it [TRAINGUARD_ID_ATTRIBUTE] (id; empty: off)
   --python PATH             interpreter with the pipeline installed [PYTHON] (.venv/bin/python here if it
                             exists, else python3)
   --update                  replace the running job of the same name in place (Dataflow --update):
                             in-flight runs, de-duplication ids and history state carry over. Needed to
-                            roll out new code or new configs without losing state. Steps renamed
-                            since the running job are mapped by pipeline/transform_name_mapping.json
-                            (passed as --transform_name_mapping when it is not empty).
+                            roll out new code without losing state (new configs need only the
+                            configs command). Steps renamed since the running job are mapped by
+                            pipeline/transform_name_mapping.json (passed as --transform_name_mapping
+                            when it is not empty).
   --dry_run                 print every command instead of running it (only the schema files are
-                            written, to a temporary directory; the Java check still runs)
+                            written, to a temporary directory; the config and Java checks still run)
   -h, --help                this help
 demo options: --rate N (messages per second) and any of the above.
 
@@ -86,6 +99,7 @@ MAX_WORKERS=${TRAINGUARD_MAX_WORKERS:-4}
 MACHINE_TYPE=${TRAINGUARD_MACHINE_TYPE:-n2-standard-2}
 WRITE_METHOD=${TRAINGUARD_WRITE_METHOD:-storage_write_api}
 CONFIG_DIR=${TRAINGUARD_CONFIG_DIR:-$REPO/configs}
+CONFIG_GCS=${TRAINGUARD_CONFIG_GCS:-}
 ID_ATTRIBUTE=${TRAINGUARD_ID_ATTRIBUTE-id}
 DEFAULT_PYTHON=python3
 [[ ! -x $REPO/.venv/bin/python ]] || DEFAULT_PYTHON=$REPO/.venv/bin/python
@@ -120,6 +134,7 @@ while [[ $# -gt 0 ]]; do
     --machine_type) MACHINE_TYPE=$value ;;
     --write_method) WRITE_METHOD=$value ;;
     --config_dir) CONFIG_DIR=$value ;;
+    --config_gcs) CONFIG_GCS=$value ;;
     --id_attribute) ID_ATTRIBUTE=$value ;;
     --python) PYTHON=$value ;;
     --rate) RATE=$value ;;
@@ -144,6 +159,8 @@ done
 [[ $MAX_WORKERS =~ ^[1-9][0-9]*$ ]] || die "--max_workers must be a positive integer, not $MAX_WORKERS"
 BUCKET=${BUCKET:-$PROJECT-trainguard}
 JOB_NAME=${JOB_NAME:-$PREFIX-streaming}
+CONFIG_GCS=${CONFIG_GCS:-gs://$BUCKET/$JOB_NAME/configs}
+[[ $CONFIG_GCS == gs://?* ]] || die "--config_gcs must be a gs:// URL, not $CONFIG_GCS"
 [[ $CONFIG_DIR == /* ]] || CONFIG_DIR=$PWD/$CONFIG_DIR
 cd "$REPO"
 
@@ -192,6 +209,19 @@ check_input_subscription() {
     "remove it: gcloud pubsub subscriptions update $SUBSCRIPTION --project=$PROJECT --clear-dead-letter-policy"
   [[ -z $min_backoff$max_backoff ]] || die "subscription $SUBSCRIPTION has a retry policy (exponential backoff): $dataflow;" \
     "remove it: gcloud pubsub subscriptions update $SUBSCRIPTION --project=$PROJECT --clear-retry-policy"
+}
+
+# The configs are checked as the job checks them at launch, before anything is created or uploaded: a file
+# the running job could not use never reaches it. Runs in dry runs too: it reads only the local directory.
+check_configs() {
+  local problem
+  problem=$("$PYTHON" -m pipeline.check_configs --config_dir="$CONFIG_DIR" 2>&1 >/dev/null) \
+    || die "${problem#python -m pipeline.check_configs: error: }"
+}
+
+# CONFIG_GCS becomes a copy of CONFIG_DIR (files gone from it are deleted): the running job re-reads it.
+upload_configs() {
+  run gcloud storage rsync "$CONFIG_DIR" "$CONFIG_GCS" --delete-unmatched-destination-objects --project="$PROJECT"
 }
 
 enable_apis() {
@@ -265,7 +295,7 @@ launch() {
     --alerts_topic="projects/$PROJECT/topics/$ALERTS_TOPIC"
     --bigquery_project="$PROJECT" --bigquery_dataset="$DATASET" --bigquery_location="$REGION"
     --write_method="$WRITE_METHOD"
-    --config_dir="$CONFIG_DIR"
+    --config_dir="$CONFIG_GCS"
   )
   [[ -z $SERVICE_ACCOUNT ]] || args+=(--service_account_email="$SERVICE_ACCOUNT")
   [[ -z $ID_ATTRIBUTE ]] || args+=(--pubsub_id_attribute="$ID_ATTRIBUTE")
@@ -279,6 +309,7 @@ launch() {
 }
 
 deploy() {
+  check_configs
   [[ $WRITE_METHOD != storage_write_api ]] || check_java
   check_input_subscription
   enable_apis
@@ -286,7 +317,13 @@ deploy() {
   ensure_bigquery
   ensure_bucket
   check_running_job
+  upload_configs  # after the checks: a refused deploy leaves the running job's configs as they were
   launch
+}
+
+configs() {
+  check_configs
+  upload_configs
 }
 
 demo() {
@@ -297,6 +334,7 @@ demo() {
 
 case $COMMAND in
   deploy) deploy ;;
+  configs) configs ;;
   demo) demo ;;
-  *) die "unknown command $COMMAND (deploy or demo; see --help)" ;;
+  *) die "unknown command $COMMAND (deploy, configs or demo; see --help)" ;;
 esac

@@ -1,7 +1,7 @@
 """State coder benchmark: the project's ``RecordCoder`` against the ``PickleCoder`` it replaced.
 
 The largest state of the pipeline is a window-check key's history (``core.window_checks.WindowHistory``,
-held by the ordered stage as one value, ``transforms.ordered``): the step-aligned windows of the last
+the machine state the ordered stage keeps for that key, ``transforms.ordered``): the step-aligned windows of the last
 successful runs. This builds it for ``--runs`` runs of ``--windows`` windows each (default 5 x 20,000, the
 size the "Dataflow readiness" issue measured), plus a few everyday values (a run's accumulator, a message
 summary, a metric history), and prints, per value, the encoded size and the best of ``--repeat``
@@ -28,7 +28,6 @@ from core.windows import WindowResult
 from scripts.write_state_fixtures import build
 from trainguard.cli import DASHES_NOTE, StrictArgumentParser
 from transforms.coders import RecordCoder
-from transforms.ordered import _Keyed
 
 T0 = 1763596800.0
 
@@ -67,10 +66,9 @@ def main(argv=None) -> None:
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args(argv)
     history = window_history(args.runs, args.windows)
-    keyed = _Keyed(history)
     fixtures = build()
     values = [
-        (f"window-check history, {args.runs} runs x {args.windows:,} windows (ordered-stage state)", keyed),
+        (f"window-check history, {args.runs} runs x {args.windows:,} windows (ordered-stage state)", history),
         ("run accumulator, 2 ranks (fixture)", fixtures["run_accumulator"]),
         ("message summary (fixture; crosses a shuffle)", fixtures["message_summary"]),
         ("metric history, 30 points", MetricHistory([(f"run-{i}", 0.9 + i / 1000, True) for i in range(30)])),

@@ -16,6 +16,7 @@ import dataclasses
 import datetime
 import json
 import math
+import posixpath
 import re
 import unicodedata
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
@@ -236,6 +237,9 @@ def alert_problem(kind: str, alerts: Sequence[AlertRecord]) -> str:
         return f"{_names(metrics)} window out of bounds"
     if kind == "baseline_shifted":
         return f"{_names(metrics)} moved to a new level (baseline follows)"
+    if kind == "config_rejected":
+        files = [posixpath.basename(f) for f in (a.details.get("file") for a in alerts) if isinstance(f, str) and f]
+        return f"config {_names(files)} rejected" if files else "config rejected"
     return one_line(kind, NAME_MAX_CHARS)
 
 

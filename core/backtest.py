@@ -35,9 +35,10 @@ What can and cannot be re-evaluated without the raw points:
   is stored, marked muted, so it counts as fired).
 - A changed reduction across the ranks of distributed runs is not
   re-evaluated: ``metric_history`` holds the reduced values.
-- ``run_stalled`` needs the times of the raw messages: stored alerts of that
-  kind are carried over as they were and reported as not re-evaluated
-  (:data:`NOT_RE_EVALUATED`).
+- ``run_stalled`` needs the times of the raw messages, and ``config_rejected``
+  is about the config files a running job read, not about runs: stored alerts
+  of these kinds are carried over as they were and reported as not
+  re-evaluated (:data:`NOT_RE_EVALUATED`).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ from core.vocabulary import AlertKind
 from core.window_checks import RunEnded, WindowHistory, step_window_history, window_triage_targets
 from core.windows import WindowResult
 
-NOT_RE_EVALUATED = frozenset({AlertKind.RUN_STALLED})
+NOT_RE_EVALUATED = frozenset({AlertKind.RUN_STALLED, AlertKind.CONFIG_REJECTED})
 """Kinds whose inputs the store does not keep: carried over from the stored alerts as they fired."""
 
 

@@ -4,18 +4,19 @@ Keys and semantics follow the ML-accelerator metrics handler. Loading is strict:
 an unknown key, a value of the wrong type or an impossible combination is a
 ``ConfigError`` at start-up that names the file and the key, because a typo in
 an alerting config otherwise shows up as silence on the day a regression lands.
-Keys named ``"//"`` are comments and may appear in any object.
+Keys named ``"//"`` are comments and may appear in any object. (A running
+streaming job re-reads the directory instead of raising: a file that fails
+then is rejected with a ``config_rejected`` alert, see ``core.config_versions``.)
 """
 
 from __future__ import annotations
 
 import bisect
 import dataclasses
-import os
 import string
 import unicodedata
 import urllib.parse
-from typing import Any, Dict, FrozenSet, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, FrozenSet, Mapping, Optional, Protocol, Tuple
 
 from core.strict_json import ConfigError, StrictReader, read_json_file
 from core.windows import AGGREGATIONS as WINDOW_AGGREGATIONS
@@ -216,8 +217,13 @@ class ConfigTimeline:
         return self.versions[max(index, 0)][1].for_test(test)
 
 
-Configs = Union[ConfigSet, ConfigTimeline]
-"""What the stages look configs up in: one set, or a timeline of sets."""
+class Configs(Protocol):
+    """What the stages look configs up in: one set, a timeline of sets, the dated versions of a config directory
+    (``core.config_versions.ConfigVersions``) or those versions followed while a job runs
+    (``transforms.config_versions.LiveConfigs``)."""
+
+    def for_test(self, test: str, at: Optional[float] = None) -> TestConfig:
+        """The config of ``test`` valid at event time ``at`` (None: the latest)."""
 
 
 def test_name_from_filename(filename: str) -> str:
@@ -229,22 +235,14 @@ def filename_for_test(test: str) -> str:
 
 
 def load_config_dir(directory: str) -> ConfigSet:
-    """Loads every ``*.json`` in ``directory``; ``default.json`` is the fallback."""
-    if not os.path.isdir(directory):
-        raise ConfigError(directory, "-", "config directory does not exist")
-    by_test: Dict[str, TestConfig] = {}
-    default = TestConfig()
-    for filename in sorted(os.listdir(directory)):
-        if not filename.endswith(".json"):
-            continue
-        path = os.path.join(directory, filename)
-        config = load_config_file(path)
-        name = test_name_from_filename(filename)
-        if name == DEFAULT_CONFIG_NAME:
-            default = config
-        else:
-            by_test[name] = config
-    return ConfigSet(by_test, default)
+    """The configs in the local ``directory`` valid now: each test's latest version, ``default.json`` the fallback.
+
+    ``ConfigError`` names the first file that fails (and the key). Dated versions (``<test>@<time>.json``) are
+    read as well, by ``core.config_versions``, which also gives the versions themselves.
+    """
+    from core.config_versions import load_local_versions  # it builds on this module
+
+    return load_local_versions(directory).strict().latest
 
 
 def load_config_file(path: str) -> TestConfig:

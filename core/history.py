@@ -145,6 +145,12 @@ class JobHistory:
     last_status: Optional[str] = None
 
 
+def out_of_order(flag: bool) -> Dict[str, Any]:
+    """The details an alert of a back-filled run adds (``RunResult.out_of_order``): it was checked when it
+    arrived, against the history as it stood then, not in its event-time place."""
+    return {"out_of_order": True} if flag else {}
+
+
 def check_metric(history: MetricHistory, observation: MetricObservation,
                  config: RegressionTestConfig) -> Tuple[Dict[str, Any], Optional[Alert]]:
     """Bounds one metric value against its history; returns its row and any alert.
@@ -175,7 +181,7 @@ def check_metric(history: MetricHistory, observation: MetricObservation,
                **threshold_details(condition, bounds), **facts,
                **change_facts(observation.value, reference(bounds, condition), facts["scale"]),
                **previous_facts([value for _, value, _ in earlier], [run for run, _, _ in earlier]),
-               "step": observation.step, "run_data": observation.run_data}
+               "step": observation.step, "run_data": observation.run_data, **out_of_order(observation.out_of_order)}
     if shifted:
         new_centre = centre_of(condition, history.values)
         alert = Alert(
@@ -201,7 +207,7 @@ def check_job(history: JobHistory, run: RunResult, config: TestConfig) -> List[A
         return []
     regression = config.regression_test
     alerts = []
-    run_details = {"status": run.status, "run_data": run.run_data}
+    run_details = {"status": run.status, "run_data": run.run_data, **out_of_order(run.out_of_order)}
 
     def run_alert(kind: AlertKind, message: str, metric: Optional[str] = None) -> Alert:
         return Alert(kind=kind, test=run.test, run=run.run, created_at=run.finalized_at, metric=metric,
@@ -271,3 +277,26 @@ class HistorySeed:
     ledgers: Dict[str, AlertLedger] = dataclasses.field(default_factory=dict)  # per test: mutes, recent alerts
     # (test, run) -> the open state of a run a drained job stored as ``interrupted``: the job resumes it
     open_runs: Dict[Tuple[str, str], RunAccumulator] = dataclasses.field(default_factory=dict)
+
+    def index(self) -> StoredIndex:
+        """The ids of what the store holds, without the histories (see ``StoredIndex``)."""
+        return StoredIndex(self.stored_runs, self.stored_actions)
+
+
+@record("StoredIndex")
+@dataclasses.dataclass(frozen=True)
+class StoredIndex:
+    """The runs and triage actions the store already holds, by id: the one part of the seed that every worker
+    needs whole (a side input, to skip input an earlier invocation stored). The histories are not in it: they
+    reach their keys as ``SeededState`` elements, so the broadcast does not grow with them."""
+    stored_runs: FrozenSet[Tuple[str, str]] = frozenset()
+    stored_actions: FrozenSet[str] = frozenset()
+
+
+@record("SeededState")
+@dataclasses.dataclass
+class SeededState:
+    """One key's state from the start-up seed (a ``MetricHistory``, a ``JobHistory``, a window history, an
+    ``AlertLedger``), delivered as an element of that key: the ordered stage (``transforms.ordered``) makes it
+    the key's state before the key's first item."""
+    state: Any

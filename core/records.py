@@ -45,6 +45,7 @@ class MetricObservation:
     end_time: float
     finalized_at: float
     run_data: Dict[str, Any] = dataclasses.field(default_factory=dict)  # e.g. the run's logs link
+    out_of_order: bool = False  # of a back-filled run (``RunResult.out_of_order``)
 
     @property
     def order(self) -> Tuple[float, str]:
@@ -54,7 +55,7 @@ class MetricObservation:
     def all_of(run: RunResult) -> List[MetricObservation]:
         run_data = run.run_data
         return [MetricObservation(run.test, run.run, m.name, m.value, m.step, run.status,
-                                  run.end_time, run.finalized_at, run_data) for m in run.metrics]
+                                  run.end_time, run.finalized_at, run_data, run.out_of_order) for m in run.metrics]
 
 
 @record("Alert")
@@ -92,7 +93,7 @@ def job_history_row(run: RunResult) -> Dict[str, Any]:
         "run_id": run.run, "test_name": run.test, "job_status": run.status,
         "num_failures": run.num_failures, "start_time": iso_utc(run.start_time),
         "timestamp": iso_utc(run.end_time), "job_duration_sec": run.duration,
-        "processed_at": iso_utc(run.finalized_at), "events": run.events_json(),
+        "processed_at": iso_utc(run.finalized_at), "events": run.events_json(), "out_of_order": run.out_of_order,
     }
 
 
@@ -109,6 +110,7 @@ def metric_history_row(observation: MetricObservation, lower: Optional[float], u
         "run_id": observation.run, "test_name": observation.test, "metric_name": observation.metric,
         "metric_value": observation.value, "metric_lower_bound": lower, "metric_upper_bound": upper,
         "within_bounds": within, "timestamp": iso_utc(observation.end_time), "step": observation.step,
+        "out_of_order": observation.out_of_order,
     }
 
 

@@ -54,6 +54,11 @@ class RunLifecycle:
     # How far event time may run ahead of the wall clock (senders' clocks) before a run ending there is taken
     # for one its streaming job's drain cut short (``interrupted``): see :meth:`interrupted`.
     clock_skew_seconds: float = 10 * 60.0
+    # Back-fills (streaming only; see :meth:`backfilled`): a run whose first message is this far behind the wall
+    # clock (None: never; the streaming job's option defaults to BACKFILL_LAG_SECONDS), and the silence in
+    # processing time after which such a run ends.
+    backfill_lag_seconds: Optional[float] = None
+    backfill_quiet_seconds: float = 10 * 60.0
 
     def finalization_time(self, finished_time: Optional[float], last_time: float) -> float:
         """When a run ends: after its run_finished plus grace, else after the timeout of silence."""
@@ -71,6 +76,24 @@ class RunLifecycle:
         (A replay's input ends the same way, but it reads history: it does not ask.)
         """
         return finalized_at > now + self.clock_skew_seconds
+
+    def backfilled(self, first_message_time: float, now: float) -> bool:
+        """Whether a streaming job's run whose first message has event time ``first_message_time``, with the wall
+        clock at ``now``, is a back-fill (old logs sent now) rather than a live run.
+
+        A live run's messages arrive seconds after their event time; the job's watermark trails the wall clock
+        by about that much. A run whose messages are older than the watermark would have its end timer (its
+        ``run_finished`` plus grace, or its last point plus the timeout) behind the watermark: it would fire at
+        once, after the first bundle, and end the run as ``missing``. Such a run ends on processing time
+        instead, ``backfill_quiet_seconds`` after its latest message, and is checked out of event-time order:
+        its rows and alerts say so (``RunResult.out_of_order``).
+        """
+        return self.backfill_lag_seconds is not None and first_message_time < now - self.backfill_lag_seconds
+
+
+BACKFILL_LAG_SECONDS = 15 * 60.0
+"""The streaming job's ``--backfill_lag_seconds``: far more than Pub/Sub's watermark lag (about 10 s) and a
+publisher's retries, far less than the run timeout a late first message would otherwise run into."""
 
 
 @record("MetricValue")
@@ -120,6 +143,9 @@ class RunResult:
     tags_seen: Tuple[str, ...]
     time_to_accuracy_missed: bool  # the accuracy tag never reached its threshold
     rank_metrics: Tuple[Tuple[int, MetricValue], ...] = ()  # per-rank values of a run with several ranks
+    # A back-fill (``RunLifecycle.backfilled``): ended on processing time, checked when it arrived, after runs
+    # that ended later in event time; a replay of the same input checks it in its event-time place instead.
+    out_of_order: bool = False
 
     @property
     def order(self) -> Tuple[float, str]:

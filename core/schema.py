@@ -38,6 +38,8 @@ JOB_HISTORY = Table("job_history", (
     Column("job_duration_sec", "FLOAT64"),
     Column("processed_at", "TIMESTAMP", True, "event time at which the pipeline finalized the run"),
     Column("events", "STRING", False, "JSON list of the run's events"),
+    Column("out_of_order", "BOOL", False, "true: a back-filled run, checked when it arrived, out of event-time "
+           "order (see README, Back-fills); NULL in rows written before this column existed"),
 ), key=("test_name", "run_id"), time_column="timestamp")
 
 METRIC_HISTORY = Table("metric_history", (
@@ -50,6 +52,8 @@ METRIC_HISTORY = Table("metric_history", (
     Column("within_bounds", "BOOL", False, "NULL where not checked"),
     Column("timestamp", "TIMESTAMP", True, "end of the run"),
     Column("step", "INT64"),
+    Column("out_of_order", "BOOL", False, "true: a back-filled run, checked when it arrived, out of event-time "
+           "order (see README, Back-fills); NULL in rows written before this column existed"),
 ), key=("test_name", "run_id", "metric_name"), time_column="timestamp")
 
 ALERTS = Table("alerts", (

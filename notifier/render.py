@@ -23,6 +23,8 @@ from notifier.config import EmailConfig
 SUBJECT_MAX_CHARS = 200
 _NAME_MAX_CHARS = NAME_MAX_CHARS  # of a test, run or metric name inside a subject
 _COMPARED_RUNS_SHOWN = 5
+CONFIG_FIX = ("fix the file and upload the config directory again (run_dataflow.sh configs): the job re-reads it "
+              "every few minutes")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,10 +76,12 @@ def history_text(alert: AlertRecord) -> str:
 
 
 def extra_facts(alert: AlertRecord) -> List[str]:
-    """Kind-specific facts: the job status, the window, the compared runs."""
+    """Kind-specific facts: the job status, the window, the compared runs, how to fix a rejected config."""
     facts = []
     if alert.kind in ("job_failed", "run_missing") and alert.status:
         facts.append(f"status {alert.status}")
+    if alert.kind == "config_rejected":
+        facts.append(CONFIG_FIX)
     window = alert.window
     if window:
         partial = ", partial" if window.get("partial") else ""

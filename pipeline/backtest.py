@@ -9,8 +9,8 @@ empty state and without raw points, and prints per test and alert kind what
 fired (the alerts table) against what would fire, and which alerts differ.
 This is how to tune k, p, N and the warm-up on your own data: copy configs/,
 change a threshold, and backtest the copy. What cannot be re-evaluated from
-stored rows is listed in ``core/backtest.py``; run_stalled alerts are carried
-over as they fired.
+stored rows is listed in ``core/backtest.py``; run_stalled and config_rejected
+alerts are carried over as they fired.
 
 Starts without Apache Beam: the stores are read through ``sinks.stores``.
 """
@@ -24,7 +24,8 @@ import time
 from typing import Any, Dict, List, Optional
 
 from core.backtest import NOT_RE_EVALUATED, BacktestResult, KindDiff, backtest
-from core.config import ConfigError, load_config_dir
+from core.config import ConfigError
+from core.config_versions import load_local_versions
 from core.records import iso_utc
 from core.triage import AlertFacts
 from sinks.stored_history import read_stored_history
@@ -64,7 +65,7 @@ def run(argv: Optional[List[str]] = None) -> Dict[str, Any]:
 def run_with(args: argparse.Namespace) -> Dict[str, Any]:
     started = time.perf_counter()
     try:
-        configs = load_config_dir(args.config_dir)
+        configs = load_local_versions(args.config_dir).strict()  # dated versions apply by event time, as in the job
     except ConfigError as e:
         raise UsageError(str(e)) from None
     try:

@@ -14,6 +14,7 @@ from typing import Optional
 import apache_beam as beam
 
 from core.config import Configs
+from core.history import HistorySeed, StoredIndex
 from core.records import job_history_row, rank_metric_rows
 from core.runs import RunLifecycle
 from core.schema import (
@@ -67,7 +68,9 @@ class DetectRegressions(beam.PTransform):
     alert rows announced again because a triage action changed their state:
     they go to the alerts file and topic only.
     ``seed`` is a one-element PCollection with the ``HistorySeed`` of earlier
-    invocations, so that history continues across restarts.
+    invocations, so that history continues across restarts. Its histories
+    reach their keys as elements (each check's ``Seeds``); only the
+    ``StoredIndex`` of stored runs and actions is a side input.
     """
 
     def __init__(self, settings: GraphSettings, seed: beam.PCollection):
@@ -77,19 +80,22 @@ class DetectRegressions(beam.PTransform):
 
     def expand(self, raw_messages):
         settings = self.settings
-        seed = beam.pvalue.AsSingleton(self.seed)
+        seed = self.seed
+        stored = beam.pvalue.AsSingleton(
+            seed | "StoredIndex" >> beam.Map(HistorySeed.index).with_output_types(StoredIndex))
         messages, triage_messages, bad_input = raw_messages | "Parse" >> ParseMessages(settings.progress_id)
         actions = (triage_messages
                    | "DeduplicateTriage" >> DeduplicateMessages(settings.lifecycle.dedup_horizon_seconds)
-                   | "SkipStoredActions" >> SkipStoredActions(seed))
+                   | "SkipStoredActions" >> SkipStoredActions(stored))
         summarized, unsummarized = messages | "Summarize" >> SummarizeMessages(settings.configs)
         # Streaming: messages of stored runs are dead letters, and runs a drain cuts short are stored as
         # interrupted (job_history only), to be resumed from the seed by the next job.
         unique = summarized | "Deduplicate" >> DeduplicateMessages(settings.lifecycle.dedup_horizon_seconds)
         summaries, stored_run_messages = unique | "SkipStoredRuns" >> SkipStoredRuns(
-            seed, dead_letter=settings.streaming)
+            stored, dead_letter=settings.streaming)
         runs, late_messages, interrupted = summaries | "AssembleRuns" >> AssembleRuns(
-            settings.configs, settings.lifecycle, self.seed, interruptions=settings.streaming)
+            settings.configs, settings.lifecycle, seed, interruptions=settings.streaming,
+            backfills=settings.streaming)
         bucket = settings.lifecycle.timer_bucket_seconds
         metric_rows, metric_alerts, failed_metrics = (runs, actions) | "CheckMetrics" >> CheckMetricHistory(
             settings.configs, seed, settings.streaming, bucket)

@@ -1,7 +1,8 @@
 """Command-line options of the trainguard pipeline (on top of Beam's own).
 
 Defaults are not restated here: the run lifecycle's come from ``RunLifecycle``,
-the write methods from ``core.vocabulary``, the seed's time bound from ``sinks.seed``.
+the write methods from ``core.vocabulary``, the seed's time bound from ``sinks.seed``, the
+configs' refresh period from ``core.config_versions``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import os
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from core import locations
-from core.runs import RunLifecycle
+from core.config_versions import CONFIG_REFRESH_SECONDS, VALID_FROM_EXAMPLE
+from core.runs import BACKFILL_LAG_SECONDS, RunLifecycle
 from core.vocabulary import WriteMethod
 from sinks.seed import SEED_TIMEOUT_SECONDS
 
@@ -36,7 +38,13 @@ class TrainguardOptions(PipelineOptions):
                             help="JSONL file of triage actions (trainguard-triage) replayed with the input when "
                                  "it exists; an empty value reads none.")
         source.add_argument("--config_dir", default=DEFAULT_CONFIG_DIR,
-                            help="Directory of per-test JSON configs (and default.json).")
+                            help="Directory of per-test JSON configs (and default.json), local or gs://. "
+                                 f"<test>@<UTC time>.json (e.g. cifar@{VALID_FROM_EXAMPLE}.json) is a version "
+                                 "of the test's config valid from that event time on.")
+        source.add_argument("--config_refresh_seconds", type=float, default=CONFIG_REFRESH_SECONDS,
+                            help="Streaming: how often (processing time) the running job re-reads --config_dir. "
+                                 "A file that fails then keeps its previous version and raises a "
+                                 "config_rejected alert.")
         pubsub = parser.add_argument_group(
             "streaming input (with --streaming; the files/DuckDB replay options above do not apply)")
         pubsub.add_argument("--input_subscription", default=None,
@@ -104,6 +112,13 @@ class TrainguardOptions(PipelineOptions):
                                  "the watermark has passed once per bucket of this many seconds of event time, "
                                  "not once per distinct event time (0: once per time). Same results; fewer "
                                  "timer firings, each a state read and write.")
+        timing.add_argument("--backfill_lag_seconds", type=float, default=BACKFILL_LAG_SECONDS,
+                            help="Streaming: a run whose first message is this much older than the wall clock is "
+                                 "a back-fill (old logs sent now): it ends --backfill_quiet_seconds of processing "
+                                 "time after its latest message instead of on the watermark, which has passed it, "
+                                 "and its rows and alerts are marked out_of_order (README: Back-fills).")
+        timing.add_argument("--backfill_quiet_seconds", type=float, default=LIFECYCLE_DEFAULTS.backfill_quiet_seconds,
+                            help="Streaming: the processing-time silence after which a back-filled run ends.")
 
 
 def lifecycle_from(options: TrainguardOptions) -> RunLifecycle:
@@ -111,4 +126,6 @@ def lifecycle_from(options: TrainguardOptions) -> RunLifecycle:
     return RunLifecycle(grace_seconds=options.run_grace_seconds, timeout_seconds=options.run_timeout_seconds,
                         dedup_horizon_seconds=options.dedup_horizon_seconds,
                         retention_seconds=options.finalized_run_retention_seconds,
-                        timer_bucket_seconds=options.timer_bucket_seconds)
+                        timer_bucket_seconds=options.timer_bucket_seconds,
+                        backfill_lag_seconds=options.backfill_lag_seconds,
+                        backfill_quiet_seconds=options.backfill_quiet_seconds)

@@ -29,7 +29,6 @@ import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from core.config import load_config_dir
 from core.schema import ALERT_UPDATES, ALERTS, TABLES
 from pipeline import IMPORTED_AT
 from pipeline.graph import DetectRegressions, GraphSettings
@@ -44,6 +43,7 @@ from pipeline.options import (
 from pipeline.runners import runner_for
 from sinks.duckdb_store import DuckDBStore
 from sinks.staging import StageRows, load_staged
+from transforms.config_versions import read_config_dir
 from transforms.progress import LocalCounter, ProgressCounter, ReadCounts, register, unregister
 from transforms.sources import ReadReplayFiles
 
@@ -265,11 +265,11 @@ def run(argv: Optional[List[str]] = None) -> ReplaySummary:
             os.path.abspath, files):
         patterns.append(local.triage_file)
         files.append(local.triage_file)
-    configs = load_config_dir(local.config_dir)
+    configs = read_config_dir(local.config_dir).strict()  # each test's dated versions, by event time
     store = DuckDBStore(local.local_store)
     store.ensure_schema()
     kinds_before = _alert_kinds(store)
-    seed = store.read_seed(configs)
+    seed = store.read_seed(configs.latest)
     store.close()  # no step writes the store: the rows are loaded after the run (sinks/staging.py)
 
     started = time.monotonic()

@@ -5,7 +5,11 @@ runs the same graph as the local replay (``pipeline.graph.DetectRegressions``)
 on ``BundleBasedDirectRunner`` locally or ``--runner=DataflowRunner`` in
 production. At start-up it creates the BigQuery dataset and any missing
 table, and the job's first step reads the history seed back from those tables,
-so a new job continues where the last one stopped.
+so a new job continues where the last one stopped. The configs are read at
+start-up (a bad one refuses to start) and then re-read by the running job
+every ``--config_refresh_seconds`` (``transforms.config_versions``): a file
+that fails then keeps its previous version and raises a ``config_rejected``
+alert, which joins the other alerts on their way to the table and the topic.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
 from apache_beam.runners.runner import PipelineResult
 
-from core.config import ConfigSet, load_config_dir
+from core.config_versions import CONFIG_REFRESH_SECONDS, LoadedConfigs
 from core.schema import ALERT_UPDATES, ALERTS
 from core.vocabulary import WriteMethod
 from pipeline.graph import DetectRegressions, GraphSettings
@@ -26,6 +30,7 @@ from pipeline.runners import runner_for
 from sinks.bigquery import BigQueryTarget, ReadSeedFromBigQuery, WriteToBigQueryTables, ensure_tables
 from sinks.pubsub import PublishAlerts
 from sinks.seed import SEED_TIMEOUT_SECONDS
+from transforms.config_versions import LiveConfigs, WatchConfigs, read_config_dir
 from transforms.sources import ReadPubSubMessages
 
 
@@ -56,6 +61,7 @@ class StreamingJobConfig:
     alerts_topic: Optional[str] = None
     id_attribute: Optional[str] = None
     seed_timeout_seconds: float = SEED_TIMEOUT_SECONDS
+    config_refresh_seconds: float = CONFIG_REFRESH_SECONDS
 
     @staticmethod
     def from_options(options: PipelineOptions) -> StreamingJobConfig:
@@ -76,11 +82,14 @@ class StreamingJobConfig:
             raise UsageError("--write_method=storage_write_api is a cross-language transform: DataflowRunner only")
         if not local.seed_timeout_seconds > 0:
             raise UsageError(f"--seed_timeout_seconds={local.seed_timeout_seconds:g}: must be more than 0")
+        if not local.config_refresh_seconds > 0:
+            raise UsageError(f"--config_refresh_seconds={local.config_refresh_seconds:g}: must be more than 0")
         return StreamingJobConfig(
             subscription=local.input_subscription, topic=local.input_topic,
             target=BigQueryTarget(project, local.bigquery_dataset, local.bigquery_endpoint, local.bigquery_location),
             write_method=local.write_method, alerts_topic=local.alerts_topic,
-            id_attribute=local.pubsub_id_attribute, seed_timeout_seconds=local.seed_timeout_seconds)
+            id_attribute=local.pubsub_id_attribute, seed_timeout_seconds=local.seed_timeout_seconds,
+            config_refresh_seconds=local.config_refresh_seconds)
 
 
 def is_streaming_job(options: PipelineOptions) -> bool:
@@ -94,18 +103,25 @@ def is_dataflow(options: PipelineOptions) -> bool:
     return runner is not None and "dataflow" in (runner if isinstance(runner, str) else type(runner).__name__).lower()
 
 
-def build_streaming_pipeline(options: PipelineOptions, configs: ConfigSet,
+def build_streaming_pipeline(options: PipelineOptions, configs: LoadedConfigs,
                              job: StreamingJobConfig) -> beam.Pipeline:
-    """The streaming pipeline: ReadPubSubMessages -> DetectRegressions -> BigQuery (+ alerts topic)."""
+    """The streaming pipeline: ReadPubSubMessages -> DetectRegressions -> BigQuery (+ alerts topic).
+
+    ``configs`` is the config directory as read at start-up; the stages follow it while the job runs
+    (``LiveConfigs``), and ``WatchConfigs`` adds a ``config_rejected`` alert for each version of a file they
+    reject.
+    """
     pipeline = beam.Pipeline(runner=runner_for(options), options=options)
-    seed = pipeline | "Seed" >> ReadSeedFromBigQuery(job.target, configs, job.seed_timeout_seconds)
-    outputs = (pipeline
-               | "ReadPubSub" >> ReadPubSubMessages(job.subscription, job.topic, job.id_attribute)
-               | "DetectRegressions" >> DetectRegressions(
-                   GraphSettings(configs, lifecycle_from(options.view_as(TrainguardOptions)), streaming=True), seed))
-    outputs | "WriteBigQuery" >> WriteToBigQueryTables(job.target, job.write_method)
+    live = LiveConfigs(configs, job.config_refresh_seconds)
+    seed = pipeline | "Seed" >> ReadSeedFromBigQuery(job.target, configs.versions.latest, job.seed_timeout_seconds)
+    messages = pipeline | "ReadPubSub" >> ReadPubSubMessages(job.subscription, job.topic, job.id_attribute)
+    outputs = messages | "DetectRegressions" >> DetectRegressions(
+        GraphSettings(live, lifecycle_from(options.view_as(TrainguardOptions)), streaming=True), seed)
+    config_alerts = messages | "WatchConfigs" >> WatchConfigs(live)
+    alerts = (outputs[ALERTS.name], config_alerts) | "AlertsAndConfigAlerts" >> beam.Flatten()
+    {**outputs, ALERTS.name: alerts} | "WriteBigQuery" >> WriteToBigQueryTables(job.target, job.write_method)
     if job.alerts_topic:
-        ((outputs[ALERTS.name], outputs[ALERT_UPDATES]) | "AlertsAndUpdates" >> beam.Flatten()
+        ((alerts, outputs[ALERT_UPDATES]) | "AlertsAndUpdates" >> beam.Flatten()
          | "PublishAlerts" >> PublishAlerts(job.alerts_topic))
     return pipeline
 
@@ -113,11 +129,12 @@ def build_streaming_pipeline(options: PipelineOptions, configs: ConfigSet,
 def start_streaming(argv: Optional[List[str]] = None) -> PipelineResult:
     """Creates what BigQuery needs and starts the streaming job; returns without waiting for it.
 
-    Raises ``UsageError`` or ``ConfigError`` before anything starts.
+    Raises ``UsageError`` or ``ConfigError`` (naming the first bad config file) before anything starts.
     """
     options = PipelineOptions(argv)
     job = StreamingJobConfig.from_options(options)
-    configs = load_config_dir(options.view_as(TrainguardOptions).config_dir)
+    configs = read_config_dir(options.view_as(TrainguardOptions).config_dir)
+    configs.strict()
     ensure_tables(job.target)
     return build_streaming_pipeline(options, configs, job).run()
 

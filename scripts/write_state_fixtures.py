@@ -38,6 +38,7 @@ from core.history import (
     HistorySeed,
     JobHistory,
     MetricHistory,
+    SeededState,
     apply_metric_triage,
     check_job,
     check_metric,
@@ -246,12 +247,17 @@ def build() -> Dict[str, Any]:
     cases["raised_alert"] = raised[0]
     cases["alert_ledger"] = ledger
 
-    # The start-up seed (a side input) and the ordered stage's state of a key.
+    # The start-up seed; its index of stored ids (a side input) and a key's state from it (a keyed element).
     cases["history_seed"] = HistorySeed(
         metrics={(TEST, "loss_final"): metric_history}, jobs={TEST: job_history},
         stored_runs=frozenset({(TEST, "run-0"), (TEST, "run-1"), ("other", "run-0")}),
         windows={(TEST, "loss", "count"): window_history}, stored_actions=frozenset({"action-mute", "action-accept"}),
         ledgers={TEST: ledger})
+    cases["stored_index"] = cases["history_seed"].index()
+    cases["seeded_state"] = SeededState(window_history)
+    # The ordered stage's state of a key: its machine's state (``<name>_keyed``: the histories above) and its
+    # bag of pending items (``<name>_pending``: each item on its own, as above). The layout before the bag, one
+    # value with the pending items inside, is no longer written; its fixtures are state_v1's.
     keyed = _Keyed(metric_history)
     keyed.pending = [observations[-1], accept]
     keyed.scheduled = Timestamp.of(T0 + 9 * DAY)

@@ -43,6 +43,7 @@ from core.history import HistorySeed
 from core.records import dead_letter_row
 from core.schema import DEAD_LETTER, TABLES, Table
 from core.vocabulary import WriteMethod
+from sinks import stores
 from sinks.seed import SEED_TIMEOUT_SECONDS, SqlDialect, read_history_seed
 
 SEED_QUERY_WORKERS = 6        # the seed's queries run at once: one thread each
@@ -126,7 +127,7 @@ def ensure_tables(target: BigQueryTarget, tables=tuple(TABLES.values())) -> List
     """Creates the dataset and every missing table; returns the ids of the tables it created.
 
     Tables get their explicit schema, daily partitioning on the time column
-    and clustering; existing tables are left as they are.
+    and clustering; an existing table only gets the nullable columns it lacks.
     """
     from google.api_core.exceptions import Conflict
     from google.cloud import bigquery
@@ -148,8 +149,19 @@ def ensure_tables(target: BigQueryTarget, tables=tuple(TABLES.values())) -> List
             client.create_table(resource)
             created.append(resource.table_id)
         except Conflict:
-            pass
+            _add_missing_columns(client, target.table_id(table), resource.schema)
     return created
+
+
+def _add_missing_columns(client, table_id: str, schema) -> None:
+    """Appends the NULLABLE columns a table created by an older version lacks (BigQuery allows that change in
+    place; its old rows read NULL there)."""
+    existing = client.get_table(table_id)
+    names = {field.name for field in existing.schema}
+    missing = [field for field in schema if field.name not in names and field.mode == "NULLABLE"]
+    if missing:
+        existing.schema = list(existing.schema) + missing
+        client.update_table(existing, ["schema"])
 
 
 # --------------------------------------------------------------------------
@@ -158,9 +170,7 @@ def ensure_tables(target: BigQueryTarget, tables=tuple(TABLES.values())) -> List
 
 
 def bigquery_dialect(target: BigQueryTarget) -> SqlDialect:
-    return SqlDialect(quote=lambda name: f"`{name}`",
-                      table=lambda table: f"`{target.table_id(table)}`",
-                      epoch_seconds=lambda expression: f"UNIX_MICROS({expression}) / 1000000")
+    return stores.bigquery_dialect(target.project, target.dataset)
 
 
 class BigQueryStore:

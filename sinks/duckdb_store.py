@@ -57,6 +57,10 @@ class DuckDBStore:
                     f'"{c.name}" {_DUCKDB_TYPES[c.type]}{" NOT NULL" if c.required else ""}' for c in table.columns)
                 key = ", ".join(f'"{k}"' for k in table.key)
                 connection.execute(f'CREATE TABLE IF NOT EXISTS "{table.name}" ({columns}, PRIMARY KEY ({key}))')
+                for column in table.columns:  # a store older than a column: its rows have NULL there
+                    if not column.required:
+                        connection.execute(f'ALTER TABLE "{table.name}" ADD COLUMN IF NOT EXISTS "{column.name}" '
+                                           f'{_DUCKDB_TYPES[column.type]}')
 
     def insert(self, table: Table, rows: List[dict]) -> int:
         """Inserts rows whose key is new; returns how many were inserted."""

@@ -32,11 +32,23 @@ from core.history import HistorySeed, history_policy, seed_job_history, seed_met
 from core.records import iso_utc
 from core.runs import RunAccumulator, open_run_text
 from core.schema import ALERTS, JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS, TRIAGE, Table
+from core.seed_scope import KeyScope, Names, SeedScope, seed_scope
 from core.triage import MAX_RECENT_ALERTS, AlertLedger, TriageItem, reaches_metric_history
 from core.vocabulary import RunStatus, TriageAction
 from core.window_checks import NUMERIC_AGGREGATIONS, seed_window_history, window_triage_targets
 from core.windows import WindowResult
 from trainguard.cli import error_line
+
+
+def standard_string(text: str) -> str:
+    """``text`` as a standard SQL string literal (a quote doubled; DuckDB's form)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def backslash_string(text: str) -> str:
+    """``text`` as a BigQuery string literal (backslash escapes; no raw line breaks)."""
+    escaped = text.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n").replace("\r", "\\r")
+    return f"'{escaped}'"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +57,7 @@ class SqlDialect:
     quote: Callable[[str], str]          # a column name -> a quoted identifier
     table: Callable[[Table], str]        # a table -> its (quoted, qualified) name
     epoch_seconds: Callable[[str], str]  # a TIMESTAMP expression -> FLOAT seconds since the epoch
+    string: Callable[[str], str] = standard_string  # a text -> a string literal
 
 
 Query = Callable[[str], Sequence[Sequence]]  # SQL -> rows (tuples in SELECT order)
@@ -99,19 +112,26 @@ def _read_all(reads: Sequence[Tuple[str, Callable[[], Any]]], workers: int, time
 
 
 def read_history_seed(configs: ConfigSet, query: Query, sql: SqlDialect, workers: int = 1,
-                      timeout_seconds: Optional[float] = None) -> HistorySeed:
+                      timeout_seconds: Optional[float] = None, scoped: bool = True) -> HistorySeed:
     """The history state that earlier invocations left behind in a store's tables.
+
+    ``scoped``: the metric and window queries read only the keys ``configs``' checks compare and only as many of
+    each key's latest runs as rebuild its history (``core.seed_scope``); without it, every stored row (what the
+    seed read before, kept for ``bench/bench_seed.py``'s comparison; both give the same checks).
 
     The tables' queries do not depend on each other: with ``workers`` > 1 they run at once (a BigQuery dataset
     answers each in its own time). ``timeout_seconds`` bounds each of them, counted from the start (with fewer
     workers than queries, that bounds them all together); a query that fails or does not answer in time raises
     ``SeedReadError`` naming its table, with the cause.
     """
+    scope = seed_scope(configs) if scoped else SeedScope(None, None)
     actions, jobs, metric_rows, windows, alerts, open_runs = _read_all([
         (_name(sql, TRIAGE), lambda: read_triage_actions(query, sql)),
         (_name(sql, JOB_HISTORY), lambda: read_job_rows(query, sql)),
-        (_name(sql, METRIC_HISTORY), lambda: read_metric_rows(query, sql)),
-        (_name(sql, METRIC_WINDOWS), lambda: read_latest_windows(query, sql, successful_only=True)),
+        (_name(sql, METRIC_HISTORY), lambda: _unless_empty(scope.metrics, lambda: read_metric_rows(
+            query, sql, scope.metrics))),
+        (_name(sql, METRIC_WINDOWS), lambda: _unless_empty(scope.windows, lambda: read_latest_windows(
+            query, sql, successful_only=True, scope=scope.windows))),
         (_name(sql, ALERTS), lambda: read_alert_rows(query, sql, MAX_RECENT_ALERTS)),
         (f"{_name(sql, JOB_HISTORY)} (interrupted runs)", lambda: read_open_runs(query, sql)),
     ], workers, timeout_seconds)
@@ -124,8 +144,11 @@ def read_history_seed(configs: ConfigSet, query: Query, sql: SqlDialect, workers
         rows_by_metric[(m.test, m.metric)].append((m.finalized_at, m.run, m.value, m.within, m.status))
     metric_actions = collections.defaultdict(list)
     for action in actions:
-        if reaches_metric_history(action):
-            metric_actions[(action.test, action.metric)].append(action)
+        key = (action.test, action.metric)
+        # A scoped read left a run out only when an action on it no longer changes the history (core.seed_scope).
+        if reaches_metric_history(action) and (scope.metrics is None or any(
+                row[1] == action.run for row in rows_by_metric.get(key, ()))):
+            metric_actions[key].append(action)
     return HistorySeed(
         windows=_window_seed(configs, windows, actions),
         metrics={key: seed_metric_history(
@@ -137,6 +160,11 @@ def read_history_seed(configs: ConfigSet, query: Query, sql: SqlDialect, workers
         stored_actions=frozenset(action.id for action in actions),
         ledgers=_ledgers(alerts, actions),
         open_runs={key: run for key, run in open_runs.items() if key not in stored_runs})
+
+
+def _unless_empty(scope: Optional[KeyScope], read: Callable[[], List[Any]]) -> List[Any]:
+    """``read()``, or nothing when ``scope`` names no key (no query: the store is not asked)."""
+    return [] if scope is not None and scope.empty else read()
 
 
 def _name(sql: SqlDialect, table: Table) -> str:
@@ -238,39 +266,86 @@ def read_open_runs(query: Query, sql: SqlDialect) -> Dict[Tuple[str, str], RunAc
 
 
 
-def read_metric_rows(query: Query, sql: SqlDialect) -> List[MetricRow]:
-    """Every stored metric value of a stored run, once, with its run's finalization time and status."""
+def scope_condition(sql: SqlDialect, scope: KeyScope, test_column: str, name_column: str) -> str:
+    """A condition on ``test_column`` and ``name_column`` true for the rows of the keys ``scope`` needs."""
+    q, string = sql.quote, sql.string
+    test, name = q(test_column), q(name_column)
+
+    def texts(values) -> str:
+        return ", ".join(string(value) for value in sorted(values))
+
+    def name_in(names: Names) -> str:
+        return "TRUE" if names is None else f"{name} IN ({texts(names)})"
+
+    conditions = []
+    every_name = [t for t, names in scope.by_test.items() if names is None]
+    if every_name:
+        conditions.append(f"{test} IN ({texts(every_name)})")
+    conditions += [f"({test} = {string(t)} AND {name_in(names)})"
+                   for t, names in sorted(scope.by_test.items()) if names]
+    if scope.default != frozenset():
+        others = f"{test} NOT IN ({texts(scope.by_test)})" if scope.by_test else "TRUE"
+        conditions.append(f"({others} AND {name_in(scope.default)})")
+    return " OR ".join(conditions) or "FALSE"
+
+
+def _window_order(sql: SqlDialect, partition: Sequence[str], run: str) -> str:
+    """An OVER clause: per key, its rows from the newest run (ended runs joined as ``j``)."""
+    return (f"OVER (PARTITION BY {', '.join(partition)} "
+            f"ORDER BY j.{sql.quote('processed_at')} DESC, {run} DESC")
+
+
+def read_metric_rows(query: Query, sql: SqlDialect, scope: Optional[KeyScope] = None) -> List[MetricRow]:
+    """Every stored metric value of a stored run, once, with its run's finalization time and status.
+
+    With ``scope`` (the seed's): only the values of successful runs of the (test, metric) keys it names, each
+    key's newest rows down to its ``scope.depth``-th newest value that counted (``core.seed_scope``): the rest
+    cannot change a history the checks compare with.
+    """
     q, epoch = sql.quote, sql.epoch_seconds
     metrics = one_per_key(sql, METRIC_HISTORY, ("test_name", "run_id", "metric_name", "metric_value",
-                                                "within_bounds", "step"))
+                                                "within_bounds", "step"),
+                          where="TRUE" if scope is None else f"({scope_condition(sql, scope, 'test_name', 'metric_name')})")
     jobs = ended_runs(sql, ("test_name", "run_id", "job_status", "processed_at"))
+    limit = ""
+    if scope is not None:
+        newer = _window_order(sql, [f"m.{q('test_name')}", f"m.{q('metric_name')}"], f"m.{q('run_id')}")
+        limit = (f" AND j.{q('job_status')} = '{RunStatus.SUCCESS.value}' QUALIFY COALESCE(SUM(CASE WHEN "
+                 f"m.{q('within_bounds')} IS NOT FALSE THEN 1 ELSE 0 END) {newer} "
+                 f"ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) < {int(scope.depth)}")
     rows = query(
         f"SELECT m.{q('test_name')}, m.{q('metric_name')}, m.{q('run_id')}, {epoch('j.' + q('processed_at'))}, "
         f"m.{q('metric_value')}, m.{q('within_bounds')}, j.{q('job_status')}, m.{q('step')} "
-        f"FROM {metrics} m JOIN {jobs} j USING ({q('test_name')}, {q('run_id')})")
+        f"FROM {metrics} m JOIN {jobs} j USING ({q('test_name')}, {q('run_id')}) WHERE TRUE{limit}")
     return [MetricRow(*row) for row in rows]
 
 
-def read_latest_windows(query: Query, sql: SqlDialect, successful_only: bool = True
-                        ) -> List[Tuple[Optional[float], Optional[str], WindowResult]]:
+def read_latest_windows(query: Query, sql: SqlDialect, successful_only: bool = True,
+                        scope: Optional[KeyScope] = None) -> List[Tuple[Optional[float], Optional[str], WindowResult]]:
     """(finalized_at, status, window) for the latest revision of each stored window.
 
     ``successful_only``: the windows of runs that finished ``success``; else every
     window, with None for the time and status of a run not finalized yet.
+    With ``scope`` (the seed's, with ``successful_only``): only the windows of the (test, tag) keys it names,
+    of each key's latest ``scope.runs`` successful runs.
     """
     q, epoch = sql.quote, sql.epoch_seconds
     windows = one_per_key(sql, METRIC_WINDOWS, ("test_name", "run_id", "tag", "window_kind", "window_index",
                                                 "revision", "start_time", "end_time", "start_step", "end_step",
-                                                "n", "partial", *NUMERIC_AGGREGATIONS), latest="revision")
+                                                "n", "partial", *NUMERIC_AGGREGATIONS), latest="revision",
+                          where="TRUE" if scope is None else f"({scope_condition(sql, scope, 'test_name', 'tag')})")
     jobs = ended_runs(sql, ("test_name", "run_id", "job_status", "processed_at"))
     aggregations = ", ".join(f"w.{q(name)}" for name in NUMERIC_AGGREGATIONS)
+    newest_runs = _window_order(sql, [f"w.{q(column)}" for column in ("test_name", "tag", "window_kind")],
+                                f"w.{q('run_id')}")
     rows = query(
         f"SELECT w.{q('test_name')}, w.{q('tag')}, w.{q('window_kind')}, {epoch('j.' + q('processed_at'))}, "
         f"j.{q('job_status')}, w.{q('run_id')}, w.{q('window_index')}, {epoch('w.' + q('start_time'))}, "
         f"{epoch('w.' + q('end_time'))}, w.{q('start_step')}, w.{q('end_step')}, w.{q('n')}, w.{q('partial')}, "
         f"{aggregations} FROM {windows} w {'' if successful_only else 'LEFT '}JOIN {jobs} j "
         f"USING ({q('test_name')}, {q('run_id')})"
-        + (f" WHERE j.{q('job_status')} = 'success'" if successful_only else ""))
+        + (f" WHERE j.{q('job_status')} = '{RunStatus.SUCCESS.value}'" if successful_only else "")
+        + ("" if scope is None else f" QUALIFY DENSE_RANK() {newest_runs}) <= {int(scope.depth)}"))
     return [(finalized_at, status,
              WindowResult(test, run, tag, kind, index, start, end, start_step, end_step, n, partial,
                           {a: v for a, v in zip(NUMERIC_AGGREGATIONS, values) if v is not None}))

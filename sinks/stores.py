@@ -14,7 +14,7 @@ import os
 from typing import Any, Callable, List, Optional
 
 from core import locations
-from sinks.seed import Query, SqlDialect
+from sinks.seed import Query, SqlDialect, backslash_string
 
 DUCKDB_SQL = SqlDialect(quote=lambda name: f'"{name}"', table=lambda table: f'"{table.name}"',
                         epoch_seconds=lambda expression: f"epoch({expression})")
@@ -24,7 +24,8 @@ def bigquery_dialect(project: str, dataset: str) -> SqlDialect:
     """Standard SQL on ``project.dataset``."""
     return SqlDialect(quote=lambda name: f"`{name}`",
                       table=lambda table: f"`{project}.{dataset}.{table.name}`",
-                      epoch_seconds=lambda expression: f"UNIX_MICROS({expression}) / 1000000")
+                      epoch_seconds=lambda expression: f"UNIX_MICROS({expression}) / 1000000",
+                      string=backslash_string)
 
 
 def bigquery_client(project: Optional[str], endpoint: Optional[str] = None):

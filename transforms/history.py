@@ -4,18 +4,36 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from core.history import JobHistory, MetricHistory, apply_metric_triage, check_job, check_metric, history_policy
+from core.history import (
+    HistorySeed,
+    JobHistory,
+    MetricHistory,
+    apply_metric_triage,
+    check_job,
+    check_metric,
+    history_policy,
+)
 from core.records import MetricObservation
 from core.runs import RunResult
 from core.schema import ALERTS, DEAD_LETTER
 from core.triage import TriageItem, reaches_metric_history
 from transforms.coders import AnyRecord
-from transforms.ordered import ConfiguredMachine, KeyedParDo, OrderedCheck
+from transforms.ordered import ConfiguredMachine, OrderedCheck
+
+
+def metric_seeds(seed: HistorySeed):
+    """Each (test, metric)'s history from the seed."""
+    return seed.metrics.items()
+
+
+def job_seeds(seed: HistorySeed):
+    """Each test's run history from the seed."""
+    return seed.jobs.items()
 
 
 class _MetricMachine(ConfiguredMachine):
-    def initial(self, key, seed):
-        return seed.metrics.get(key) or MetricHistory()
+    def initial(self, key):
+        return MetricHistory()
 
     def step(self, history, item):
         config = self.configs.for_test(item.test, item.order[0]).regression_test
@@ -29,8 +47,8 @@ class _MetricMachine(ConfiguredMachine):
 
 
 class _JobMachine(ConfiguredMachine):
-    def initial(self, key, seed):
-        return seed.jobs.get(key) or JobHistory()
+    def initial(self, key):
+        return JobHistory()
 
     def step(self, history, run):
         yield from check_job(history, run, self.configs.for_test(run.test, run.finalized_at))
@@ -52,8 +70,9 @@ class CheckMetricHistory(OrderedCheck):
         outputs = ((observations, metric_actions) | "ObservationsAndActions" >> beam.Flatten()
                    | "KeyByMetric" >> beam.Map(lambda o: ((o.test, o.metric), o)).with_output_types(
                        beam.typehints.KV[beam.typehints.Tuple[str, str], AnyRecord])
-                   | "CheckInOrder" >> KeyedParDo(self.in_order(_MetricMachine(self.configs), "metric"),
-                                                  self.seed).with_outputs(ALERTS.name, DEAD_LETTER.name, main="rows"))
+                   | "WithSeeds" >> self.with_seeds(metric_seeds)
+                   | "CheckInOrder" >> self.in_order(_MetricMachine(self.configs), "metric").with_outputs(
+                       ALERTS.name, DEAD_LETTER.name, main="rows"))
         return outputs.rows, outputs[ALERTS.name], outputs[DEAD_LETTER.name]
 
 
@@ -67,6 +86,7 @@ class CheckJobHistory(OrderedCheck):
     def expand(self, runs):
         outputs = (runs
                    | "KeyByTest" >> beam.Map(lambda r: (r.test, r)).with_output_types(beam.typehints.KV[str, RunResult])
-                   | "CheckInOrder" >> KeyedParDo(self.in_order(_JobMachine(self.configs), "job"),
-                                                  self.seed).with_outputs(DEAD_LETTER.name, main="alerts"))
+                   | "WithSeeds" >> self.with_seeds(job_seeds)
+                   | "CheckInOrder" >> self.in_order(_JobMachine(self.configs), "job").with_outputs(
+                       DEAD_LETTER.name, main="alerts"))
         return outputs.alerts, outputs[DEAD_LETTER.name]

@@ -5,22 +5,26 @@ their results happen to arrive in (a bounded replay finalizes every run at
 once; a streaming job may finish two runs in one bundle). Items wait in state
 until the watermark passes their event time, then are fed to the machine in
 ``item.order`` order. Thus the result is the same for any input order.
+
+A key's history from earlier invocations (the start-up ``HistorySeed``) reaches
+it as one more element of the key, a ``core.history.SeededState``, not as a
+side input that every worker reads whole (``WithSeeds``).
 """
 
 from __future__ import annotations
 
-import bisect
 import copy
-import pickle
-from typing import Any, Dict, Iterable, List, Protocol
+from typing import Any, Callable, Dict, Iterable, List, Optional, Protocol, Tuple
 
 import apache_beam as beam
-from apache_beam.transforms.core import SIDE_INPUT_PREFIX
+from apache_beam.coders import VarIntCoder
 from apache_beam.transforms.timeutil import TimeDomain
-from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
+from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.timestamp import Timestamp
+from apache_beam.utils.timestamp import MAX_TIMESTAMP, Timestamp
 
+from core import encoding
+from core.history import HistorySeed, SeededState
 from core.records import dead_letter_row, failure_reason, record_payload
 from core.registry import record
 from core.runs import TIMER_BUCKET_SECONDS
@@ -29,11 +33,12 @@ from transforms.coders import RecordCoder
 
 
 class StateMachine(Protocol):
-    def initial(self, key: Any, seed: Any) -> Any:
-        """The state of ``key`` before its first item (from the start-up seed)."""
+    def initial(self, key: Any) -> Any:
+        """The state of ``key`` before its first item when the seed has none for it."""
 
     def step(self, state: Any, item: Any) -> Iterable[Any]:
-        """Applies one item to ``state`` (mutating it) and yields outputs."""
+        """Applies one item to ``state`` (mutating it) and yields outputs. Deterministic: the same state and item
+        give the same state (a failure rebuilds the state by stepping earlier items again)."""
 
 
 class ConfiguredMachine:
@@ -43,24 +48,65 @@ class ConfiguredMachine:
         self.configs = configs
 
 
+SeedsOf = Callable[[HistorySeed], Iterable[Tuple[Any, Any]]]
+"""The (key, state) pairs of one check in the start-up seed, e.g. ``seed.metrics.items()``."""
+
+
 class OrderedCheck(beam.PTransform):
     """Base of the composites that run a ``ConfiguredMachine`` in event-time order: its settings, once.
 
-    ``seed`` is the singleton side input of the start-up ``HistorySeed``;
+    ``seed`` is the one-element PCollection of the start-up ``HistorySeed`` (None: no history);
     ``streaming`` says whether input is unbounded and ``timer_bucket_seconds`` how
     coarse its timers are (see ``in_event_time_order``).
     """
 
-    def __init__(self, configs, seed, streaming: bool = True, timer_bucket_seconds: float = TIMER_BUCKET_SECONDS):
+    def __init__(self, configs, seed: Optional[beam.PCollection] = None, streaming: bool = True,
+                 timer_bucket_seconds: float = TIMER_BUCKET_SECONDS):
         super().__init__()
         self.configs = configs
         self.seed = seed
         self.streaming = streaming
         self.timer_bucket_seconds = timer_bucket_seconds
 
-    def in_order(self, machine: StateMachine, name: str) -> beam.DoFn:
-        """``in_event_time_order`` of ``machine`` with this composite's settings."""
-        return in_event_time_order(machine, name, self.streaming, self.timer_bucket_seconds)
+    def in_order(self, machine: StateMachine, name: str) -> beam.ParDo:
+        """A ``ParDo`` of ``in_event_time_order`` of ``machine`` with this composite's settings."""
+        return beam.ParDo(in_event_time_order(machine, name, self.streaming, self.timer_bucket_seconds))
+
+    def with_seeds(self, seeds_of: SeedsOf) -> WithSeeds:
+        """``WithSeeds`` of this composite's seed: ``seeds_of`` picks its keys' states out of it."""
+        return WithSeeds(self.seed, seeds_of)
+
+
+def seeded_states(seed: HistorySeed, seeds_of: SeedsOf) -> Iterable[Tuple[Any, SeededState]]:
+    """The seed -> (key, ``SeededState``) elements of one check."""
+    for key, state in seeds_of(seed):
+        yield key, SeededState(state)
+
+
+class WithSeeds(beam.PTransform):
+    """(key, item) -> the same, and (key, ``SeededState``) for each key ``seeds_of`` picks out of ``seed``.
+
+    ``seed`` is the one-element PCollection of the start-up ``HistorySeed``
+    (None: no history, the items alone). Each key's state from it joins the
+    key's items as one more element, which ``in_event_time_order`` makes the
+    key's state: a worker holds the history of the keys it owns, instead of
+    every worker reading the whole seed as a side input, which grows with the
+    history. It arrives before any of the key's timers fire: the seed is
+    bounded, so the stage's watermark stays at the start of time until the
+    seed has been read.
+    """
+
+    def __init__(self, seed: Optional[beam.PCollection], seeds_of: SeedsOf):
+        super().__init__()
+        self.seed = seed
+        self.seeds_of = seeds_of
+
+    def expand(self, items):
+        if self.seed is None:
+            return items
+        keyed = items.element_type  # the seeds' keys must be encoded as the items' are
+        seeds = self.seed | "Seeds" >> beam.FlatMap(seeded_states, self.seeds_of).with_output_types(keyed)
+        return (items, seeds) | "ItemsAndSeeds" >> beam.Flatten().with_output_types(keyed)
 
 
 def _order(item):
@@ -72,6 +118,8 @@ def _due(item) -> Timestamp:
 
 
 _LATEST_TIMER = GlobalWindow().max_timestamp()
+IDLE = MAX_TIMESTAMP.micros
+"""The ``scheduled`` cell of a key whose flush timer is not set: later than any timer, so any item moves it."""
 
 
 def bucket_end(seconds: float, bucket_seconds: float) -> Timestamp:
@@ -94,15 +142,19 @@ def bucket_end(seconds: float, bucket_seconds: float) -> Timestamp:
 
 @record("OrderedKeyState")
 class _Keyed:
-    """All that one key keeps: the machine's state and its items waiting for the watermark."""
+    """What a key kept in its ``<name>_keyed`` cell before the pending items moved to a bag of their own: the
+    machine's state, the items waiting for the watermark and when the flush timer was set to fire.
+
+    Never written any more; a key that still holds one is migrated when its first timer or item meets it
+    (``in_event_time_order``)."""
 
     def __init__(self, machine_state: Any):
         self.machine_state = machine_state
         self.pending: list = []          # sorted by ``order``
-        self.scheduled: Timestamp = None  # when the flush timer is set to fire
+        self.scheduled: Optional[Timestamp] = None  # when the flush timer is set to fire
 
     def to_state(self) -> Dict[str, Any]:
-        """What the key's state keeps (``core.encoding``: a file format, fields by name)."""
+        """What the key's state kept (``core.encoding``: a file format, fields by name)."""
         return {"machine_state": self.machine_state, "pending": self.pending,
                 "scheduled_micros": None if self.scheduled is None else self.scheduled.micros}
 
@@ -115,39 +167,28 @@ class _Keyed:
         return keyed
 
 
-class KeyedParDo(beam.ParDo):
-    """``beam.ParDo`` of a stateful DoFn with side inputs, whose timers get the key coder of its main input.
-
-    Beam (2.77) takes "the main input" of a stateful ParDo to be any of its
-    inputs that is not a side input *object*; it compares input tags with
-    side-input objects, so the pick is the first of a set of tags, in hash-seed
-    order: often the side input. Its timers then got a key coder from the
-    seed's type (the fallback coder, or an error now that the seed has a coder
-    of its own) instead of the key's. This keeps the side inputs out of that
-    pick. The label stays ``ParDo(...)``: step names are what ``--update`` maps.
-    """
-
-    def default_label(self) -> str:
-        return f"ParDo({self.fn.default_label()})"
-
-    def _get_key_and_window_coder(self, named_inputs):
-        if named_inputs is not None:
-            named_inputs = {tag: pcoll for tag, pcoll in named_inputs.items()
-                            if not tag.startswith(SIDE_INPUT_PREFIX)}
-        return super()._get_key_and_window_coder(named_inputs)
-
-
 def in_event_time_order(machine: StateMachine, name: str, streaming: bool = True,
                         timer_bucket_seconds: float = TIMER_BUCKET_SECONDS) -> beam.DoFn:
-    """A DoFn: (key, item) -> whatever ``machine.step`` yields, per key in event-time order.
+    """A DoFn: (key, item or ``SeededState``) -> whatever ``machine.step`` yields, per key in event-time order.
 
     Items need an ``order`` tuple whose first field is their event time in
-    seconds. The ``seed`` side input is passed to ``machine.initial``.
+    seconds. A ``SeededState`` element is the key's state from the start-up
+    seed (see ``WithSeeds``); a key without one starts from
+    ``machine.initial(key)``.
 
-    A key's state and pending items are one state value, read and written whole
-    (one value encoded by ``transforms.coders.RecordCoder``, not one state
-    operation per item): a bounded replay buffers a test's whole history in it
-    before the first timer fires.
+    A key keeps, under names of its instance (``name``):
+
+    - ``<name>_keyed``: the machine's state (``transforms.coders.RecordCoder``);
+    - ``<name>_pending``: a bag of the items waiting for the watermark, in arrival order;
+    - ``<name>_scheduled``: when the ``<name>_flush`` watermark timer fires, in
+      microseconds, or ``IDLE`` when it is not set.
+
+    An item costs the same however many are pending: ``process`` appends it to
+    the bag and reads only ``<name>_scheduled``, to move the timer earlier if
+    the item is due first; it never reads the pending items nor the machine's
+    state. A firing reads the bag and the state once, sorts the items by
+    ``order``, steps those due, writes the state once, and puts back the
+    items not yet due.
 
     With bounded input (``streaming=False``) every item has arrived before any
     timer fires (FnApiRunner runs a stage's timers once its input is done), so
@@ -167,57 +208,126 @@ def in_event_time_order(machine: StateMachine, name: str, streaming: bool = True
     timers of two stateful DoFns that share a timer name when it fuses them
     into one stage (one loses its output, or the timers fail to decode).
 
-    A step that raises leaves the key's state as it was before that item (the
-    step runs on the state, which is restored from a snapshot taken before it),
-    and the item goes to the ``dead_letter`` output with the exception as the
-    reason: one bad item never stops the key, let alone the stage.
+    A step that raises leaves the key's state as it was before that item, and
+    the item goes to the ``dead_letter`` output with the exception as the
+    reason: one bad item never stops the key, let alone the stage. A firing
+    takes one snapshot of the state (``core.encoding``) before its first step,
+    not a copy per item; a failure rebuilds the state from it by stepping again
+    the items that succeeded since (their outputs are not repeated).
+
+    A timer that fires with nothing pending (its key's state gone, or never
+    set) does nothing. A key's state written before the bag (one ``_Keyed``
+    value in ``<name>_keyed``, pending items inside) is migrated by whichever
+    comes first, its timer or its next item: its items move to the bag, its
+    machine's state stays in ``<name>_keyed``. ``process`` reads
+    ``<name>_keyed`` for that only at a key's first item (no ``<name>_scheduled``
+    yet), which a seeded key never meets.
     """
     keyed_spec = ReadModifyWriteStateSpec(f"{name}_keyed", RecordCoder())
+    pending_spec = BagStateSpec(f"{name}_pending", RecordCoder())
+    scheduled_spec = ReadModifyWriteStateSpec(f"{name}_scheduled", VarIntCoder())
     flush_spec = TimerSpec(f"{name}_flush", TimeDomain.WATERMARK)
 
     class InEventTimeOrderFn(beam.DoFn):
-        def process(self, element, seed,
+        def process(self, element,
                     keyed_state=beam.DoFn.StateParam(keyed_spec),
+                    pending=beam.DoFn.StateParam(pending_spec),
+                    scheduled_state=beam.DoFn.StateParam(scheduled_spec),
                     flush=beam.DoFn.TimerParam(flush_spec)):
             key, item = element
-            keyed = keyed_state.read()
-            if keyed is None:
-                keyed = _Keyed(copy.deepcopy(machine.initial(key, seed)))
-            bisect.insort(keyed.pending, item, key=_order)
+            if isinstance(item, SeededState):
+                yield from install_seed(key, item, keyed_state, scheduled_state)
+                return
+            known = scheduled_state.read()
+            scheduled = adopt_old_layout(keyed_state, pending) if known is None else known
+            pending.add(item)
             due = fires_at(item)
-            if keyed.scheduled is None or due < keyed.scheduled:
+            if due.micros < scheduled:
                 flush.set(due)
-                keyed.scheduled = due
-            keyed_state.write(keyed)
+                scheduled = due.micros
+            if scheduled != known:
+                scheduled_state.write(scheduled)
 
         @on_timer(flush_spec)
-        def on_flush(self, fired_at=beam.DoFn.TimestampParam,
+        def on_flush(self, key=beam.DoFn.KeyParam, fired_at=beam.DoFn.TimestampParam,
                      keyed_state=beam.DoFn.StateParam(keyed_spec),
+                     pending=beam.DoFn.StateParam(pending_spec),
+                     scheduled_state=beam.DoFn.StateParam(scheduled_spec),
                      flush=beam.DoFn.TimerParam(flush_spec)):
-            keyed = keyed_state.read()
-            if keyed is None:  # the runner fired a timer for a key whose state is gone
+            stored = keyed_state.read()
+            items = list(pending.read())
+            old_layout = isinstance(stored, _Keyed)
+            if old_layout:
+                stored, items = stored.machine_state, stored.pending + items
+            if not items:  # nothing pending: the runner fired a timer for a key whose state is gone or never set
+                if old_layout:
+                    keyed_state.write(stored)
+                    scheduled_state.write(IDLE)
                 return
-            ready = 0
-            while ready < len(keyed.pending) and (not streaming or _due(keyed.pending[ready]) <= fired_at):
-                yield from _step_or_dead_letter(keyed, keyed.pending[ready])
-                ready += 1
-            del keyed.pending[:ready]
-            keyed.scheduled = fires_at(keyed.pending[0]) if keyed.pending else None
-            if keyed.scheduled is not None:
-                flush.set(keyed.scheduled)
-            keyed_state.write(keyed)
+            items.sort(key=_order)  # stable: items of equal order stay in arrival order
+            ready = len(items) if not streaming else next(
+                (i for i, item in enumerate(items) if _due(item) > fired_at), len(items))
+            if ready or old_layout:
+                state = machine.initial(key) if stored is None else stored
+                state, outputs = step_all(state, items[:ready])
+                yield from outputs
+                keyed_state.write(state)
+                pending.clear()
+                for item in items[ready:]:
+                    pending.add(item)
+            scheduled = fires_at(items[ready]) if ready < len(items) else None
+            if scheduled is not None:
+                flush.set(scheduled)
+            scheduled_state.write(IDLE if scheduled is None else scheduled.micros)
 
     def fires_at(item: Any) -> Timestamp:
         return bucket_end(item.order[0], timer_bucket_seconds) if streaming else _due(item)
 
-    def _step_or_dead_letter(keyed: _Keyed, item: Any) -> List[Any]:
-        snapshot = pickle.dumps(keyed.machine_state, pickle.HIGHEST_PROTOCOL)
-        try:
-            return list(machine.step(keyed.machine_state, item))
-        except Exception as error:  # noqa: BLE001 - any failure on one item is that item's, not the stage's
-            keyed.machine_state = pickle.loads(snapshot)
+    def adopt_old_layout(keyed_state, pending) -> int:
+        """A key's first item in this layout: moves the pending items of a ``_Keyed`` state into the bag, and
+        returns when the timer it set fires (``IDLE``: none, as for a new key)."""
+        stored = keyed_state.read()
+        if not isinstance(stored, _Keyed):
+            return IDLE
+        for item in stored.pending:
+            pending.add(item)
+        keyed_state.write(stored.machine_state)
+        return IDLE if stored.scheduled is None else stored.scheduled.micros
+
+    def install_seed(key: Any, seeded: SeededState, keyed_state, scheduled_state) -> List[Any]:
+        """Makes the seed's state the key's, unless the key has one already (it cannot have stepped anything
+        while the seed holds the watermark back; a state kept across ``--update`` wins): then the seed is a
+        dead letter, and the key goes on with its own state."""
+        if keyed_state.read() is not None:
             return [beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
-                failure_reason(f"{name} check", error), record_payload(item), f"stage:{name}", item.order[0]))]
+                f"seed of {name} check not applied: the key already has a state, which it keeps",
+                record_payload({"key": key, "state": type(seeded.state).__name__}), f"stage:{name}", None))]
+        keyed_state.write(copy.deepcopy(seeded.state))  # the seed's object may be shared: never change it
+        if scheduled_state.read() is None:
+            scheduled_state.write(IDLE)  # so that the key's first item need not look for an old layout
+        return []
+
+    def step_all(state: Any, items: List[Any]) -> Tuple[Any, List[Any]]:
+        """Steps ``items`` in their order; returns the state and the outputs. An item whose step raises is a
+        dead letter and leaves the state as if it had not been there: rebuilt from the snapshot taken before
+        the first step by stepping again the items that succeeded since (then snapshot again)."""
+        outputs: List[Any] = []
+        if not items:
+            return state, outputs
+        snapshot, since = encoding.encode(state), []
+        for item in items:
+            try:
+                outputs += list(machine.step(state, item))
+            except Exception as error:  # noqa: BLE001 - any failure on one item is that item's, not the stage's
+                state = encoding.decode(snapshot)
+                for done in since:
+                    list(machine.step(state, done))
+                snapshot, since = encoding.encode(state), []
+                outputs.append(beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
+                    failure_reason(f"{name} check", error), record_payload(item), f"stage:{name}", item.order[0])))
+            else:
+                since.append(item)
+        return state, outputs
 
     InEventTimeOrderFn.__name__ = InEventTimeOrderFn.__qualname__ = f"InEventTimeOrder[{name}]"
     return InEventTimeOrderFn()

@@ -17,11 +17,11 @@ from core.runs import RunResult
 from core.schema import ALERTS, DEAD_LETTER
 from core.window_checks import RunEnded
 from transforms.coders import AnyRecord
-from transforms.ordered import ConfiguredMachine, KeyedParDo, OrderedCheck
+from transforms.ordered import ConfiguredMachine, OrderedCheck
 
 
 class _RankWindowMachine(ConfiguredMachine):
-    def initial(self, key, seed) -> RankWindows:
+    def initial(self, key) -> RankWindows:
         return RankWindows()
 
     def step(self, state: RankWindows, item: Any) -> Iterable[Any]:
@@ -65,7 +65,6 @@ class CombineRankWindows(OrderedCheck):
         outputs = ((firsts, ends) | "RankInputs" >> beam.Flatten()
                    | "KeyByRunTag" >> beam.Map(lambda i: ((i.test, i.run, i.tag), i)).with_output_types(
                        beam.typehints.KV[beam.typehints.Tuple[str, str, str], AnyRecord])
-                   | "CombineInOrder" >> KeyedParDo(
-                       self.in_order(_RankWindowMachine(configs), "rank_windows"),
-                       self.seed).with_outputs(ALERTS.name, DEAD_LETTER.name, main="windows"))
+                   | "CombineInOrder" >> self.in_order(_RankWindowMachine(configs), "rank_windows").with_outputs(
+                       ALERTS.name, DEAD_LETTER.name, main="windows"))
         return outputs.windows, outputs[ALERTS.name], outputs[DEAD_LETTER.name]

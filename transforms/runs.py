@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import time
 from typing import Callable, Optional, Tuple
@@ -37,8 +38,8 @@ class _SkipStoredRunsFn(beam.DoFn):
         self.dead_letter = dead_letter
         self.skipped = beam.metrics.Metrics.counter("trainguard", "messages_of_stored_runs")
 
-    def process(self, message, seed, timestamp=beam.DoFn.TimestampParam):
-        if (message.test, message.run) not in seed.stored_runs:
+    def process(self, message, stored, timestamp=beam.DoFn.TimestampParam):
+        if (message.test, message.run) not in stored.stored_runs:
             yield message
             return
         self.skipped.inc()
@@ -51,22 +52,23 @@ class _SkipStoredRunsFn(beam.DoFn):
 class SkipStoredRuns(beam.PTransform):
     """``MessageSummary``s -> (those of runs the store does not hold yet, dead-letter rows).
 
-    ``seed`` is the singleton side input of the start-up ``HistorySeed``: its
-    ``stored_runs`` are the runs that ended (a run a drain interrupted is not
-    one: its messages pass, and ``AssembleRuns`` resumes it). A message of a
+    ``stored`` is the singleton side input of the start-up ``core.history.StoredIndex``
+    (or the whole ``HistorySeed``): its ``stored_runs`` are the runs that ended (a
+    run a drain interrupted is not one: its messages pass, and ``AssembleRuns``
+    resumes it). A message of a
     stored run is counted (``messages_of_stored_runs``) and, with
     ``dead_letter`` (the streaming job), dead-lettered with the reason and its
     payload. A replay only counts them: re-running it on the same files reads
     every message of its stored runs again, and adds nothing.
     """
 
-    def __init__(self, seed, dead_letter: bool = False):
+    def __init__(self, stored, dead_letter: bool = False):
         super().__init__()
-        self.seed = seed
+        self.stored = stored
         self.dead_letter = dead_letter
 
     def expand(self, messages):
-        outputs = messages | "NotStored" >> beam.ParDo(_SkipStoredRunsFn(self.dead_letter), self.seed).with_outputs(
+        outputs = messages | "NotStored" >> beam.ParDo(_SkipStoredRunsFn(self.dead_letter), self.stored).with_outputs(
             DEAD_LETTER.name, main="new")
         return outputs.new, outputs[DEAD_LETTER.name]
 
@@ -91,6 +93,8 @@ class AssembleRunFn(beam.DoFn):
 
     ACCUMULATOR = ReadModifyWriteStateSpec("accumulator", RecordCoder())
     FINALIZED = ReadModifyWriteStateSpec("finalized", BooleanCoder())
+    # Whether the run is a back-fill (``AssembleRunOrBackfillFn`` decides it at the run's first message).
+    BACKFILL = ReadModifyWriteStateSpec("backfill", BooleanCoder())
     FINALIZE = TimerSpec("finalize", TimeDomain.WATERMARK)
     EXPIRE = TimerSpec("expire", TimeDomain.WATERMARK)
 
@@ -108,6 +112,12 @@ class AssembleRunFn(beam.DoFn):
                 accumulator_state=beam.DoFn.StateParam(ACCUMULATOR),
                 finalized=beam.DoFn.StateParam(FINALIZED),
                 finalize_timer=beam.DoFn.TimerParam(FINALIZE)):
+        yield from self._add(element, timestamp, accumulator_state, finalized, finalize_timer)
+
+    def _add(self, element, timestamp, accumulator_state, finalized, finalize_timer, backfill=None,
+             finalize_backfill_timer=None):
+        """Takes one message (or a resumed run's state) into the run; with ``backfill`` (a state cell), a run's
+        first message decides whether it is a back-fill, which ends on ``finalize_backfill_timer`` instead."""
         (test, run), summary = element
         if isinstance(summary, RunAccumulator):
             yield from self._resume(summary, accumulator_state, finalized, finalize_timer)
@@ -116,7 +126,11 @@ class AssembleRunFn(beam.DoFn):
             yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
                 "late: run already finalized", summary.payload, f"run:{test}/{run}", float(timestamp)))
             return
-        accumulator = accumulator_state.read() or RunAccumulator(test, run)
+        accumulator = accumulator_state.read()
+        if accumulator is None:
+            accumulator = RunAccumulator(test, run)
+            if backfill is not None and self.lifecycle.backfilled(float(timestamp), self.clock()):
+                backfill.write(True)
         try:
             overflow = accumulator.add(summary)  # all or nothing: a failure leaves the run as it was
             finalize_at = accumulator.finalize_at(self.lifecycle)
@@ -129,7 +143,10 @@ class AssembleRunFn(beam.DoFn):
                 f"too many events in run (limit {RunAccumulator.MAX_EVENTS})",
                 json.dumps(event._asdict(), sort_keys=True), f"run:{test}/{run}", float(timestamp)))
         accumulator_state.write(accumulator)
-        finalize_timer.set(Timestamp.of(finalize_at))
+        if backfill is not None and backfill.read():
+            finalize_backfill_timer.set(Timestamp.of(self.clock() + self.lifecycle.backfill_quiet_seconds))
+        else:
+            finalize_timer.set(Timestamp.of(finalize_at))
 
     def _resume(self, stored: RunAccumulator, accumulator_state, finalized, finalize_timer):
         """A run a drained job left open: its stored state joins what this job has of it, and its timer is set
@@ -161,18 +178,28 @@ class AssembleRunFn(beam.DoFn):
     def finalize(self, key=beam.DoFn.KeyParam, fired_at=beam.DoFn.TimestampParam,
                  accumulator_state=beam.DoFn.StateParam(ACCUMULATOR),
                  finalized=beam.DoFn.StateParam(FINALIZED),
+                 backfill=beam.DoFn.StateParam(BACKFILL),
                  expire_timer=beam.DoFn.TimerParam(EXPIRE)):
+        if backfill.read():  # a back-fill ends on its processing-time timer
+            return
         accumulator = accumulator_state.read()
         if accumulator is None:  # the runner fired a timer for a run whose state is gone
             return
+        expire_timer.set(fired_at + Duration(seconds=self.lifecycle.retention_seconds))
+        yield from self._finalize(key, accumulator, accumulator_state, finalized, float(fired_at))
+
+    def _finalize(self, key, accumulator: RunAccumulator, accumulator_state, finalized, at: float,
+                  out_of_order: bool = False):
+        """Ends the run at event time ``at``: its ``RunResult`` (or its dead letter) out, its tombstone in."""
         accumulator_state.clear()
         finalized.write(True)
-        expire_timer.set(fired_at + Duration(seconds=self.lifecycle.retention_seconds))
         try:
-            result = accumulator.result(self.configs.for_test(key[0], float(fired_at)), self.lifecycle)
-            if self.interruptions and result.status == RunStatus.MISSING:
+            result = accumulator.result(self.configs.for_test(key[0], at), self.lifecycle)
+            if out_of_order:
+                result = dataclasses.replace(result, out_of_order=True)
+            elif self.interruptions and result.status == RunStatus.MISSING:
                 now = self.clock()
-                if self.lifecycle.interrupted(float(fired_at), now):
+                if self.lifecycle.interrupted(at, now):
                     result = interrupt(result, now, encoding.to_text(accumulator))
         except Exception as error:  # noqa: BLE001 - a run that cannot be summed up is that run's dead letter
             self.runs_finalized.inc()
@@ -180,7 +207,7 @@ class AssembleRunFn(beam.DoFn):
                 failure_reason("finalize run", error), record_payload({
                     "test": accumulator.test, "run": accumulator.run, "tags": sorted(accumulator.tags),
                     "events": [event._asdict() for event in accumulator.events]}),
-                f"run:{key[0]}/{key[1]}", float(fired_at)))
+                f"run:{key[0]}/{key[1]}", at))
             return
         if result.status == RunStatus.INTERRUPTED:
             self.runs_interrupted.inc()
@@ -193,6 +220,57 @@ class AssembleRunFn(beam.DoFn):
     def expire(self, finalized=beam.DoFn.StateParam(FINALIZED)):
         finalized.clear()
 
+class AssembleRunOrBackfillFn(AssembleRunFn):
+    """``AssembleRunFn`` of the streaming job, which also takes back-fills.
+
+    A run whose first message is older than the wall clock by
+    ``lifecycle.backfill_lag_seconds`` is a back-fill (``RunLifecycle.backfilled``):
+    its event-time end is behind the watermark, so a watermark timer would end
+    it after its first bundle. It ends instead on a processing-time timer
+    ``lifecycle.backfill_quiet_seconds`` after its latest message (by its own
+    ``run_finished``, or as ``missing`` if the logs never had one), with
+    ``out_of_order`` set, and its tombstone expires in processing time too.
+
+    A subclass because declaring a processing-time timer at all makes Beam's
+    ``DirectRunner`` run a bounded replay on its ``BundleBasedDirectRunner``,
+    whose user timers hold no watermark downstream (the README's runner notes):
+    the replay's graph has none.
+    """
+
+    FINALIZE_BACKFILL = TimerSpec("finalize_backfill", TimeDomain.REAL_TIME)
+    EXPIRE_BACKFILL = TimerSpec("expire_backfill", TimeDomain.REAL_TIME)
+
+    def default_label(self) -> str:
+        return "AssembleRunFn"  # the step's name since before back-fills: what a running job's --update maps
+
+    def process(self, element, timestamp=beam.DoFn.TimestampParam,
+                accumulator_state=beam.DoFn.StateParam(AssembleRunFn.ACCUMULATOR),
+                finalized=beam.DoFn.StateParam(AssembleRunFn.FINALIZED),
+                backfill=beam.DoFn.StateParam(AssembleRunFn.BACKFILL),
+                finalize_timer=beam.DoFn.TimerParam(AssembleRunFn.FINALIZE),
+                finalize_backfill_timer=beam.DoFn.TimerParam(FINALIZE_BACKFILL)):
+        yield from self._add(element, timestamp, accumulator_state, finalized, finalize_timer, backfill,
+                             finalize_backfill_timer)
+
+    @on_timer(FINALIZE_BACKFILL)
+    def finalize_backfill(self, key=beam.DoFn.KeyParam,
+                          accumulator_state=beam.DoFn.StateParam(AssembleRunFn.ACCUMULATOR),
+                          finalized=beam.DoFn.StateParam(AssembleRunFn.FINALIZED),
+                          backfill=beam.DoFn.StateParam(AssembleRunFn.BACKFILL),
+                          expire_timer=beam.DoFn.TimerParam(EXPIRE_BACKFILL)):
+        accumulator = accumulator_state.read()
+        if accumulator is None or not backfill.read():  # state gone, or a timer of an earlier life of the key
+            return
+        expire_timer.set(Timestamp.of(self.clock() + self.lifecycle.retention_seconds))
+        at = accumulator.finalize_at(self.lifecycle)
+        yield from self._finalize(key, accumulator, accumulator_state, finalized, at, out_of_order=True)
+
+    @on_timer(EXPIRE_BACKFILL)
+    def expire_backfill(self, finalized=beam.DoFn.StateParam(AssembleRunFn.FINALIZED),
+                        backfill=beam.DoFn.StateParam(AssembleRunFn.BACKFILL)):
+        finalized.clear()
+        backfill.clear()
+
 
 def _open_runs(seed):
     """The runs a drained job left open (``HistorySeed.open_runs``), keyed as messages are."""
@@ -203,13 +281,15 @@ class AssembleRuns(beam.PTransform):
     """MessageSummary -> (RunResult per finalized run, dead-letter rows for late messages, ``interrupted`` RunResults).
 
     ``seed`` (the one-element PCollection of the start-up ``HistorySeed``, optional) brings the runs a drained
-    job left open, which resume here; ``interruptions`` and ``clock``: see ``AssembleRunFn``.
+    job left open, which resume here; ``interruptions`` and ``clock``: see ``AssembleRunFn``; ``backfills``:
+    ``AssembleRunOrBackfillFn``.
     """
 
     def __init__(self, configs: Configs, lifecycle: RunLifecycle, seed: Optional[beam.PCollection] = None,
-                 interruptions: bool = False, clock: Optional[Callable[[], float]] = None):
+                 interruptions: bool = False, clock: Optional[Callable[[], float]] = None,
+                 backfills: bool = False):
         super().__init__()
-        self.fn = AssembleRunFn(configs, lifecycle, interruptions, clock)
+        self.fn = (AssembleRunOrBackfillFn if backfills else AssembleRunFn)(configs, lifecycle, interruptions, clock)
         self.seed = seed
 
     def expand(self, messages):

@@ -11,31 +11,38 @@ from typing import Any, Iterable
 import apache_beam as beam
 
 from core.alert_details import finish_alert
+from core.history import HistorySeed
 from core.records import Alert
 from core.schema import ALERT_UPDATES, DEAD_LETTER
 from core.triage import AlertLedger, RaisedAlert, TriageItem
 from transforms.coders import AnyRecord
-from transforms.ordered import ConfiguredMachine, KeyedParDo, OrderedCheck
+from transforms.ordered import ConfiguredMachine, OrderedCheck
 
 
 class SkipStoredActions(beam.PTransform):
     """TriageItem -> the same, less the actions the store already holds (re-running the same files).
 
-    ``seed`` is the singleton side input of the start-up ``HistorySeed``, whose
-    histories already include the stored actions.
+    ``stored`` is the singleton side input of the start-up ``core.history.StoredIndex``
+    (the seed's histories already include the stored actions).
     """
 
-    def __init__(self, seed):
+    def __init__(self, stored):
         super().__init__()
-        self.seed = seed
+        self.stored = stored
 
     def expand(self, actions):
-        return actions | "NotStored" >> beam.Filter(lambda action, seed: action.id not in seed.stored_actions, self.seed)
+        return actions | "NotStored" >> beam.Filter(lambda action, stored: action.id not in stored.stored_actions,
+                                                    self.stored)
+
+
+def ledger_seeds(seed: HistorySeed):
+    """Each test's alert ledger (mutes, recent alerts) from the seed."""
+    return seed.ledgers.items()
 
 
 class _LedgerMachine(ConfiguredMachine):
-    def initial(self, key, seed) -> AlertLedger:
-        return seed.ledgers.get(key) or AlertLedger()
+    def initial(self, key) -> AlertLedger:
+        return AlertLedger()
 
     def step(self, ledger: AlertLedger, item: Any) -> Iterable[Any]:
         if isinstance(item, TriageItem):
@@ -70,6 +77,7 @@ class TriageAlerts(OrderedCheck):
         outputs = ((raised, actions) | "AlertsAndActions" >> beam.Flatten()
                    | "KeyByTest" >> beam.Map(lambda item: (item.test, item)).with_output_types(
                        beam.typehints.KV[str, AnyRecord])
-                   | "InOrder" >> KeyedParDo(self.in_order(_LedgerMachine(self.configs), "triage"),
-                                             self.seed).with_outputs(ALERT_UPDATES, DEAD_LETTER.name, main="alerts"))
+                   | "WithSeeds" >> self.with_seeds(ledger_seeds)
+                   | "InOrder" >> self.in_order(_LedgerMachine(self.configs), "triage").with_outputs(
+                       ALERT_UPDATES, DEAD_LETTER.name, main="alerts"))
         return outputs.alerts, outputs[ALERT_UPDATES], outputs[DEAD_LETTER.name]

@@ -10,6 +10,7 @@ from typing import Any, Iterable, List
 
 import apache_beam as beam
 
+from core.history import HistorySeed
 from core.records import Alert
 from core.runs import RunResult
 from core.schema import DEAD_LETTER
@@ -17,12 +18,17 @@ from core.triage import TriageItem
 from core.window_checks import RunEnded, WindowHistory, WindowTriage, step_window_history, window_triage_targets
 from core.windows import WindowResult
 from transforms.coders import AnyRecord
-from transforms.ordered import ConfiguredMachine, KeyedParDo, OrderedCheck
+from transforms.ordered import ConfiguredMachine, OrderedCheck
+
+
+def window_seeds(seed: HistorySeed):
+    """Each (test, tag, window kind)'s step-aligned history from the seed."""
+    return seed.windows.items()
 
 
 class _WindowCheckMachine(ConfiguredMachine):
-    def initial(self, key, seed) -> WindowHistory:
-        return seed.windows.get(key) or WindowHistory()
+    def initial(self, key) -> WindowHistory:
+        return WindowHistory()
 
     def step(self, history: WindowHistory, item: Any) -> Iterable[Alert]:
         config = self.configs.for_test(item.test, item.order[0])
@@ -36,8 +42,9 @@ class CheckWindows(OrderedCheck):
     Each window is checked once, at its first revision; a run's end moves its
     windows into the step-aligned history if it succeeded. Keyed by (test,
     tag, window kind), in event-time order, so the result does not depend on
-    the order windows and runs arrive in. ``seed`` (a singleton side input of
-    ``HistorySeed``) carries the window history of earlier invocations.
+    the order windows and runs arrive in. ``seed`` (the one-element PCollection
+    of the start-up ``HistorySeed``) carries the window history of earlier
+    invocations, each key's to that key.
     Accepts and dismisses of a check's metric (``<tag>_<aggregation>``) move
     or widen its step-aligned history at their place in event time.
     """
@@ -63,7 +70,7 @@ class CheckWindows(OrderedCheck):
         outputs = ((first_results, ends, window_actions) | "CheckInputs" >> beam.Flatten()
                    | "KeyByTagKind" >> beam.Map(lambda i: ((i.test, i.tag, i.kind), i)).with_output_types(
                        beam.typehints.KV[beam.typehints.Tuple[str, str, str], AnyRecord])
-                   | "CheckInOrder" >> KeyedParDo(
-                       self.in_order(_WindowCheckMachine(configs), "window"),
-                       self.seed).with_outputs(DEAD_LETTER.name, main="alerts"))
+                   | "WithSeeds" >> self.with_seeds(window_seeds)
+                   | "CheckInOrder" >> self.in_order(_WindowCheckMachine(configs), "window").with_outputs(
+                       DEAD_LETTER.name, main="alerts"))
         return outputs.alerts, outputs[DEAD_LETTER.name]

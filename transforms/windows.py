@@ -303,8 +303,8 @@ class WindowRunFn(beam.DoFn):
 class LiveWindows(beam.PTransform):
     """(de-duplicated MessageSummary, RunResult, TriageItem) -> (metric_windows rows, window alerts, late points).
 
-    ``seed`` (a singleton side input of ``HistorySeed``) carries the step-aligned
-    history of earlier invocations.
+    ``seed`` (the one-element PCollection of the start-up ``HistorySeed``) carries
+    the step-aligned history of earlier invocations, each key's to that key.
 
     Only tests with a ``window_config`` cost anything: other messages carry no
     window points and are dropped before the shuffle.

@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 
 from core import encoding
 from core.aggregation import TagAggregate
+from core.config_versions import ConfigCheck
 from core.encoding import EncodingError, IncompatibleVersion, Registry, decode, describe, encode
-from core.history import JobHistory, MetricHistory
+from core.history import JobHistory, MetricHistory, SeededState, StoredIndex
 from core.parse import MessageSummary
 from core.rank_windows import RankWindows
 from core.records import Alert, MetricObservation
@@ -133,8 +134,13 @@ STRATEGIES: Dict[type, Any] = {
         st.dictionaries(st.integers(0, 9), st.booleans(), max_size=2),
         st.dictionaries(st.integers(0, 9), names, max_size=2)),
     RaisedAlert: st.builds(RaisedAlert, names, floats, st.dictionaries(text, json_data, max_size=4)),
+    StoredIndex: st.builds(StoredIndex, st.frozensets(st.tuples(names, names), max_size=3),
+                           st.frozensets(names, max_size=3)),
+    SeededState: st.builds(SeededState, metric_histories | window_histories | plain),
     AlertLedger: st.builds(AlertLedger, st.lists(triage_items, max_size=2), st.dictionaries(
         names, st.tuples(floats, st.dictionaries(text, json_data, max_size=3)), max_size=2)),
+    ConfigCheck: st.builds(ConfigCheck, names, text, floats, st.none() | text, st.none() | text, st.none() | names,
+                           st.booleans()),
 }
 
 

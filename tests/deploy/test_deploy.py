@@ -62,9 +62,48 @@ def test_dry_run_prints_every_command_and_runs_none(tmp_path):
                    "--temp_location=gs://proj-trainguard/temp",
                    "--input_subscription=projects/proj/subscriptions/trainguard-metrics-pipeline",
                    "--alerts_topic=projects/proj/topics/trainguard-alerts", "--bigquery_dataset=trainguard",
-                   "--write_method=storage_write_api", f"--config_dir={REPO}/configs"]:
+                   "--write_method=storage_write_api",
+                   "--config_dir=gs://proj-trainguard/trainguard-streaming/configs"]:
         assert option in launch, option
     assert "--update" not in launch
+
+
+def test_deploy_uploads_the_configs_after_every_check_and_launches_on_the_uploaded_copy(tmp_path):
+    result, called = run_script(tmp_path, "--dry-run", "--project=proj", "--job_name=tg-prod")
+    assert result.returncode == 0 and called == "", result.stderr
+    printed = commands(result.stdout)
+    upload = ["gcloud", "storage", "rsync", f"{REPO}/configs", "gs://proj-trainguard/tg-prod/configs",
+              "--delete-unmatched-destination-objects", "--project=proj"]
+    # the last check (no job of that name running) first: a refused deploy leaves the running job's configs alone
+    assert printed[-3][:4] == ["gcloud", "dataflow", "jobs", "list"] and printed[-2] == upload
+    assert "--config_dir=gs://proj-trainguard/tg-prod/configs" in printed[-1]
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "default.json").write_text("{}")
+    elsewhere, _ = run_script(tmp_path, "--dry-run", "--project=proj", "--config_gcs=gs://configs-bucket/tg",
+                              "--config-dir=configs")  # relative to where the script is run
+    uploaded = commands(elsewhere.stdout)
+    assert uploaded[-2][3:5] == [f"{tmp_path}/configs", "gs://configs-bucket/tg"], elsewhere.stderr
+    assert "--config_dir=gs://configs-bucket/tg" in uploaded[-1]
+
+
+def test_configs_subcommand_checks_and_uploads_the_configs_and_nothing_else(tmp_path):
+    result, called = run_script(tmp_path, "configs", "--dry-run", "--project=proj")
+    assert result.returncode == 0 and called == "", result.stderr
+    assert commands(result.stdout) == [["gcloud", "storage", "rsync", f"{REPO}/configs",
+                                        "gs://proj-trainguard/trainguard-streaming/configs",
+                                        "--delete-unmatched-destination-objects", "--project=proj"]]
+
+
+@pytest.mark.parametrize("command", ["deploy", "configs"])
+def test_a_bad_config_stops_before_anything_is_created_or_uploaded_naming_file_and_key(tmp_path, command):
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "cifar.json").write_text(json.dumps({"regression_test_config": {"alert_for_failed_jobs": "yes"}}))
+    result, called = run_script(tmp_path, command, "--dry-run", "--project=proj", f"--config_dir={configs}")
+    assert result.returncode == 2 and result.stdout == "" and called == ""
+    assert result.stderr.startswith(f"run_dataflow.sh: error: {configs}/cifar.json: "
+                                    "regression_test_config.alert_for_failed_jobs: must be true/false")
+    assert len(result.stderr.splitlines()) == 1
 
 
 def test_update_takes_settings_from_the_environment(tmp_path):
@@ -85,6 +124,7 @@ def test_bad_invocations_stop_before_any_command(tmp_path):
     for args, problem in [((), "no project"), (("--project=p", "--max-workers=many"), "--max_workers"),
                           (("--project=p", "--write-method=batch"), "--write_method"),
                           (("--project", "--dry-run"), "--project needs a value"),
+                          (("--project=p", "--config_gcs=/tmp/configs"), "--config_gcs must be a gs:// URL"),
                           (("--project=p", "--frobnicate"), "unknown option --frobnicate"),
                           (("deploi", "--project=p"), "unknown command deploi")]:
         result, called = run_script(tmp_path, *args, env={"GOOGLE_CLOUD_PROJECT": ""})

@@ -9,8 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.alert_record import parse_alert
-from notifier.render import one_line, render_digest, render_summary
-from tests.notifier.support import alert, config, payload
+from core.config_versions import ConfigCheck, config_rejected_alert
+from notifier.render import CONFIG_FIX, one_line, render_digest, render_summary
+from tests.notifier.support import START, alert, config, payload
 
 HOSTILE_TEST = '"><img src=x onerror=alert(1)>\r\nBcc: victim@example.com'
 HOSTILE_METRIC = "<script>alert('metric')</script>&amp;"
@@ -98,6 +99,17 @@ def test_a_moved_baseline_says_so_and_sorts_after_the_regressions():
     email = digest(alert(kind="baseline_shifted", metric="loss_final"), alert(kind="metric_out_of_bounds"))
     assert email.subject.endswith("Accuracy/test_final out of bounds; loss_final moved to a new level (baseline follows)")
     assert email.text.index("1. metric_out_of_bounds") < email.text.index("2. baseline_shifted: loss_final")
+
+
+def test_a_rejected_config_names_the_file_and_key_and_says_how_to_fix_it():
+    check = ConfigCheck("gs://b/tg/configs/pt-cifar.json", "d1", START, "regression_test_config.alert_for_failed_job",
+                        "unknown key", "pt-cifar", True)
+    email = digest(config_rejected_alert(check))
+    assert email.subject == "[trainguard] pt-cifar run config: config pt-cifar.json rejected"
+    for body in (email.html, email.text):
+        assert ("gs://b/tg/configs/pt-cifar.json: regression_test_config.alert_for_failed_job: unknown key "
+                "(what was read before stays in use)") in body
+        assert CONFIG_FIX in body and "config_rejected" in body
 
 
 def test_hostile_names_are_escaped_everywhere():

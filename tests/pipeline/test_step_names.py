@@ -14,10 +14,10 @@ import re
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from core.config import load_config_dir
 from core.locations import CONFIG_DIR
 from pipeline.streaming import StreamingJobConfig, build_streaming_pipeline
 from tests.support import REPO_ROOT
+from transforms.config_versions import read_config_dir
 
 NAMES_FILE = os.path.join(REPO_ROOT, "tests", "pipeline", "step_names.txt")
 MAPPING_FILE = os.path.join(REPO_ROOT, "pipeline", "transform_name_mapping.json")
@@ -30,7 +30,7 @@ def streaming_step_names() -> list:
         "--streaming", "--input_subscription=projects/my-project/subscriptions/trainguard-metrics-pipeline",
         "--alerts_topic=projects/my-project/topics/trainguard-alerts", "--bigquery_project=my-project",
         "--bigquery_dataset=trainguard", "--write_method=streaming_inserts"])
-    pipeline = build_streaming_pipeline(options, load_config_dir(CONFIG_DIR), StreamingJobConfig.from_options(options))
+    pipeline = build_streaming_pipeline(options, read_config_dir(CONFIG_DIR), StreamingJobConfig.from_options(options))
     transforms = pipeline.to_runner_api().components.transforms
     return sorted({t.unique_name for t in transforms.values() if t.unique_name})
 

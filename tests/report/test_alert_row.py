@@ -29,3 +29,14 @@ def test_hostile_names_and_links_in_an_alert_row_stay_text():
     assert all(value.startswith(("#", "https://")) for name, value in parsed.attributes if name == "href")
     text = "".join(parsed.text)
     assert HOSTILE_METRIC in text and all(step in text for step in raised.details["next_steps"])
+
+
+def test_a_rejected_config_row_names_the_file_the_key_and_what_is_used_instead():
+    from core.config_versions import ConfigCheck, config_rejected_alert
+
+    check = ConfigCheck("gs://b/tg/configs/pt-cifar.json", "d1", 1795255200.0,
+                        "regression_test_config.alert_for_failed_job", "unknown key", "pt-cifar", True)
+    row = row_of(config_rejected_alert(check))
+    assert "<td>config_rejected</td>" in row and ">pt-cifar</a>" in row and ">config</a>" in row
+    assert ("gs://b/tg/configs/pt-cifar.json: regression_test_config.alert_for_failed_job: unknown key "
+            "(what was read before stays in use)</td>") in row

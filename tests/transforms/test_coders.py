@@ -35,6 +35,7 @@ from pipeline.replay import WriteLocal
 from pipeline.streaming import StreamingJobConfig, build_streaming_pipeline
 from tests.support import REPO_ROOT, T0
 from transforms.coders import AnyRecord, RecordCoder
+from transforms.config_versions import read_config_dir
 from transforms.sources import ReadReplayFiles
 
 FIXTURES = os.path.join(REPO_ROOT, "tests", "fixtures", "state_v1")
@@ -188,7 +189,7 @@ def streaming_pipeline() -> beam.Pipeline:
     options = PipelineOptions(["--streaming", "--input_subscription=projects/my-project/subscriptions/metrics",
                                "--bigquery_dataset=trainguard", "--project=my-project",
                                "--alerts_topic=projects/my-project/topics/alerts"])
-    configs = load_config_dir(os.path.join(REPO_ROOT, "configs"))
+    configs = read_config_dir(os.path.join(REPO_ROOT, "configs"))
     return build_streaming_pipeline(options, configs, StreamingJobConfig.from_options(options))
 
 

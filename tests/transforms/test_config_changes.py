@@ -1,8 +1,11 @@
 """Config changes while runs are open: tags that gain or lose windows, checks that come or go, tests that vanish.
 
-A rolled-out config change (``--update``) reaches runs that are open, so each
-element uses the config version valid at its event time (``ConfigTimeline``).
-Between invocations (two replays) the history seed meets the new config.
+A config change reaches runs that are open, so each element uses the config
+version valid at its event time: a ``ConfigTimeline`` baked into the graph, or
+the same versions as files of a config directory, ``<test>@<UTC time>.json``,
+which a streaming job follows while it runs (``LiveConfigs``) and a replay reads
+at start-up, with the same rows. Between invocations (two replays) the history
+seed meets the new config.
 """
 
 from __future__ import annotations
@@ -15,18 +18,20 @@ from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.utils.timestamp import Timestamp
 
 from core.config import ConfigTimeline
+from core.config_versions import dated_name
 from core.runs import RunLifecycle
 from core.schema import DEAD_LETTER, JOB_HISTORY, METRIC_WINDOWS
 from pipeline.graph import GraphSettings
 from tests.support import T0
 from tests.transforms.support import batch_pipeline, configs, detect, finished, raw, started, streaming_pipeline
+from transforms.config_versions import LiveConfigs, read_config_dir
 
 CHECK = {"aggregation": "mean", "condition": {"comparison": "less", "success_threshold": {"stddevs_from_mean": 3}}}
-BEFORE = configs(cifar={"window_config": {"tags": {"loss": {"count": 2, "aggregations": ["mean"],
-                                                             "checks": [CHECK]}}}},
-                 other={"window_config": {"tags": {"loss": {"count": 2, "aggregations": ["mean"]}}}})
-AFTER = configs(cifar={"window_config": {"tags": {"acc": {"count": 2, "aggregations": ["mean", "max"],
-                                                            "checks": [CHECK]}}}})
+CIFAR_BEFORE = {"window_config": {"tags": {"loss": {"count": 2, "aggregations": ["mean"], "checks": [CHECK]}}}}
+OTHER_BEFORE = {"window_config": {"tags": {"loss": {"count": 2, "aggregations": ["mean"]}}}}
+CIFAR_AFTER = {"window_config": {"tags": {"acc": {"count": 2, "aggregations": ["mean", "max"], "checks": [CHECK]}}}}
+BEFORE = configs(cifar=CIFAR_BEFORE, other=OTHER_BEFORE)
+AFTER = configs(cifar=CIFAR_AFTER)
 CHANGE_AT = T0 + 100
 TIMELINE = ConfigTimeline(((float("-inf"), BEFORE), (CHANGE_AT, AFTER)))
 LIFECYCLE = RunLifecycle(grace_seconds=10, timeout_seconds=600)
@@ -60,7 +65,18 @@ EXPECTED_WINDOWS = [
 ]
 
 
-def test_a_config_change_reaches_open_runs_on_a_stream():
+def dated_config_dir(tmp_path) -> str:
+    """The timeline above as a config directory: each test's first version undated, the change dated."""
+    directory = tmp_path / "configs"
+    directory.mkdir()
+    for name, config in [("cifar.json", CIFAR_BEFORE), ("other.json", OTHER_BEFORE),
+                         (dated_name("cifar", CHANGE_AT), CIFAR_AFTER), (dated_name("other", CHANGE_AT), {})]:
+        (directory / name).write_text(json.dumps(config))
+    return str(directory)
+
+
+def assert_windows_on_a_stream(configs):
+    """The open runs of both tests, on a TestStream across the change, give ``EXPECTED_WINDOWS``."""
     stream = TestStream().advance_watermark_to(at(T0))
     for message in open_run_messages("cifar")[:3] + open_run_messages("other")[:3]:
         stream = stream.add_elements([message])
@@ -70,11 +86,35 @@ def test_a_config_change_reaches_open_runs_on_a_stream():
               .advance_watermark_to(at(T0 + 1000))
               .advance_watermark_to_infinity())
     with streaming_pipeline() as p:
-        outputs = detect(p | stream, GraphSettings(TIMELINE, LIFECYCLE, streaming=True))
+        outputs = detect(p | stream, GraphSettings(configs, LIFECYCLE, streaming=True))
         assert_that(outputs[METRIC_WINDOWS.name] | beam.Map(window_key), equal_to(EXPECTED_WINDOWS), label="windows")
         assert_that(outputs[DEAD_LETTER.name], equal_to([]), label="nothing dead")
         assert_that(outputs[JOB_HISTORY.name] | beam.Map(lambda r: (r["test_name"], r["job_status"])),
                     equal_to([("cifar", "success"), ("other", "success")]), label="jobs")
+
+
+def test_a_config_change_reaches_open_runs_on_a_stream():
+    assert_windows_on_a_stream(TIMELINE)
+
+
+def test_a_dated_config_file_reaches_open_runs_on_a_stream_that_follows_the_directory(tmp_path):
+    assert_windows_on_a_stream(LiveConfigs(read_config_dir(dated_config_dir(tmp_path))))
+
+
+def test_a_replay_of_the_same_files_gives_the_same_windows(tmp_path):
+    from pipeline.replay import run as replay
+    from sinks.duckdb_store import DuckDBStore
+
+    data = tmp_path / "runs.jsonl"
+    data.write_bytes(b"".join(m.payload + b"\n" for m in open_run_messages("cifar") + open_run_messages("other")))
+    store = tmp_path / "store.duckdb"
+    summary = replay([f"--input_files={data}", f"--config_dir={dated_config_dir(tmp_path)}", f"--local_store={store}",
+                      f"--alerts_file={tmp_path / 'alerts.jsonl'}", "--run_grace_seconds=10",
+                      "--run_timeout_seconds=600", "--triage_file="])
+    assert summary.rows_added["dead_letter"] == 0
+    rows = DuckDBStore(str(store)).query(
+        "SELECT test_name, tag, window_index, partial, n, mean FROM metric_windows ORDER BY ALL")
+    assert sorted(rows) == sorted(EXPECTED_WINDOWS)
 
 
 def test_a_config_change_reaches_open_runs_in_a_replay_the_same_way():

@@ -20,7 +20,7 @@ from core.window_checks import RunEnded
 from pipeline.graph import GraphSettings
 from tests.support import T0
 from tests.transforms.support import configs, detect, finished, gather, raw, started, streaming_pipeline
-from transforms.ordered import KeyedParDo, bucket_end, in_event_time_order
+from transforms.ordered import bucket_end, in_event_time_order
 
 POINTS = 200
 
@@ -28,7 +28,7 @@ POINTS = 200
 class Collect:
     """A state machine that keeps the runs it has seen and yields each one with how many came before it."""
 
-    def initial(self, key, seed):
+    def initial(self, key):
         return []
 
     def step(self, state, item):
@@ -53,9 +53,8 @@ def ordered_stage(bucket_seconds, items, keys=("a",)):
     stream = (TestStream().advance_watermark_to(Timestamp.of(T0 - 100)).add_elements(elements)
               .advance_watermark_to(Timestamp.of(T0 + 100)).advance_watermark_to_infinity())
     with streaming_pipeline() as p:
-        seed = beam.pvalue.AsSingleton(p | "Seed" >> beam.Create([None]))
         outputs = (p | stream
-                   | KeyedParDo(in_event_time_order(Collect(), "collect", True, bucket_seconds), seed)
+                   | beam.ParDo(in_event_time_order(Collect(), "collect", True, bucket_seconds))
                    | beam.Map(with_fired_at))
         return gather(outputs, "outputs")
 

@@ -1,0 +1,302 @@
+"""The ordered stage (``transforms.ordered``): items in a bag, the machine's state apart, seeds delivered keyed.
+
+Most tests drive the real DoFn for one key with its state in stand-ins of Beam's state API that keep bytes
+between calls, as a runner does (``bench.bench_ordered.OneKey``), so that they can look at the state itself and
+at what each call read; the last ones run pipelines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from typing import Any, List, Tuple
+
+import apache_beam as beam
+from apache_beam.portability import common_urns
+from apache_beam.portability.api import beam_runner_api_pb2
+from apache_beam.testing.test_stream import TestStream
+from apache_beam.utils.timestamp import Timestamp
+
+from bench import bench_ordered
+from bench.bench_ordered import OneKey
+from core import encoding
+from core.config import ConfigSet, parse_test_config
+from core.history import HistorySeed, SeededState
+from core.schema import DEAD_LETTER
+from core.window_checks import RunEnded
+from pipeline.graph import GraphSettings
+from scripts.write_state_fixtures import CONFIG as FIXTURE_CONFIG
+from scripts.write_state_fixtures import TEST as FIXTURE_TEST
+from tests.support import REPO_ROOT, T0
+from tests.transforms.support import batch_pipeline, configs, detect, gather, raw, streaming_pipeline
+from transforms.history import _MetricMachine
+from transforms.ordered import IDLE, OrderedCheck, _Keyed, in_event_time_order
+
+KEY = "cifar"
+
+
+class Collect:
+    """Keeps the runs it has seen; yields each with how many came before it. A poisoned run raises after it
+    has changed the state."""
+
+    def __init__(self, poison=()):
+        self.poison = set(poison)
+
+    def initial(self, key):
+        return []
+
+    def step(self, state, item):
+        state.append(item.run)
+        if item.run in self.poison:
+            raise RuntimeError("injected")
+        yield item.run, len(state) - 1
+
+
+def ended(i: int, at: float = None) -> RunEnded:
+    return RunEnded(KEY, f"r{i:02d}", "success", T0 + i if at is None else at, "loss", "count")
+
+
+def one_key(machine=None, streaming=False) -> OneKey:
+    return OneKey(in_event_time_order(machine or Collect(), "collect", streaming, 0), KEY)
+
+
+def plain(outputs: List[Any]) -> List[Tuple[Any, Any]]:
+    """(tag, value) of each output (None: the main output)."""
+    return [(o.tag, o.value) if isinstance(o, beam.pvalue.TaggedOutput) else (None, o) for o in outputs]
+
+
+def machine_state(key: OneKey) -> Any:
+    return key.state["keyed"].read()
+
+
+def test_an_item_reads_neither_the_pending_items_nor_the_machine_state():
+    key = one_key(streaming=True)
+    key.add(ended(0))  # a new key's first item looks once for a state of the old layout
+    key.fire()
+    keyed, pending = key.state["keyed"], key.state["pending"]
+    reads = (keyed.reads, pending.reads)
+    for i in range(1, 50):
+        key.add(ended(i))
+    assert (keyed.reads, pending.reads) == reads
+    assert len(pending.data) == 49
+
+
+def test_an_item_only_moves_the_timer_earlier():
+    key = one_key(streaming=True)
+    key.add(ended(5))
+    assert key.timer.at == Timestamp.of(T0 + 5)
+    key.add(ended(9))
+    assert key.timer.at == Timestamp.of(T0 + 5)
+    key.add(ended(2))
+    assert key.timer.at == Timestamp.of(T0 + 2) and key.state["scheduled"].read() == Timestamp.of(T0 + 2).micros
+
+
+def test_a_streaming_firing_steps_what_is_due_in_order_and_keeps_the_rest_for_the_next():
+    key = one_key(streaming=True)
+    for i in (4, 1, 3, 0, 2):
+        key.add(ended(i))
+    assert plain(key.fire(Timestamp.of(T0 + 2))) == [(None, ("r00", 0)), (None, ("r01", 1)), (None, ("r02", 2))]
+    assert sorted(item.run for item in key.state["pending"].read()) == ["r03", "r04"]
+    assert key.timer.at == Timestamp.of(T0 + 3)
+    assert plain(key.fire()) == [(None, ("r03", 3))]
+    assert plain(key.fire()) == [(None, ("r04", 4))]
+    assert key.state["pending"].read() == [] and key.state["scheduled"].read() == IDLE and key.timer.at is None
+    assert machine_state(key) == ["r00", "r01", "r02", "r03", "r04"]
+
+
+def test_a_bounded_firing_steps_every_pending_item_in_order():
+    key = one_key()
+    order = list(range(20))
+    random.Random(1).shuffle(order)
+    for i in order:
+        key.add(ended(i))
+    assert plain(key.fire()) == [(None, (f"r{i:02d}", i)) for i in range(20)]
+    assert key.state["pending"].read() == []
+
+
+def test_a_failing_item_in_the_middle_of_a_firing_leaves_the_state_as_if_it_had_not_been_there():
+    poisoned = one_key(Collect(poison={"r04", "r07"}))
+    control = one_key()
+    for i in range(10):
+        poisoned.add(ended(i))
+        if i not in (4, 7):
+            control.add(ended(i))
+    outputs = plain(poisoned.fire())
+    dead = [value for tag, value in outputs if tag == DEAD_LETTER.name]
+    assert [json.loads(row["payload"])["run"] for row in dead] == ["r04", "r07"]
+    assert all("RuntimeError: injected" in row["reason"] and row["source"] == "stage:collect" for row in dead)
+    assert [o for o in outputs if o[0] is None] == plain(control.fire())
+    assert machine_state(poisoned) == machine_state(control) == ["r00", "r01", "r02", "r03", "r05", "r06", "r08",
+                                                                 "r09"]
+    assert poisoned.state["keyed"].data == control.state["keyed"].data  # the same bytes
+
+
+def test_a_timer_firing_with_nothing_pending_does_nothing():
+    key = one_key(streaming=True)
+    assert key.fire(Timestamp.of(T0)) == []
+    assert all(cell.data in (None, []) for cell in key.state.values())
+    key.add(ended(0))
+    key.fire()
+    written = key.saved()
+    assert key.fire(Timestamp.of(T0 + 100)) == [] and key.saved() == written
+
+
+def old_layout(key: OneKey, state: Any, items: List[Any], scheduled: Timestamp) -> None:
+    """Writes the key's state as the layout before the bag did: one ``_Keyed`` value, pending items inside."""
+    keyed = _Keyed(state)
+    keyed.pending = sorted(items, key=lambda item: item.order)
+    keyed.scheduled = scheduled
+    key.state["keyed"].write(keyed)
+    key.timer.set(scheduled)
+
+
+def test_a_key_of_the_old_layout_is_migrated_by_its_timer():
+    key = one_key(streaming=True)
+    old_layout(key, ["r00"], [ended(1), ended(3), ended(2)], Timestamp.of(T0 + 1))
+    assert plain(key.fire()) == [(None, ("r01", 1))]
+    assert machine_state(key) == ["r00", "r01"]  # the bare machine state, no ``_Keyed`` any more
+    assert sorted(item.run for item in key.state["pending"].read()) == ["r02", "r03"]
+    assert key.timer.at == Timestamp.of(T0 + 2)
+    assert plain(key.fire()) + plain(key.fire()) == [(None, ("r02", 2)), (None, ("r03", 3))]
+
+
+def test_a_key_of_the_old_layout_is_migrated_by_its_next_item_which_keeps_its_timer():
+    key = one_key(streaming=True)
+    old_layout(key, ["r00"], [ended(1), ended(3)], Timestamp.of(T0 + 1))
+    key.add(ended(2))
+    assert machine_state(key) == ["r00"]
+    assert sorted(item.run for item in key.state["pending"].read()) == ["r01", "r02", "r03"]
+    assert key.timer.at == Timestamp.of(T0 + 1) and key.state["scheduled"].read() == Timestamp.of(T0 + 1).micros
+    outputs = []
+    while key.timer.at is not None:
+        outputs += plain(key.fire())
+    assert outputs == [(None, (f"r0{i}", i)) for i in (1, 2, 3)]
+
+
+def test_an_old_layout_item_due_before_its_timer_moves_it_earlier():
+    key = one_key(streaming=True)
+    old_layout(key, [], [ended(5)], Timestamp.of(T0 + 5))
+    key.add(ended(2))
+    assert key.timer.at == Timestamp.of(T0 + 2)
+    assert plain(key.fire()) == [(None, ("r02", 0))]
+
+
+def test_the_v1_fixture_of_the_old_layout_is_migrated_and_its_items_are_stepped():
+    with open(os.path.join(REPO_ROOT, "tests", "fixtures", "state_v1", "ordered_key_state.bin"), "rb") as f:
+        data = f.read()
+    configs = ConfigSet({FIXTURE_TEST: parse_test_config(FIXTURE_CONFIG, "fixture.json")})
+    machine = _MetricMachine(configs)
+    key = OneKey(in_event_time_order(machine, "metric", True, 0), (FIXTURE_TEST, "loss_final"))
+    key.state["keyed"].data = data
+    old = encoding.decode(data)
+    key.timer.set(old.scheduled)
+    expected_state, expected = old.machine_state, []
+    for item in old.pending:
+        expected += list(machine.step(expected_state, item))
+    assert len(old.pending) == 2 and expected
+    assert plain(key.fire()) == plain(expected)
+    assert encoding.describe(machine_state(key)) == encoding.describe(expected_state)
+    assert key.state["pending"].read() == [] and key.timer.at is None
+
+
+def test_a_seeded_state_becomes_the_keys_state_before_its_first_item():
+    key = one_key()
+    assert key.add(SeededState(["old-1", "old-2"])) == []
+    key.add(ended(0))
+    assert key.state["keyed"].reads == 1  # the seed's look for a state; the item read nothing
+    assert plain(key.fire()) == [(None, ("r00", 2))]
+
+
+def test_a_seed_for_a_key_that_already_has_a_state_is_a_dead_letter_and_the_state_is_kept():
+    key = one_key()
+    key.add(ended(0))
+    key.fire()
+    (dead,) = plain(key.add(SeededState(["old"])))
+    assert dead[0] == DEAD_LETTER.name and dead[1]["reason"].startswith("seed of collect check not applied")
+    assert machine_state(key) == ["r00"]
+
+
+def test_a_seed_never_changes_the_object_it_came_from():
+    seeded = ["old"]
+    key = one_key()
+    key.add(SeededState(seeded))
+    key.add(ended(0))
+    key.fire()
+    assert seeded == ["old"]
+
+
+class CollectCheck(OrderedCheck):
+    """(key, RunEnded) -> what ``Collect`` yields, with the seeds of ``HistorySeed.jobs`` (a test's state)."""
+
+    def expand(self, items):
+        return (items
+                | "WithSeeds" >> self.with_seeds(job_seeds_of)
+                | "InOrder" >> self.in_order(Collect(), "collect").with_outputs(DEAD_LETTER.name, main="main"))
+
+
+def job_seeds_of(seed: HistorySeed):
+    return seed.jobs.items()
+
+
+SEED = HistorySeed(jobs={"a": ["a-old"], "unused": ["never"]})
+
+
+def collect_outputs(p, items):
+    seed = p | "Seed" >> beam.Create([SEED])
+    outputs = items | "Check" >> CollectCheck(None, seed, streaming=True, timer_bucket_seconds=0)
+    return gather(outputs.main, "main"), gather(outputs[DEAD_LETTER.name], "dead")
+
+
+def keyed_items():
+    items = [(key, RunEnded(key, f"{key}{i}", "success", T0 + i, "loss", "count")) for key in "ab" for i in range(3)]
+    random.Random(2).shuffle(items)
+    return items
+
+
+EXPECTED = [("a0", 1), ("a1", 2), ("a2", 3), ("b0", 0), ("b1", 1), ("b2", 2)]
+
+
+def test_seeds_reach_their_keys_as_elements_in_a_replay():
+    with batch_pipeline() as p:
+        main, dead = collect_outputs(p, p | "Items" >> beam.Create(keyed_items()).with_output_types(
+            beam.typehints.KV[str, RunEnded]))
+    assert sorted(main) == EXPECTED and dead == []
+
+
+def test_seeds_reach_their_keys_as_elements_in_a_stream():
+    stream = (TestStream().advance_watermark_to(Timestamp.of(T0 - 10))
+              .add_elements([beam.window.TimestampedValue(item, item[1].finalized_at) for item in keyed_items()])
+              .advance_watermark_to(Timestamp.of(T0 + 1.5)).advance_watermark_to_infinity())
+    with streaming_pipeline() as p:
+        main, dead = collect_outputs(p, p | stream | "Typed" >> beam.Map(lambda kv: kv).with_output_types(
+            beam.typehints.KV[str, RunEnded]))
+    assert sorted(main) == EXPECTED and dead == []
+
+
+def test_the_only_broadcast_of_the_seed_is_the_index_of_stored_ids():
+    p = beam.Pipeline()
+    detect(p | "Messages" >> beam.Create([raw(KEY, "r0", "m0", points=[("acc", 1.0, 1, T0)])]),
+           GraphSettings(configs(cifar={})), SEED)
+    components = p.to_runner_api().components
+    producers = {output: t.unique_name for t in components.transforms.values() if not t.subtransforms
+                 for output in t.outputs.values()}
+    side_inputs = set()
+    for t in components.transforms.values():
+        if t.spec.urn == common_urns.primitives.PAR_DO.urn:
+            payload = beam_runner_api_pb2.ParDoPayload.FromString(t.spec.payload)
+            side_inputs |= {(t.unique_name, producers[t.inputs[tag]]) for tag in payload.side_inputs}
+    assert {step for step, _ in side_inputs} == {"DetectRegressions/SkipStoredActions/NotStored",
+                                                  "DetectRegressions/SkipStoredRuns/NotStored/ParDo(_SkipStoredRunsFn)"}
+    assert {producer for _, producer in side_inputs} == {"DetectRegressions/StoredIndex"}
+    seeds = [t.unique_name for t in components.transforms.values() if t.unique_name.endswith("/WithSeeds/Seeds")]
+    assert sorted(seeds) == ["DetectRegressions/CheckMetrics/WithSeeds/Seeds", "DetectRegressions/CheckRuns/WithSeeds/Seeds",
+                             "DetectRegressions/LiveWindows/Checks/WithSeeds/Seeds",
+                             "DetectRegressions/Triage/WithSeeds/Seeds"]
+
+
+def test_the_benchmark_runs_and_prints_its_tables(capsys):
+    bench_ordered.main(["--pending", "3", "30", "--items", "4", "--repeat", "1", "--runs", "1", "--windows", "5"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("| pending items |") and lines[2].startswith("| 3 |") and lines[3].startswith("| 30 |")
+    assert lines[-1].startswith("| 1 runs x 5 windows")

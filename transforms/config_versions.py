@@ -1,0 +1,195 @@
+"""Configs that change while the streaming job runs: :class:`LiveConfigs` for the stages, :class:`WatchConfigs`
+for the ``config_rejected`` alerts.
+
+The Beam side of ``core.config_versions`` (dated versions valid from an event time, and a loader that never
+raises): the config directory is read through Beam's ``FileSystems``, a local path or ``gs://`` on Dataflow
+(``run_dataflow.sh`` uploads it there), at launch and then again and again while the job runs.
+
+Why the stages hold the configs themselves rather than get them as a side input: Beam (2.77) gives timer
+callbacks no side inputs (``runners/common.py``, ``invoke_timer_callback``), and every stage that orders items
+in event time or finalizes a run looks configs up in a timer. :class:`LiveConfigs` has the ``for_test(test,
+at)`` of every other ``core.config.Configs``, so the stages need no change: each element still picks its
+version by its own event time, among the versions read so far.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import posixpath
+import time
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+import apache_beam as beam
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.io.localfilesystem import LocalFileSystem
+from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
+
+from core.config import TestConfig
+from core.config_versions import (
+    CONFIG_REFRESH_SECONDS,
+    ConfigCheck,
+    ListedFile,
+    LoadedConfigs,
+    config_rejected_alert,
+    load_config_versions,
+    next_check,
+)
+from transforms.coders import RecordCoder
+
+_LOG = logging.getLogger(__name__)
+Clock = Callable[[], float]
+
+
+# -- reading a directory, local or on GCS ----------------------------------------------------------------------
+
+
+def _is_local_directory(directory: str) -> bool:
+    return isinstance(FileSystems.get_filesystem(directory), LocalFileSystem) and os.path.isdir(directory)
+
+
+def _list_files(directory: str) -> List[ListedFile]:
+    """The directory's files, each stamped with its size and last update; FileNotFoundError if there are none
+    and the directory is not a local one (GCS has no empty directories: a prefix without files is a wrong path)."""
+    matched = FileSystems.match([FileSystems.join(directory, "*")])[0].metadata_list
+    files = [ListedFile(posixpath.basename(m.path.rstrip("/")), f"{m.size_in_bytes}:{m.last_updated_in_seconds}")
+             for m in matched]
+    if not files and not _is_local_directory(directory):
+        raise FileNotFoundError(directory)
+    return files
+
+
+def _read_file(path: str) -> bytes:
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        return f.read()
+
+
+def read_config_dir(directory: str, previous: Optional[LoadedConfigs] = None,
+                    now: Optional[float] = None) -> LoadedConfigs:
+    """``core.config_versions.load_config_versions`` of a local or ``gs://`` directory (``now``: the time of the
+    read, default the wall clock). Never raises; at launch, ``.strict()`` of the result refuses a bad config."""
+    return load_config_versions(directory, lambda: _list_files(directory), _read_file, previous,
+                                time.time() if now is None else now)
+
+
+# -- the configs the stages look up --------------------------------------------------------------------------
+
+
+class LiveConfigs:
+    """``Configs`` that follow a config directory while the job runs, and never raise.
+
+    Built at launch from the directory read then (checked strictly: a bad config refuses to start) and
+    pickled into every DoFn that looks configs up. On a worker each copy re-reads the directory at its first
+    lookup and then whenever ``refresh_seconds`` of processing time (``clock``) have passed since its last
+    read, in the lookup itself: a listing, and a read of only the files whose listing changed. A file rejected
+    then keeps the version read before (at worst the launch-time one, on a worker started while the file was
+    bad), and a directory that cannot be read keeps everything.
+
+    An edit of an undated file thus reaches each worker within ``refresh_seconds``, at a processing time: which
+    elements see it depends on timing. A dated file (``<test>@<time>.json``) is valid from its event time
+    whenever it is read, so the elements after that time pick it as a replay of the same files would, provided
+    it was uploaded before they were processed.
+
+    Not locked: a DoFn instance runs on one thread at a time, and each holds its own copy.
+    """
+
+    def __init__(self, loaded: LoadedConfigs, refresh_seconds: float = CONFIG_REFRESH_SECONDS,
+                 clock: Clock = time.time):
+        self.loaded = loaded
+        self.refresh_seconds = refresh_seconds
+        self.clock = clock
+        self._due: Optional[float] = None  # when to read again (processing time); None: at the first lookup
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_due"] = None  # a copy unpickled on a worker reads the directory at its first lookup
+        return state
+
+    @property
+    def directory(self) -> str:
+        return self.loaded.directory
+
+    def for_test(self, test: str, at: Optional[float] = None) -> TestConfig:
+        """The config of ``test`` valid at event time ``at`` (None: the latest), after a re-read if one is due."""
+        self.refresh()
+        return self.loaded.versions.for_test(test, at)
+
+    def refresh(self) -> List[ConfigCheck]:
+        """Re-reads the directory if it is due: the checks whose outcome changed since the last read
+        (``LoadedConfigs.changes_since``); [] when no read was due or nothing changed."""
+        now = self.clock()
+        if self._due is not None and now < self._due:
+            return []
+        self._due = now + self.refresh_seconds
+        before = self.loaded
+        try:
+            self.loaded = read_config_dir(self.directory, before, now)
+            changes = self.loaded.changes_since(before)
+        except Exception:  # noqa: BLE001 - the loader never raises; should anything else, keep what was read
+            _LOG.exception("trainguard: re-reading the configs in %s failed; the last ones read stay in use",
+                           self.directory)
+            self.loaded = before
+            return []
+        for check in changes:
+            if check.rejected:
+                _LOG.warning("trainguard: config rejected: %s", check.error())
+        return changes
+
+
+# -- the config_rejected alerts ------------------------------------------------------------------------------
+
+
+class _CheckConfigsFn(beam.DoFn):
+    """Any element -> (file, ConfigCheck) for what changed in the directory, when this instance's re-read is due."""
+
+    def __init__(self, configs: LiveConfigs):
+        self.configs = configs
+
+    def process(self, unused_element: Any) -> Iterator[Tuple[str, ConfigCheck]]:
+        for check in self.configs.refresh():
+            yield check.file, check
+
+
+_LATEST_CHECK = ReadModifyWriteStateSpec("config_check", RecordCoder())
+
+
+class AlertOnceFn(beam.DoFn):
+    """(file, ConfigCheck) -> a ``config_rejected`` alert row, once per rejected version of the file."""
+
+    def process(self, element: Tuple[str, ConfigCheck],
+                latest=beam.DoFn.StateParam(_LATEST_CHECK)) -> Iterator[Dict[str, Any]]:
+        _, check = element
+        kept, alert = next_check(latest.read(), check)
+        latest.write(kept)
+        if alert:
+            yield config_rejected_alert(check).to_row()
+
+
+class WatchConfigs(beam.PTransform):
+    """The job's input (any PCollection) -> ``config_rejected`` alert rows: each rejected version of a config
+    file alerts once, naming the file, the key and the reason.
+
+    ``Check`` re-reads the directory with its own copy of the stages' :class:`LiveConfigs`, at most once per
+    refresh period per instance, and passes on what changed since its previous read; ``AlertOnce``, keyed by
+    file, keeps each file's latest check in state and alerts once per rejected version
+    (``core.config_versions.next_check``), whichever instance and re-read found it. Every instance and every
+    stage reads the same files by the same rules, so the alert says what the stages do with the file.
+
+    The re-reads are driven by the job's input rather than by a ``PeriodicImpulse``: Beam (2.77) cannot run a
+    splittable DoFn such as ``PeriodicImpulse`` on the local streaming runner (``BundleBasedDirectRunner``
+    fails to expand it, "was not replaced as expected"), and a stateful processing-time loop started from an
+    ``Impulse`` would live in a global window that expires as soon as the bounded impulse's watermark reaches
+    the end of time. With no input for a while, a rejection alerts with the next message; the stages meanwhile
+    keep what they read before, as always.
+    """
+
+    def __init__(self, configs: LiveConfigs):
+        super().__init__()
+        self.configs = configs
+
+    def expand(self, pulse: beam.PCollection) -> beam.PCollection:
+        return (pulse
+                | "Check" >> beam.ParDo(_CheckConfigsFn(self.configs)).with_output_types(
+                    beam.typehints.KV[str, ConfigCheck])
+                | "AlertOnce" >> beam.ParDo(AlertOnceFn()))

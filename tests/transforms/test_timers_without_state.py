@@ -1,0 +1,95 @@
+"""Every timer of every stateful DoFn, fired for a key whose state is already cleared or was never set, is a no-op.
+
+A runner may fire a timer after the state it was set with is gone (Dataflow fires timers in its own order, a drain
+fires them all, a state expiry may come first), or for a key it restored without state. Each callback here gets
+empty state cells (stand-ins of Beam's state API that keep bytes between calls, ``bench.bench_ordered``), must not
+raise, and must emit nothing and write no state.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+
+import apache_beam as beam
+import pytest
+from apache_beam.transforms.userstate import BagStateSpec, TimerSpec, get_dofn_specs
+from apache_beam.utils.timestamp import Timestamp
+
+import transforms
+from bench.bench_ordered import CodedBag, CodedCell, Timer
+from core.runs import RunLifecycle
+from tests.support import T0
+from tests.transforms.support import configs
+from transforms.history import _JobMachine, _MetricMachine
+from transforms.ordered import in_event_time_order
+from transforms.parse import _FirstPerKeyFn
+from transforms.rank_windows import _RankWindowMachine
+from transforms.runs import AssembleRunFn, AssembleRunOrBackfillFn
+from transforms.triage import _LedgerMachine
+from transforms.window_checks import _WindowCheckMachine
+from transforms.windows import WindowRunFn
+
+CONFIGS = configs()
+LIFECYCLE = RunLifecycle(backfill_lag_seconds=900.0)
+
+STATEFUL_DOFNS = {
+    "ordered metric check": (in_event_time_order(_MetricMachine(CONFIGS), "metric", True), ("t", "m")),
+    "ordered job check": (in_event_time_order(_JobMachine(CONFIGS), "job", True), "t"),
+    "ordered window check": (in_event_time_order(_WindowCheckMachine(CONFIGS), "window", True), ("t", "tag", "count")),
+    "ordered triage ledger": (in_event_time_order(_LedgerMachine(CONFIGS), "triage", False), "t"),
+    "ordered rank windows": (in_event_time_order(_RankWindowMachine(CONFIGS), "ranks", True), ("t", "r", "tag")),
+    "first per key (dedup)": (_FirstPerKeyFn(beam.utils.timestamp.Duration(seconds=86400)), "message-id"),
+    "run assembly": (AssembleRunFn(CONFIGS, LIFECYCLE, interruptions=True), ("t", "r")),
+    "run assembly with back-fills": (AssembleRunOrBackfillFn(CONFIGS, LIFECYCLE, interruptions=True), ("t", "r")),
+    "live windows": (WindowRunFn(CONFIGS, LIFECYCLE, streaming=True), ("t", "r", 0)),
+}
+
+
+def callback_arguments(method, key, cells, timers):
+    """The arguments a runner passes a timer callback: its state cells and timers, the key, the firing time."""
+    arguments = {}
+    for name, parameter in inspect.signature(method).parameters.items():
+        default = parameter.default
+        if getattr(default, "state_spec", None) is not None:
+            arguments[name] = cells[default.state_spec.name]
+        elif getattr(default, "timer_spec", None) is not None:
+            arguments[name] = timers[default.timer_spec.name]
+        elif default is beam.DoFn.KeyParam:
+            arguments[name] = key
+        elif default is beam.DoFn.TimestampParam:
+            arguments[name] = Timestamp.of(T0 + 3600)
+    return arguments
+
+
+@pytest.mark.parametrize("name", sorted(STATEFUL_DOFNS))
+def test_every_timer_fired_without_state_does_nothing(name):
+    fn, key = STATEFUL_DOFNS[name]
+    state_specs, timer_specs = get_dofn_specs(fn)
+    assert timer_specs, f"{name} has no timers: it does not belong here"
+    for timer_spec in timer_specs:
+        cells = {spec.name: CodedBag(spec.coder) if isinstance(spec, BagStateSpec) else CodedCell(spec.coder)
+                 for spec in state_specs}
+        timers = {spec.name: Timer() for spec in timer_specs}
+        method = getattr(fn, timer_spec._attached_callback.__name__)
+        outputs = list(method(**callback_arguments(method, key, cells, timers)) or ())
+        assert outputs == [], (name, timer_spec.name)
+        assert all(cell.data in (None, []) for cell in cells.values()), (name, timer_spec.name)
+
+
+def has_timers(cls) -> bool:
+    return any(isinstance(value, TimerSpec) for klass in cls.__mro__ for value in vars(klass).values())
+
+
+def test_every_stateful_dofn_in_transforms_is_covered():
+    """A new DoFn with timers in transforms/ must join the table above (the ordered stage's class is made per
+    machine by ``in_event_time_order``, with its timer spec inside)."""
+    covered = {type(fn) for fn, _ in STATEFUL_DOFNS.values()}
+    with_timers = set()
+    for module_info in pkgutil.iter_modules(transforms.__path__):
+        module = importlib.import_module(f"transforms.{module_info.name}")
+        for value in vars(module).values():
+            if isinstance(value, type) and issubclass(value, beam.DoFn) and has_timers(value):
+                with_timers.add(value)
+    assert with_timers and with_timers <= covered, with_timers - covered

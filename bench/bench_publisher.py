@@ -38,7 +38,10 @@ Reports (and writes to bench/out/publisher.json):
    training for 12-18 ms.
 4. A tight loop with no pause (saturation): calls/s the training thread can
    make, and points/s the background thread sustains before the buffer drops.
-5. Wire efficiency against the naive one-message-per-point design (one
+5. Encoding alone, v1 point objects against v1.1 columns (``PublisherConfig.schema``): CPU per point
+   (``time.process_time``) and bytes per point of the payload at 1,000 points per message, for a
+   training loop's batch (5 tags every step, float32 losses, steps counting up, times 0.2 ms apart).
+6. Wire efficiency against the naive one-message-per-point design (one
    ``wire.encode_message`` per point, published with the client's default
    batching): bytes of PublishRequest per point and Publish RPCs per 1,000
    points, counted by a gRPC client interceptor.
@@ -320,6 +323,35 @@ def saturation(server: ServerProcess, topic: str, calls: int) -> Dict[str, Any]:
             "background_points_per_s": round(stats.points_delivered / drained)}
 
 
+def training_batch(start: int, n: int = 1000) -> List[Any]:
+    """Points as a training loop logs them: float32 values (``loss.item()``), 5 tags a step, 0.2 ms apart."""
+    from array import array
+
+    points = []
+    for i in range(start, start + n):
+        step, k = divmod(i, 5)
+        value = 2.5 / (1 + 0.001 * step) + 0.01 * ((i * 7919) % 101) + k
+        points.append((TAGS[k], array("f", (value,))[0], step, 1763700000.0 + 0.0002 * i))
+    return points
+
+
+def encoding(batches: int) -> Dict[str, Any]:
+    """CPU and bytes per point of the background encoder, per wire schema."""
+    from trainguard._encoding import MessageEncoder
+
+    data = [training_batch(j * 1000) for j in range(batches)]
+    out: Dict[str, Any] = {}
+    for schema in wire.SCHEMAS:
+        encoder = MessageEncoder("bench", "encoding", schema=schema)
+        encoder.encode(data[0])
+        cpu0 = time.process_time()
+        size = sum(len(m.payload) for batch in data for m in encoder.encode(batch))
+        cpu = time.process_time() - cpu0
+        out[schema] = {"cpu_us_per_point": round(cpu * 1e6 / (1000 * batches), 3),
+                       "bytes_per_point": round(size / (1000 * batches), 1)}
+    return out
+
+
 def wire_efficiency(server: ServerProcess, topic: str, rate: int, points: int) -> Dict[str, Any]:
     period = 1.0 / rate
     ours_counter = CountingInterceptor()
@@ -401,6 +433,7 @@ def main() -> None:
     idle.intake.points.clear()
     idle.close(timeout=0)
     results["reference_no_network"] = {k: round(v, 1) for k, v in reference.items()}
+    results["encoding"] = encoding(20 if args.quick else 200)
     gc.collect()
 
     with ServerProcess() as server:

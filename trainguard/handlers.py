@@ -85,12 +85,18 @@ class PublisherConfig:
     max_spill_bytes: int = 1 << 30
     group_prefix: bool = False
     """Tag points ``group/name`` instead of ``name``."""
+    schema: str = wire.SCHEMA_V1_1
+    """The wire contract's version to send: v1.1 carries points as columns (about 17 bytes a point instead of
+    about 70, and a fifth of the CPU to encode); ``wire.SCHEMA`` (``"trainguard/v1"``) sends v1 point objects,
+    for a pipeline older than v1.1 (which dead-letters v1.1 messages)."""
 
     def validate(self) -> None:
         if not 1 <= self.max_points_per_message <= wire.MAX_POINTS_PER_MESSAGE:
             raise ValueError(f"max_points_per_message must be 1..{wire.MAX_POINTS_PER_MESSAGE}")
         if not 4096 <= self.max_message_bytes <= wire.MAX_MESSAGE_BYTES:
             raise ValueError(f"max_message_bytes must be 4096..{wire.MAX_MESSAGE_BYTES}")
+        if self.schema not in wire.SCHEMAS:
+            raise ValueError(f"schema must be one of {list(wire.SCHEMAS)}, got {self.schema!r}")
         for name in ("max_latency_ms", "max_buffered_points", "max_buffered_events", "max_pending_bytes",
                      "send_timeout_s", "retry_initial_backoff_s", "retry_max_backoff_s",
                      "retry_deadline_s", "exit_flush_timeout_s"):
@@ -432,7 +438,7 @@ class WireHandler(MetricHandler):
         if self._encoder is None:
             self._encoder = MessageEncoder(self._test, self._run, self.config.max_points_per_message,
                                            self.config.max_message_bytes, self._warn_once,
-                                           self._rank.rank, self._rank.world_size)
+                                           self._rank.rank, self._rank.world_size, self.config.schema)
         self._encoding = True
         try:
             chunk = self.config.max_points_per_message

@@ -65,7 +65,8 @@ def received(server, topic: str) -> List[wire.Message]:
     messages = parse_all([m.data for m in raw])
     for stored, message in zip(raw, messages):
         assert dict(stored.attributes) == wire.message_attributes(message.test, message.run,
-                                                                  int(expected_ts(message)), message.id)
+                                                                  int(expected_ts(message)), message.id,
+                                                                  json.loads(stored.data)["schema"])
     assert len({m.id for m in messages}) == len(messages)
     return messages
 

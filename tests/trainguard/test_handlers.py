@@ -56,7 +56,10 @@ def test_flush_delivers_everything_in_order_in_batches(handlers, tmp_path):
     assert handler.flush(timeout=20)
     messages = parse_all(jsonl_payloads(path))
     assert all(len(m.points) <= 64 for m in messages)
-    assert [p.step for p in points_of(messages)] == list(range(1000))
+    points = points_of(messages)  # v1.1 columns: each tag's points in order
+    assert sorted(p.step for p in points) == list(range(1000))
+    for k in range(3):
+        assert [p.step for p in points if p.tag == f"tag{k}"] == list(range(k, 1000, 3))
     assert len({m.id for m in messages}) == len(messages)
     assert all((m.test, m.run) == ("test", "run") for m in messages)
     stats = handler.stats()

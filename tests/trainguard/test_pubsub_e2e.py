@@ -60,10 +60,11 @@ def test_points_and_events_arrive_as_exact_wire_messages(pubsub_server, topic, h
     assert [p.step for p in points if p.tag == "lr"] == list(range(0, 2000, 100))
     assert [e.type for e in events_of(messages)] == ["run_started", "checkpoint_saved", "run_finished"]
     assert all(len(m.points) <= 500 for m in messages) and len(messages) <= 8
-    # byte for byte what the wire module would encode for the same content
+    # byte for byte what the wire module would encode for the same content (v1.1 columns by default)
     for stored, message in zip(pubsub_server.published_messages(topic), messages):
         rebuilt = wire.encode_message(message.test, message.run, [p._asdict() for p in points_of([message])],
-                                      [e._asdict() for e in message.events], message_id=message.id)
+                                      [e._asdict() for e in message.events], message_id=message.id,
+                                      schema=wire.SCHEMA_V1_1)
         assert json.loads(stored.data) == json.loads(rebuilt)
     assert handler.stats().points_delivered == 2020
 
@@ -101,10 +102,11 @@ def test_publishing_is_retried_until_the_topic_exists(pubsub_server, handlers):
 
 
 def test_requests_too_large_for_the_server_are_split(pubsub_server, topic, handlers):
-    # The server takes at most 4 MB per request; ask for 8 MB sends of ~0.9 MB messages.
+    # The server takes at most 4 MB per request; ask for 8 MB sends of ~0.9 MB messages (v1 point objects:
+    # v1.1 columns of the same points are a tenth of that).
     handler = handlers.add(tg.PubSubMetricHandler(topic, "t", "r", tg.PublisherConfig(
         max_points_per_message=10_000, max_send_bytes=8 << 20, max_latency_ms=60_000,
-        retry_initial_backoff_s=0.01)))
+        retry_initial_backoff_s=0.01, schema=wire.SCHEMA)))
     stream = tg.MetricStream("g", handler)
     tags = ["t" * 250 + str(i) for i in range(10)]
     for step in range(20_000):

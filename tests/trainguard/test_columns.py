@@ -1,0 +1,217 @@
+"""Wire contract v1.1: points as per-tag columns decode into exactly the points v1 carries, under v1's rules."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.support import T0
+from trainguard import wire
+from trainguard._encoding import MessageEncoder
+
+T0_MS = int(T0 * 1000)
+float32s = st.floats(width=32, allow_nan=False, allow_infinity=False).map(float)
+values = st.one_of(st.floats(allow_nan=False, allow_infinity=False), float32s,
+                   st.integers(min_value=-(1 << 53), max_value=1 << 53), st.sampled_from([-0.0, 0.0, 3.4028234663852886e38]))
+steps = st.one_of(st.none(), st.integers(min_value=0, max_value=wire.MAX_STEP))
+times = st.one_of(st.floats(min_value=wire.MIN_TIME, max_value=wire.MAX_TIME - 1),
+                  st.integers(min_value=0, max_value=10_000).map(lambda ms: T0 + ms / 1000))
+tags = st.sampled_from(["loss", "lr", "grad_norm", "ünï/cødé", "t" * 256])
+points = st.lists(st.tuples(tags, values, steps, times), min_size=1, max_size=80)
+# a training loop: the same tags every step, float32 values, steps counting up, times a few ms apart
+loops = st.tuples(st.lists(tags, min_size=1, max_size=5, unique=True), st.integers(1, 40), float32s,
+                  st.integers(0, 1000)).map(lambda a: [
+                      (tag, a[2] + k, a[3] + step, T0 + (step * len(a[0]) + k) * 0.0017)
+                      for step in range(a[1]) for k, tag in enumerate(a[0])])
+
+
+def by_tag(batch):
+    """The batch in v1.1's order: grouped by tag in the order tags first appear, each tag's points in order."""
+    order = {}
+    for point in batch:
+        order.setdefault(point[0], len(order))
+    return sorted(batch, key=lambda point: order[point[0]])  # stable
+
+
+def encode_both(batch, max_points=1000):
+    ids = iter(f"m{i}" for i in range(10_000))
+    v1 = MessageEncoder("t", "r", max_points=max_points, schema=wire.SCHEMA).encode(
+        by_tag(batch), next_id=lambda: next(ids))
+    v1_1 = MessageEncoder("t", "r", max_points=max_points, schema=wire.SCHEMA_V1_1).encode(
+        batch, next_id=lambda: next(ids))
+    return v1, v1_1
+
+
+def parsed_points(messages):
+    points = []
+    for message in messages:
+        parsed, rejections = wire.parse_message(message.payload)
+        assert rejections == []
+        points += parsed.points
+    return points
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(points, loops))
+def test_both_encodings_decode_into_identical_points(batch):
+    v1, v1_1 = encode_both(batch)
+    got = parsed_points(v1_1)
+    assert got == parsed_points(v1)
+    assert [struct.pack("<d", p[1]) for p in got] == [struct.pack("<d", p[1]) for p in parsed_points(v1)]  # -0.0
+    assert [message.attributes["ts"] for message in v1_1] == [message.attributes["ts"] for message in v1]
+    assert all(message.attributes["schema"] == wire.SCHEMA_V1_1 for message in v1_1)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.one_of(points, loops), st.integers(1, 30))
+def test_the_encoder_writes_what_wire_encode_message_writes(batch, max_points):
+    encoder = MessageEncoder("t", "r", max_points=max_points, schema=wire.SCHEMA_V1_1, rank=1, world_size=2)
+    ids = iter(f"m{i}" for i in range(10_000))
+    messages = encoder.encode(batch, next_id=lambda: next(ids))
+    assert all(message.points <= max_points for message in messages)
+    for message in messages:
+        parsed, _ = wire.parse_message(message.payload)
+        dicts = [wire.point_dict(tag, value, time, step) for tag, value, step, time in parsed.points]
+        reference = wire.encode_message("t", "r", dicts, message_id=parsed.id, rank=1, world_size=2,
+                                        schema=wire.SCHEMA_V1_1)
+        assert json.loads(message.payload) == json.loads(reference)
+
+
+def test_a_training_loop_costs_under_20_bytes_a_point_at_1000_points_a_message():
+    batch = [(tag, struct.unpack("<f", struct.pack("<f", 2.5 / (1 + step * 0.01) + k))[0], step,
+              T0 + (step * 5 + k) * 0.0021) for step in range(200) for k, tag in enumerate(
+                  ["loss", "lr", "grad_norm", "throughput", "step_time_ms"])]
+    v1, [message] = encode_both(batch)
+    assert message.points == 1000
+    assert len(message.payload) / 1000 <= 20
+    assert sum(len(m.payload) for m in v1) / 1000 > 60
+
+
+def test_non_finite_and_invalid_values_are_refused_as_in_v1():
+    batch = [("loss", float("nan"), 1, T0), ("loss", 1.0, 2, T0), ("x", "1.5", None, T0), ("", 1.0, None, T0),
+             ("loss", 2.0, -1, T0), ("loss", 3.0, 4, 12.0)]
+    encoder = MessageEncoder("t", "r", schema=wire.SCHEMA_V1_1)
+    messages = encoder.encode(batch)
+    parsed = [wire.parse_message(m.payload)[0] for m in messages]
+    assert [p for m in parsed for p in m.points] == [("loss", 1.0, 2, T0)]
+    assert [e.type for m in parsed for e in m.events] == ["nonfinite_value"]
+    assert (encoder.counters.nonfinite_points, encoder.counters.invalid_points) == (1, 4)
+
+
+def columns_message(*columns, schema=wire.SCHEMA_V1_1, **fields):
+    body = {"schema": schema, "id": "m1", "test": "t", "run": "r", "columns": list(columns)}
+    body.update(fields)
+    return json.dumps(body).encode()
+
+
+GOOD = {"tag": "loss", "values": [0.5, 0.25], "steps": [10, 1], "ms": [T0_MS, 5]}
+
+
+def test_a_column_decodes_its_deltas():
+    parsed, rejections = wire.parse_message(columns_message(
+        GOOD, {"tag": "lr", "f32": True, "values": [0.100000001, 3], "ms": [T0_MS + 7, -7]},
+        {"tag": "acc", "values": [1.0, 2.0, 3.0], "steps": [5, None, 2], "ms": [T0_MS, 0, 1]}))
+    assert rejections == []
+    assert parsed.points == (("loss", 0.5, 10, T0), ("loss", 0.25, 11, T0 + 0.005),
+                             ("lr", struct.unpack("<f", struct.pack("<f", 0.1))[0], None, T0 + 0.007),
+                             ("lr", 3.0, None, T0), ("acc", 1.0, 5, T0), ("acc", 2.0, None, T0),
+                             ("acc", 3.0, 7, T0 + 0.001))
+
+
+@pytest.mark.parametrize("column, reason", [
+    ({**GOOD, "values": [float("nan"), 0.25]}, "value is nan"),
+    ({**GOOD, "values": [1e400, 0.25]}, "value is inf"),
+    ({**GOOD, "values": [True, 0.25]}, "value must be a number, got bool"),
+    ({**GOOD, "values": ["1", 0.25]}, "value must be a number, got str"),
+    ({**GOOD, "values": [[1], 0.25]}, "value must be a number, got list"),
+    ({**GOOD, "values": [10 ** 400, 0.25]}, "value is out of float range"),
+    ({**GOOD, "f32": True, "values": [1e39, 0.25]}, "out of float32 range"),
+    ({**GOOD, "steps": [1.5, 11]}, "step must be an integer, got float"),  # the sum stays where it was
+    ({**GOOD, "steps": [-1, 12]}, "step -1 is out of range"),
+    ({**GOOD, "steps": [wire.MAX_STEP + 1, -wire.MAX_STEP + 10]}, "out of range"),
+    ({**GOOD, "ms": [12, T0_MS - 12 + 5]}, "not plausible"),
+    ({**GOOD, "ms": [float(T0_MS), T0_MS + 5]}, "ms must be an integer, got float"),
+    ({**GOOD, "ms": [None, T0_MS + 5]}, "ms must be an integer, got NoneType"),
+])
+def test_a_bad_point_is_rejected_alone(column, reason):
+    parsed, rejections = wire.parse_message(columns_message(column))
+    assert parsed.points == (("loss", 0.25, 11, T0 + 0.005),)  # the running sums go on past the bad point
+    assert len(rejections) == 1
+    assert rejections[0].reason.startswith("invalid point [column 0, 0]: ") and reason in rejections[0].reason
+    context = json.loads(rejections[0].payload)
+    assert context["id"] == "m1" and context["test"] == "t" and context["run"] == "r"
+    assert context["point"]["tag"] == "loss"
+
+
+@pytest.mark.parametrize("column, reason", [
+    ("loss", "not an object"),
+    ({**GOOD, "tag": ""}, "tag must have 1 to"),
+    ({**GOOD, "tag": "a\nb"}, "control characters"),
+    ({**GOOD, "tag": 5}, "tag must be a string"),
+    ({**GOOD, "extra": 1}, "unknown fields ['extra']"),
+    ({**GOOD, "values": [1.0]}, "must be as long"),
+    ({**GOOD, "steps": [1]}, "must be as long"),
+    ({**GOOD, "values": [], "steps": [], "ms": []}, "at least one point"),
+    ({**GOOD, "values": 1.0}, "values must be a list"),
+    ({**GOOD, "ms": None}, "ms must be a list"),
+    ({**GOOD, "f32": 1}, "f32 must be true or false"),
+])
+def test_a_bad_column_is_rejected_alone_as_one_dead_letter(column, reason):
+    parsed, rejections = wire.parse_message(columns_message(column, {"tag": "ok", "values": [1], "ms": [T0_MS]}))
+    assert parsed.points == (("ok", 1.0, None, T0),)
+    assert len(rejections) == 1
+    assert rejections[0].reason.startswith("invalid column [0]: ") and reason in rejections[0].reason
+    assert json.loads(rejections[0].payload)["column"] == column
+
+
+@pytest.mark.parametrize("payload, reason", [
+    (columns_message(GOOD, schema=wire.SCHEMA), "columns need schema 'trainguard/v1.1'"),
+    (columns_message(schema="trainguard/v1.2"), "schema is 'trainguard/v1.2'"),
+    (json.dumps({"schema": wire.SCHEMA_V1_1, "id": "m", "test": "t", "run": "r", "columns": GOOD}).encode(),
+     "columns must be a list"),
+    (columns_message({**GOOD, "values": [1.0] * 6000, "ms": [T0_MS] + [0] * 5999, "steps": None},
+                     points=[wire.point_dict("x", 1.0, T0)] * 4001), "limit is 10000"),
+    (columns_message(), "no points and no events"),
+    (columns_message(GOOD, run=""), "run must have 1 to"),
+    (columns_message(GOOD, rank=2, world_size=2), "rank 2 is not below world_size 2"),
+])
+def test_a_bad_envelope_rejects_the_whole_message(payload, reason):
+    with pytest.raises(wire.InvalidMessage, match=reason.replace("(", r"\(")):
+        wire.parse_message(payload)
+
+
+def test_v1_1_carries_v1_points_and_triage_messages_too():
+    parsed, rejections = wire.parse_message(columns_message(GOOD, points=[wire.point_dict("x", 1.0, T0, 3)]))
+    assert rejections == [] and parsed.points[0] == ("x", 1.0, 3, T0) and len(parsed.points) == 3
+    triage = json.dumps({"schema": wire.SCHEMA_V1_1, "id": "m", "test": "t",
+                         "triage": {"action": "mute", "time": T0, "until": T0 + 1}}).encode()
+    assert wire.parse_message(triage)[0].triage == wire.Triage("mute", T0, until=T0 + 1)
+
+
+def test_a_nan_literal_in_a_column_is_a_point_rejection_not_a_crash():
+    payload = columns_message(GOOD).replace(b"0.5", b"NaN")
+    parsed, rejections = wire.parse_message(payload)
+    assert parsed.points == (("loss", 0.25, 11, T0 + 0.005),) and "value is nan" in rejections[0].reason
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.recursive(
+    st.none() | st.booleans() | st.floats() | st.integers(min_value=-(1 << 70), max_value=1 << 70)
+    | st.sampled_from(["loss", ""]),
+    lambda children: st.lists(children, max_size=4)
+    | st.dictionaries(st.sampled_from(["tag", "values", "steps", "ms", "f32"]), children, max_size=5),
+    max_leaves=20), max_size=4))
+def test_any_columns_parse_or_are_rejected_with_a_reason(columns):
+    try:
+        parsed, rejections = wire.parse_message(columns_message(*columns))
+    except wire.InvalidMessage as e:
+        assert str(e)
+        return
+    assert parsed.points or rejections
+    assert all(r.reason and r.payload for r in rejections)
+    for point in parsed.points:
+        assert wire._parse_point(wire.point_dict(point[0], point[1], point[3], point[2])) == point

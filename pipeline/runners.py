@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner, worker_handlers
@@ -21,9 +23,19 @@ def local_batch_runner() -> FnApiRunner:
     return FnApiRunner()
 
 
+BUNDLE_BASED_BATCH_WARNING = (
+    "trainguard: warning: a bounded replay on BundleBasedDirectRunner may give other rows than on FnApiRunner: "
+    "that runner's timers do not hold back the watermark of the stages after them (README: Runners); leave "
+    "--runner out, or use --runner=DirectRunner, which runs a replay on FnApiRunner")
+
+
 def runner_for(options: PipelineOptions):
-    """The runner named in the options; else BundleBasedDirectRunner if streaming, FnApiRunner if not."""
+    """The runner named in the options; else BundleBasedDirectRunner if streaming, FnApiRunner if not. A bounded
+    replay named onto BundleBasedDirectRunner runs, with a warning on stderr (``BUNDLE_BASED_BATCH_WARNING``)."""
     standard = options.view_as(StandardOptions)
     if standard.runner is not None:
+        named = standard.runner if isinstance(standard.runner, str) else type(standard.runner).__name__
+        if named.split(".")[-1] == "BundleBasedDirectRunner" and not standard.streaming:
+            print(BUNDLE_BASED_BATCH_WARNING, file=sys.stderr)
         return standard.runner
     return BundleBasedDirectRunner() if standard.streaming else local_batch_runner()

@@ -50,6 +50,18 @@ def test_the_demo_replay_on_the_direct_runner_gives_the_fn_api_runners_rows(fn_a
     assert any('"window_out_of_bounds"' in line for line in alerts)  # the alert the chained timer stages gave late
 
 
+def test_a_replay_named_onto_the_bundle_based_direct_runner_says_it_may_differ(capsys):
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipeline.runners import BUNDLE_BASED_BATCH_WARNING, runner_for
+
+    runner_for(PipelineOptions(["--runner=BundleBasedDirectRunner"]))
+    assert capsys.readouterr().err.strip() == BUNDLE_BASED_BATCH_WARNING
+    runner_for(PipelineOptions(["--runner=BundleBasedDirectRunner", "--streaming"]))
+    runner_for(PipelineOptions(["--runner=DirectRunner"]))
+    assert capsys.readouterr().err == ""
+
+
 @pytest.mark.xfail(strict=True, reason="BundleBasedDirectRunner: user timers hold no watermark downstream")
 def test_the_demo_replay_on_the_bundle_based_direct_runner_gives_the_same_rows(fn_api_rows, tmp_path):
     assert replay_rows(tmp_path / "bundle", "--runner=BundleBasedDirectRunner")[0] == fn_api_rows[0]

@@ -1,0 +1,32 @@
+"""The scaling benchmark runs on tiny sizes and writes a row per replay and the figure; no timing is checked."""
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from bench import bench_scaling as bench
+
+
+def test_the_workloads_have_the_points_and_runs_each_sweep_varies() -> None:
+    assert [bench.longer_runs(n).runs for n in (10_000, 1_000_000)] == [500, 500]
+    assert bench.longer_runs(1_000_000).points == 1_000_500
+    more = [bench.more_runs(n) for n in (100_000, 1_000_000)]
+    assert [w.steps for w in more] == [bench.RUN_STEPS] * 2 and [w.runs for w in more] == [100, 1_000]
+    spread = bench.spread_over_tests(100_000, 1_000, 2)
+    assert spread.tests == 1_000 and spread.points >= 100_000
+
+
+def test_the_benchmark_command_writes_every_row_and_the_figure(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    assert bench.main(["--points", "3000", "6000", "--tests", "2", "--tests_points", "3000", "--seed_runs", "10",
+                       "--seed_points", "3000", "--workdir", str(tmp_path / "work"), "--out_dir", str(out)]) == 0
+    with open(out / "scaling.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["sweep"], r["size"]) for r in rows] == [
+        ("points, longer runs", "3000"), ("points, longer runs", "6000"), ("points, more runs", "3000"),
+        ("points, more runs", "6000"), ("tests", "2"), ("seed", "10")]
+    assert all(r["runs_finalized"] == r["runs"] and all(r[k] for k in bench.FIELDS) for r in rows)
+    assert rows[-1]["stored_runs"] == "10"
+    assert (out / "scaling.png").stat().st_size > 10_000
+    assert "wrote" in capsys.readouterr().out

@@ -166,18 +166,7 @@ def _each_point(index: int, tag: str, values: list, steps: Optional[list], ms: l
 
 
 def _value(raw: Any, f32: bool) -> float:
-    kind = type(raw)
-    if kind is int:
-        try:
-            value = float(raw)
-        except OverflowError:
-            raise ValueError("value is out of float range") from None
-    elif kind is float:
-        value = raw
-    else:
-        raise ValueError(f"value must be a number, got {kind.__name__}")
-    if not math.isfinite(value):
-        raise ValueError(f"value is {value}")
+    value = wire.point_value(raw)
     if f32:
         value = array("f", (value,))[0]
         if not math.isfinite(value):

@@ -332,12 +332,13 @@ class MessageEncoder:
             if index == len(ranges) - 1:  # events travel with the last points
                 size = sum(map(len, point_parts[start:end])) + (end - start)
                 e_end = self._events_fitting(event_parts, e, size, budget)
-            messages.append(self._message(point_parts[start:end], point_ms[start:end],
+            ms = point_ms[start:end]
+            messages.append(self._message("points", point_parts[start:end], end - start, max(ms) if ms else None,
                                           event_parts[e:e_end], next_id()))
             e = e_end
         while e < len(event_parts):
             e_end = self._events_fitting(event_parts, e, 0, budget)
-            messages.append(self._message([], [], event_parts[e:e_end], next_id()))
+            messages.append(self._message("points", [], 0, None, event_parts[e:e_end], next_id()))
             e = e_end
         return messages
 
@@ -350,19 +351,21 @@ class MessageEncoder:
             end += 1
         return end
 
-    def _message(self, parts: List[str], ms: List[int], events: List[Tuple[str, float]],
-                 message_id: str) -> EncodedMessage:
+    def _message(self, field: str, parts: List[str], points: int, latest_ms: Optional[int],
+                 events: List[Tuple[str, float]], message_id: str) -> EncodedMessage:
+        """One message of ``parts`` (point objects, or columns) under ``field``, and ``events``; ``latest_ms``:
+        the latest point time, None without points."""
         text = [self._head, json.dumps(message_id), self._envelope]
         if parts:
-            text += [',"points":[', ",".join(parts), "]"]
+            text += [f',"{field}":[', ",".join(parts), "]"]
         if events:
             text += [',"events":[', ",".join(part for part, _ in events), "]"]
         text.append("}")
-        times = [{"time": max(ms) / 1000}] if ms else []
+        times = [{"time": latest_ms / 1000}] if latest_ms is not None else []
         ts = wire.event_time_millis(times, [{"time": t} for _, t in events])
         return EncodedMessage("".join(text).encode("utf-8"),
-                              wire.message_attributes(self.test, self.run, ts, message_id),
-                              len(parts), len(events))
+                              wire.message_attributes(self.test, self.run, ts, message_id, self.schema),
+                              points, len(events))
 
     # -- v1.1 columns ------------------------------------------------------------
 
@@ -506,28 +509,14 @@ class MessageEncoder:
                 continue
             column, offset = c, o
             e_end = self._events_fitting(event_parts, 0, size, budget) if column == len(columns) else 0
-            messages.append(self._columns_message(parts, count, latest, event_parts[:e_end], next_id()))
+            messages.append(self._message("columns", parts, count, latest, event_parts[:e_end], next_id()))
             event_parts = event_parts[e_end:]
             limit = min(limit * 2, self.max_points)
         while event_parts:
             e_end = self._events_fitting(event_parts, 0, 0, budget)
-            messages.append(self._columns_message([], 0, 0, event_parts[:e_end], next_id()))
+            messages.append(self._message("columns", [], 0, None, event_parts[:e_end], next_id()))
             event_parts = event_parts[e_end:]
         return messages
-
-    def _columns_message(self, parts: List[str], points: int, latest_ms: int, events: List[Tuple[str, float]],
-                         message_id: str) -> EncodedMessage:
-        text = [self._head, json.dumps(message_id), self._envelope]
-        if parts:
-            text += [',"columns":[', ",".join(parts), "]"]
-        if events:
-            text += [',"events":[', ",".join(part for part, _ in events), "]"]
-        text.append("}")
-        times = [{"time": latest_ms / 1000}] if parts else []
-        ts = wire.event_time_millis(times, [{"time": t} for _, t in events])
-        return EncodedMessage("".join(text).encode("utf-8"),
-                              wire.message_attributes(self.test, self.run, ts, message_id, self.schema),
-                              points, len(events))
 
 
 _FLOAT, _INT, _NONE = frozenset((float,)), frozenset((int,)), frozenset((type(None),))

@@ -338,6 +338,23 @@ def _check_time(value: Any) -> float:
 _POINT_FIELDS = frozenset(("tag", "value", "step", "time"))
 
 
+def point_value(raw: Any) -> float:
+    """A point's value as a finite float (an integer widened); ValueError saying what is wrong with it."""
+    kind = type(raw)
+    if kind is int:
+        try:
+            value = float(raw)
+        except OverflowError:
+            raise ValueError("value is out of float range") from None
+    elif kind is float:
+        value = raw
+    else:
+        raise ValueError(f"value must be a number, got {kind.__name__}")
+    if not math.isfinite(value):
+        raise ValueError(f"value is {value}")
+    return value
+
+
 def _parse_point(raw: Any) -> Point:
     # The hot loop of the pipeline (one call per point): plain type checks on the
     # common shapes first, the detailed diagnosis only for what fails them.
@@ -346,16 +363,8 @@ def _parse_point(raw: Any) -> Point:
     tag, value, time, step = raw.get("tag"), raw.get("value"), raw.get("time"), raw.get("step")
     if type(tag) is not str or not 0 < len(tag) <= MAX_NAME_CHARS or not tag.isprintable():
         check_name(tag, "tag")
-    value_type = type(value)
-    if value_type is int:
-        try:
-            value = float(value)
-        except OverflowError:
-            raise ValueError("value is out of float range") from None
-    elif value_type is not float:
-        raise ValueError(f"value must be a number, got {value_type.__name__}")
-    if not math.isfinite(value):
-        raise ValueError(f"value is {value}")
+    if type(value) is not float or not math.isfinite(value):
+        value = point_value(value)
     if type(time) is not float or not MIN_TIME <= time < MAX_TIME:
         time = _check_time(time)
     if step is not None and (type(step) is not int or not 0 <= step <= MAX_STEP):

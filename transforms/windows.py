@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Dict, List, Optional, Tuple
+from time import time as wall_clock
+from typing import Callable, Dict, List, Optional, Tuple
 
 import apache_beam as beam
 from apache_beam.transforms.timeutil import TimeDomain
@@ -66,6 +67,13 @@ class WindowRunFn(beam.DoFn):
     a firing settles everything due up to its time at once, so the watermark
     passing many points costs a firing per bucket, not one per point time.
 
+    A back-filled run (``RunLifecycle.backfilled``: its first message far behind
+    the wall clock) gets no live windows and no stall check in the streaming job:
+    they follow a live run as the watermark passes it, and the watermark has
+    passed a back-fill already, so every bundle of it would close its windows
+    as partial and look like a stall. Its points still count in its run's
+    aggregates; a replay of its logs gives its windows.
+
     Configs may change while a run is open (``--update``): a tag that gains
     windows starts windowing from its next point; a tag that loses them is
     closed at the next timer, its open windows flushed as partial. A window
@@ -81,9 +89,11 @@ class WindowRunFn(beam.DoFn):
     STALL = TimerSpec("stall", TimeDomain.WATERMARK)
     EXPIRE = TimerSpec("expire_windows", TimeDomain.WATERMARK)
 
-    def __init__(self, configs: Configs, lifecycle: RunLifecycle, streaming: bool):
+    def __init__(self, configs: Configs, lifecycle: RunLifecycle, streaming: bool,
+                 clock: Callable[[], float] = wall_clock):
         self.configs = configs
         self.lifecycle = lifecycle
+        self.clock = clock
         # A bounded replay has all its input before any timer fires: settling as the
         # watermark advances would only re-read state, so the run's close does it all.
         self.incremental = streaming
@@ -91,12 +101,15 @@ class WindowRunFn(beam.DoFn):
     def _windows(self, test: str, at: float) -> WindowConfig:
         return self.configs.for_test(test, at).windows
 
-    def process(self, element, state=beam.DoFn.StateParam(STATE), pending=beam.DoFn.StateParam(POINTS),
-                settle=beam.DoFn.TimerParam(SETTLE), close=beam.DoFn.TimerParam(CLOSE),
-                stall=beam.DoFn.TimerParam(STALL)):
+    def process(self, element, timestamp=beam.DoFn.TimestampParam, state=beam.DoFn.StateParam(STATE),
+                pending=beam.DoFn.StateParam(POINTS), settle=beam.DoFn.TimerParam(SETTLE),
+                close=beam.DoFn.TimerParam(CLOSE), stall=beam.DoFn.TimerParam(STALL)):
         (test, run, rank), summary = element
+        run_windows = state.read()
+        if run_windows is None and self.incremental and self.lifecycle.backfilled(float(timestamp), self.clock()):
+            return  # a back-filled run has no live windows (see the class docstring)
         config = self._windows(test, summary.last_time)
-        run_windows = state.read() or _RunWindows(
+        run_windows = run_windows or _RunWindows(
             {}, None if config.stall_seconds is None or rank else StallWatch(config.stall_seconds), rank=rank)
         if not run_windows.closed:  # else the run assembler dead-letters the whole late message
             yield from self._absorb(test, run, summary, config, run_windows, pending, settle, close, stall)

@@ -60,6 +60,20 @@ def test_a_backfilled_run_ends_on_its_own_run_finished_with_every_message_and_is
     assert alert["kind"] == "job_failed" and json.loads(alert["details"])["out_of_order"] is True
 
 
+def test_a_backfilled_run_gets_no_live_windows_and_no_stall_alerts():
+    """Live windows follow a live run as the watermark passes it; a back-fill is behind it already: each bundle
+    would close the run's windows as partial and look like a stall (three false run_stalled alerts here)."""
+    windowed = configs(t={"window_config": {"stall_seconds": 30, "tags": {"acc": {
+        "count": 2, "aggregations": ["mean"]}}}})
+    with streaming_pipeline() as p:
+        outputs = detect(p | stream_behind_the_watermark(backfilled_run("old", T0)),
+                         GraphSettings(windowed, BACKFILLS, streaming=True))
+        windows, alerts = gather(outputs["metric_windows"], "windows"), gather(outputs["alerts"], "alerts")
+        jobs, dead = gather(outputs["job_history"], "jobs"), gather(outputs["dead_letter"], "dead")
+    assert windows == [] and alerts == [] and dead == []
+    assert [(job["job_status"], job["out_of_order"]) for job in jobs] == [("success", True)]
+
+
 def test_without_backfill_handling_the_watermark_ends_the_run_after_its_first_bundle():
     """What the handling is for: the run's end timer is behind the watermark and fires at once."""
     outputs = run_streaming(backfilled_run("old", T0), RunLifecycle(grace_seconds=60.0, timeout_seconds=3600.0))

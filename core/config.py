@@ -11,14 +11,13 @@ then is rejected with a ``config_rejected`` alert, see ``core.config_versions``.
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import string
 import unicodedata
 import urllib.parse
 from typing import Any, Dict, FrozenSet, Mapping, Optional, Protocol, Tuple
 
-from core.strict_json import ConfigError, StrictReader, read_json_file
+from core.strict_json import ConfigError, StrictReader
 from core.windows import AGGREGATIONS as WINDOW_AGGREGATIONS
 from core.windows import WindowSpec
 
@@ -194,31 +193,8 @@ class ConfigSet:
         return self.by_test.get(test, self.default)
 
 
-@dataclasses.dataclass(frozen=True)
-class ConfigTimeline:
-    """Config sets that replace each other in event time, as a rolled-out config change does.
-
-    ``versions`` are (valid_from, configs) pairs in time order; the first holds
-    from the beginning of time. Each element asks for the version valid at its
-    own event time, so the outcome does not depend on when it is processed, and
-    a replay of the same input under the same timeline gives the same rows.
-    """
-    versions: Tuple[Tuple[float, ConfigSet], ...]
-
-    def __post_init__(self) -> None:
-        if not self.versions or [v for v, _ in self.versions] != sorted(v for v, _ in self.versions):
-            raise ValueError("a config timeline needs at least one version, in time order")
-
-    def for_test(self, test: str, at: Optional[float] = None) -> TestConfig:
-        """The config of ``test`` valid at event time ``at`` (None: the latest)."""
-        if at is None:
-            return self.versions[-1][1].for_test(test)
-        index = bisect.bisect_right([valid_from for valid_from, _ in self.versions], at) - 1
-        return self.versions[max(index, 0)][1].for_test(test)
-
-
 class Configs(Protocol):
-    """What the stages look configs up in: one set, a timeline of sets, the dated versions of a config directory
+    """What the stages look configs up in: one set, the dated versions of a config directory
     (``core.config_versions.ConfigVersions``) or those versions followed while a job runs
     (``transforms.config_versions.LiveConfigs``)."""
 
@@ -243,10 +219,6 @@ def load_config_dir(directory: str) -> ConfigSet:
     from core.config_versions import load_local_versions  # it builds on this module
 
     return load_local_versions(directory).strict().latest
-
-
-def load_config_file(path: str) -> TestConfig:
-    return parse_test_config(read_json_file(path), path)
 
 
 def parse_test_config(raw: Any, source: str) -> TestConfig:

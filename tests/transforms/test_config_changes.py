@@ -1,7 +1,7 @@
 """Config changes while runs are open: tags that gain or lose windows, checks that come or go, tests that vanish.
 
 A config change reaches runs that are open, so each element uses the config
-version valid at its event time: a ``ConfigTimeline`` baked into the graph, or
+version valid at its event time: ``ConfigVersions`` baked into the graph, or
 the same versions as files of a config directory, ``<test>@<UTC time>.json``,
 which a streaming job follows while it runs (``LiveConfigs``) and a replay reads
 at start-up, with the same rows. Between invocations (two replays) the history
@@ -17,23 +17,24 @@ from apache_beam.testing.test_stream import TestStream
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.utils.timestamp import Timestamp
 
-from core.config import ConfigTimeline
-from core.config_versions import dated_name
+from core.config import TestConfig, parse_test_config
+from core.config_versions import BEGINNING, ConfigVersions, dated_name
 from core.runs import RunLifecycle
 from core.schema import DEAD_LETTER, JOB_HISTORY, METRIC_WINDOWS
 from pipeline.graph import GraphSettings
 from tests.support import T0
-from tests.transforms.support import batch_pipeline, configs, detect, finished, raw, started, streaming_pipeline
+from tests.transforms.support import batch_pipeline, detect, finished, raw, started, streaming_pipeline
 from transforms.config_versions import LiveConfigs, read_config_dir
 
 CHECK = {"aggregation": "mean", "condition": {"comparison": "less", "success_threshold": {"stddevs_from_mean": 3}}}
 CIFAR_BEFORE = {"window_config": {"tags": {"loss": {"count": 2, "aggregations": ["mean"], "checks": [CHECK]}}}}
 OTHER_BEFORE = {"window_config": {"tags": {"loss": {"count": 2, "aggregations": ["mean"]}}}}
 CIFAR_AFTER = {"window_config": {"tags": {"acc": {"count": 2, "aggregations": ["mean", "max"], "checks": [CHECK]}}}}
-BEFORE = configs(cifar=CIFAR_BEFORE, other=OTHER_BEFORE)
-AFTER = configs(cifar=CIFAR_AFTER)
 CHANGE_AT = T0 + 100
-TIMELINE = ConfigTimeline(((float("-inf"), BEFORE), (CHANGE_AT, AFTER)))
+TIMELINE = ConfigVersions({  # "other" loses its config at the change: the built-in default from then on
+    "cifar": ((BEGINNING, parse_test_config(CIFAR_BEFORE, "cifar.json")),
+              (CHANGE_AT, parse_test_config(CIFAR_AFTER, "cifar@change.json"))),
+    "other": ((BEGINNING, parse_test_config(OTHER_BEFORE, "other.json")), (CHANGE_AT, TestConfig()))})
 LIFECYCLE = RunLifecycle(grace_seconds=10, timeout_seconds=600)
 
 

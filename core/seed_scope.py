@@ -75,9 +75,10 @@ class SeedScope:
 def _checked_metrics(config: TestConfig) -> Tuple[Names, int]:
     conditions = config.regression_test.metric_success_conditions
     rebaseline_after = config.regression_test.rebaseline_after
-    runs = max((metric_values_needed(c.history_max_points, rebaseline_after) for c in conditions.values()), default=0)
+    depth = max((metric_values_needed(c.history_max_points, rebaseline_after) for c in conditions.values()),
+                default=0)
     names: Names = None if DEFAULT_CONFIG_NAME in conditions else frozenset(conditions)
-    return names, runs
+    return names, depth
 
 
 def _checked_tags(config: TestConfig) -> Tuple[Names, int]:
@@ -85,20 +86,19 @@ def _checked_tags(config: TestConfig) -> Tuple[Names, int]:
     checks = {tag: [check for check in tag_config.checks if check.history == "step_aligned"]
               for tag, tag_config in config.windows.tags.items()}
     rebaseline_after = config.regression_test.rebaseline_after
-    runs = max((window_runs_needed(check.history_runs, rebaseline_after)
-                for tag_checks in checks.values() for check in tag_checks), default=0)
-    return frozenset(tag for tag, tag_checks in checks.items() if tag_checks), runs
+    depth = max((window_runs_needed(check.history_runs, rebaseline_after)
+                 for tag_checks in checks.values() for check in tag_checks), default=0)
+    return frozenset(tag for tag, tag_checks in checks.items() if tag_checks), depth
 
 
 def seed_scope(configs: ConfigSet) -> SeedScope:
-    """The keys of ``configs``' checks and the runs each needs (the configs valid now: the seed starts the job)."""
+    """The keys of ``configs``' checks and how deep each is read (the configs valid now: the seed starts the job)."""
     scopes = []
     for checked in (_checked_metrics, _checked_tags):
-        default, default_runs = checked(configs.default)
+        default, depth = checked(configs.default)
         by_test = {}
-        runs = default_runs
         for test, config in configs.by_test.items():
-            by_test[test], test_runs = checked(config)
-            runs = max(runs, test_runs)
-        scopes.append(KeyScope(by_test, default, runs))
+            by_test[test], test_depth = checked(config)
+            depth = max(depth, test_depth)
+        scopes.append(KeyScope(by_test, default, depth))
     return SeedScope(*scopes)

@@ -327,7 +327,7 @@ def read_latest_windows(query: Query, sql: SqlDialect, successful_only: bool = T
     ``successful_only``: the windows of runs that finished ``success``; else every
     window, with None for the time and status of a run not finalized yet.
     With ``scope`` (the seed's, with ``successful_only``): only the windows of the (test, tag) keys it names,
-    of each key's latest ``scope.runs`` successful runs.
+    of each key's latest ``scope.depth`` successful runs.
     """
     q, epoch = sql.quote, sql.epoch_seconds
     windows = one_per_key(sql, METRIC_WINDOWS, ("test_name", "run_id", "tag", "window_kind", "window_index",

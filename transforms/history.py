@@ -4,31 +4,13 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from core.history import (
-    HistorySeed,
-    JobHistory,
-    MetricHistory,
-    apply_metric_triage,
-    check_job,
-    check_metric,
-    history_policy,
-)
+from core.history import JobHistory, MetricHistory, apply_metric_triage, check_job, check_metric, history_policy
 from core.records import MetricObservation
 from core.runs import RunResult
 from core.schema import ALERTS, DEAD_LETTER
 from core.triage import TriageItem, reaches_metric_history
 from transforms.coders import AnyRecord
 from transforms.ordered import ConfiguredMachine, OrderedCheck
-
-
-def metric_seeds(seed: HistorySeed):
-    """Each (test, metric)'s history from the seed."""
-    return seed.metrics.items()
-
-
-def job_seeds(seed: HistorySeed):
-    """Each test's run history from the seed."""
-    return seed.jobs.items()
 
 
 class _MetricMachine(ConfiguredMachine):
@@ -70,7 +52,7 @@ class CheckMetricHistory(OrderedCheck):
         outputs = ((observations, metric_actions) | "ObservationsAndActions" >> beam.Flatten()
                    | "KeyByMetric" >> beam.Map(lambda o: ((o.test, o.metric), o)).with_output_types(
                        beam.typehints.KV[beam.typehints.Tuple[str, str], AnyRecord])
-                   | "WithSeeds" >> self.with_seeds(metric_seeds)
+                   | "WithSeeds" >> self.with_seeds("metrics")
                    | "CheckInOrder" >> self.in_order(_MetricMachine(self.configs), "metric").with_outputs(
                        ALERTS.name, DEAD_LETTER.name, main="rows"))
         return outputs.rows, outputs[ALERTS.name], outputs[DEAD_LETTER.name]
@@ -86,7 +68,7 @@ class CheckJobHistory(OrderedCheck):
     def expand(self, runs):
         outputs = (runs
                    | "KeyByTest" >> beam.Map(lambda r: (r.test, r)).with_output_types(beam.typehints.KV[str, RunResult])
-                   | "WithSeeds" >> self.with_seeds(job_seeds)
+                   | "WithSeeds" >> self.with_seeds("jobs")
                    | "CheckInOrder" >> self.in_order(_JobMachine(self.configs), "job").with_outputs(
                        DEAD_LETTER.name, main="alerts"))
         return outputs.alerts, outputs[DEAD_LETTER.name]

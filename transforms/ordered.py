@@ -14,7 +14,7 @@ side input that every worker reads whole (``WithSeeds``).
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, Dict, Iterable, List, Optional, Protocol, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Protocol, Tuple
 
 import apache_beam as beam
 from apache_beam.coders import VarIntCoder
@@ -48,10 +48,6 @@ class ConfiguredMachine:
         self.configs = configs
 
 
-SeedsOf = Callable[[HistorySeed], Iterable[Tuple[Any, Any]]]
-"""The (key, state) pairs of one check in the start-up seed, e.g. ``seed.metrics.items()``."""
-
-
 class OrderedCheck(beam.PTransform):
     """Base of the composites that run a ``ConfiguredMachine`` in event-time order: its settings, once.
 
@@ -72,19 +68,19 @@ class OrderedCheck(beam.PTransform):
         """A ``ParDo`` of ``in_event_time_order`` of ``machine`` with this composite's settings."""
         return beam.ParDo(in_event_time_order(machine, name, self.streaming, self.timer_bucket_seconds))
 
-    def with_seeds(self, seeds_of: SeedsOf) -> WithSeeds:
-        """``WithSeeds`` of this composite's seed: ``seeds_of`` picks its keys' states out of it."""
-        return WithSeeds(self.seed, seeds_of)
+    def with_seeds(self, field: str) -> WithSeeds:
+        """``WithSeeds`` of this composite's seed: its keys' states are the seed's ``field`` (e.g. ``metrics``)."""
+        return WithSeeds(self.seed, field)
 
 
-def seeded_states(seed: HistorySeed, seeds_of: SeedsOf) -> Iterable[Tuple[Any, SeededState]]:
-    """The seed -> (key, ``SeededState``) elements of one check."""
-    for key, state in seeds_of(seed):
+def seeded_states(seed: HistorySeed, field: str) -> Iterable[Tuple[Any, SeededState]]:
+    """The seed -> (key, ``SeededState``) elements of one check: those of its ``field`` (key -> state)."""
+    for key, state in getattr(seed, field).items():
         yield key, SeededState(state)
 
 
 class WithSeeds(beam.PTransform):
-    """(key, item) -> the same, and (key, ``SeededState``) for each key ``seeds_of`` picks out of ``seed``.
+    """(key, item) -> the same, and (key, ``SeededState``) for each key of ``seed``'s ``field`` (key -> state).
 
     ``seed`` is the one-element PCollection of the start-up ``HistorySeed``
     (None: no history, the items alone). Each key's state from it joins the
@@ -96,16 +92,16 @@ class WithSeeds(beam.PTransform):
     seed has been read.
     """
 
-    def __init__(self, seed: Optional[beam.PCollection], seeds_of: SeedsOf):
+    def __init__(self, seed: Optional[beam.PCollection], field: str):
         super().__init__()
         self.seed = seed
-        self.seeds_of = seeds_of
+        self.field = field
 
     def expand(self, items):
         if self.seed is None:
             return items
         keyed = items.element_type  # the seeds' keys must be encoded as the items' are
-        seeds = self.seed | "Seeds" >> beam.FlatMap(seeded_states, self.seeds_of).with_output_types(keyed)
+        seeds = self.seed | "Seeds" >> beam.FlatMap(seeded_states, self.field).with_output_types(keyed)
         return (items, seeds) | "ItemsAndSeeds" >> beam.Flatten().with_output_types(keyed)
 
 

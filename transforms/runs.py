@@ -220,6 +220,7 @@ class AssembleRunFn(beam.DoFn):
     def expire(self, finalized=beam.DoFn.StateParam(FINALIZED)):
         finalized.clear()
 
+
 class AssembleRunOrBackfillFn(AssembleRunFn):
     """``AssembleRunFn`` of the streaming job, which also takes back-fills.
 

@@ -11,7 +11,6 @@ from typing import Any, Iterable
 import apache_beam as beam
 
 from core.alert_details import finish_alert
-from core.history import HistorySeed
 from core.records import Alert
 from core.schema import ALERT_UPDATES, DEAD_LETTER
 from core.triage import AlertLedger, RaisedAlert, TriageItem
@@ -33,11 +32,6 @@ class SkipStoredActions(beam.PTransform):
     def expand(self, actions):
         return actions | "NotStored" >> beam.Filter(lambda action, stored: action.id not in stored.stored_actions,
                                                     self.stored)
-
-
-def ledger_seeds(seed: HistorySeed):
-    """Each test's alert ledger (mutes, recent alerts) from the seed."""
-    return seed.ledgers.items()
 
 
 class _LedgerMachine(ConfiguredMachine):
@@ -77,7 +71,7 @@ class TriageAlerts(OrderedCheck):
         outputs = ((raised, actions) | "AlertsAndActions" >> beam.Flatten()
                    | "KeyByTest" >> beam.Map(lambda item: (item.test, item)).with_output_types(
                        beam.typehints.KV[str, AnyRecord])
-                   | "WithSeeds" >> self.with_seeds(ledger_seeds)
+                   | "WithSeeds" >> self.with_seeds("ledgers")
                    | "InOrder" >> self.in_order(_LedgerMachine(self.configs), "triage").with_outputs(
                        ALERT_UPDATES, DEAD_LETTER.name, main="alerts"))
         return outputs.alerts, outputs[ALERT_UPDATES], outputs[DEAD_LETTER.name]

@@ -10,7 +10,6 @@ from typing import Any, Iterable, List
 
 import apache_beam as beam
 
-from core.history import HistorySeed
 from core.records import Alert
 from core.runs import RunResult
 from core.schema import DEAD_LETTER
@@ -19,11 +18,6 @@ from core.window_checks import RunEnded, WindowHistory, WindowTriage, step_windo
 from core.windows import WindowResult
 from transforms.coders import AnyRecord
 from transforms.ordered import ConfiguredMachine, OrderedCheck
-
-
-def window_seeds(seed: HistorySeed):
-    """Each (test, tag, window kind)'s step-aligned history from the seed."""
-    return seed.windows.items()
 
 
 class _WindowCheckMachine(ConfiguredMachine):
@@ -70,7 +64,7 @@ class CheckWindows(OrderedCheck):
         outputs = ((first_results, ends, window_actions) | "CheckInputs" >> beam.Flatten()
                    | "KeyByTagKind" >> beam.Map(lambda i: ((i.test, i.tag, i.kind), i)).with_output_types(
                        beam.typehints.KV[beam.typehints.Tuple[str, str, str], AnyRecord])
-                   | "WithSeeds" >> self.with_seeds(window_seeds)
+                   | "WithSeeds" >> self.with_seeds("windows")
                    | "CheckInOrder" >> self.in_order(_WindowCheckMachine(configs), "window").with_outputs(
                        DEAD_LETTER.name, main="alerts"))
         return outputs.alerts, outputs[DEAD_LETTER.name]

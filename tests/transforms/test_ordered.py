@@ -231,12 +231,8 @@ class CollectCheck(OrderedCheck):
 
     def expand(self, items):
         return (items
-                | "WithSeeds" >> self.with_seeds(job_seeds_of)
+                | "WithSeeds" >> self.with_seeds("jobs")
                 | "InOrder" >> self.in_order(Collect(), "collect").with_outputs(DEAD_LETTER.name, main="main"))
-
-
-def job_seeds_of(seed: HistorySeed):
-    return seed.jobs.items()
 
 
 SEED = HistorySeed(jobs={"a": ["a-old"], "unused": ["never"]})

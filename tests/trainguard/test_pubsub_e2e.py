@@ -104,13 +104,16 @@ def test_publishing_is_retried_until_the_topic_exists(pubsub_server, handlers):
 def test_requests_too_large_for_the_server_are_split(pubsub_server, topic, handlers):
     # The server takes at most 4 MB per request; ask for 8 MB sends of ~0.9 MB messages (v1 point objects:
     # v1.1 columns of the same points are a tenth of that).
-    handler = handlers.add(tg.PubSubMetricHandler(topic, "t", "r", tg.PublisherConfig(
+    # Unbound, the handler buffers without encoding: once bound, all ~6 MB are encoded before the first send,
+    # whatever the threads' timing.
+    handler = handlers.add(tg.PubSubMetricHandler(topic, config=tg.PublisherConfig(
         max_points_per_message=10_000, max_send_bytes=8 << 20, max_latency_ms=60_000,
         retry_initial_backoff_s=0.01, schema=wire.SCHEMA)))
     stream = tg.MetricStream("g", handler)
     tags = ["t" * 250 + str(i) for i in range(10)]
     for step in range(20_000):
         stream.add_value(tags[step % 10], float(step), step=step)
+    handler.bind("t", "r")
     assert handler.flush(timeout=60)
     assert handler.stats().send_failures >= 1  # RESOURCE_EXHAUSTED, then smaller requests
     assert [p.step for p in points_of(received(pubsub_server, topic))] == list(range(20_000))

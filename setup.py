@@ -17,6 +17,7 @@ TRAINER = [
 # What Dataflow workers need beyond the Beam SDK container: ``--setup_file`` installs install_requires, not extras.
 WORKER = [
     "msgpack>=1.0",  # the encoding of state and shuffled records (core/encoding.py); not in the SDK container
+    "msgspec>=0.18",  # the compiled path of message parsing (trainguard/_fast_points.py); not in the SDK container
 ]
 PIPELINE = [
     "apache-beam[gcp]>=2.60,<3",
@@ -24,6 +25,7 @@ PIPELINE = [
     "numpy>=1.24",
     "duckdb>=1.1",
     "msgpack>=1.0",  # the encoding of state and shuffled records (core/encoding.py)
+    "msgspec>=0.18",  # the compiled path of message parsing (trainguard/_fast_points.py)
 ]
 SHIPPER = [
     "tensorboard>=2.14",

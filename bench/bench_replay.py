@@ -1,14 +1,17 @@
-"""Replay benchmark: points per second through the whole pipeline vs plain Python.
+"""Replay benchmark: a whole ``python -m pipeline`` process against a whole plain-Python process on the same files.
 
-Generates >= 1,000,000 points (100 points per message) of synthetic daily runs,
-replays them with ``python -m pipeline`` semantics on FnApiRunner into a fresh
-DuckDB store, and times a single-process plain-Python reference that computes
-the same per-run aggregates (final, min, max, average per tag) from the same
-files. The pipeline runs twice: with the run-level checks only, and with live
-windows (count windows of 100 points, checked step-aligned) on every tag.
-Prints the rates and their ratio to the reference.
+Generates >= 1,000,000 points (100 points per message) of synthetic daily runs and times, each as a whole process
+(start-up included; wall time, CPU and peak memory from ``os.wait4``):
 
-    python bench/bench_replay.py [--points 1000000] [--out_dir bench/out]
+- the reference: a plain single-process Python loop computing per (test, run, tag) final, min, max and average with
+  the standard ``json`` module (no validation, no de-duplication, no state, nothing written);
+- ``python -m pipeline`` replaying the files into a fresh DuckDB store, as a user runs it (the report included);
+- the same with ``--report_dir=`` (no report), with live windows (count windows of 100 points, checked
+  step-aligned) on every tag, and on one message (what start-up alone costs).
+
+Prints each with its ratio to the reference (``speed`` = reference time / time: 1.0x is as fast).
+
+    python bench/bench_replay.py [--points 1000000] [--out_dir bench/out/replay]
 """
 
 from __future__ import annotations
@@ -17,19 +20,19 @@ import glob
 import json
 import math
 import os
+import re
 import shutil
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.timing import ProcessCost, run_process
 from pipeline.demo import synthetic_plans, write_lines
 from pipeline.main import checked_argv
 from pipeline.options import DEFAULT_CONFIG_DIR
-from pipeline.replay import run
 from trainguard.cli import DASHES_NOTE, StrictArgumentParser
-from trainguard.wire import decode_json
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TAGS_PER_STEP = 3
 WINDOWED_CONFIG = {
     "//": "Live windows on every tag, each checked against the same steps of the last 5 runs.",
@@ -52,30 +55,43 @@ def generate(workdir: str, points: int, tests: int = 20, runs_per_test: int = 25
     return os.path.join(workdir, "input-*.jsonl")
 
 
-def reference(pattern: str):
-    """Plain single-process Python: per (test, run, tag) final/min/max/average (no validation, no dedup)."""
-    aggregates = {}
-    points = 0
-    for path in sorted(glob.glob(pattern)):
-        with open(path, "rb") as f:
-            for line in f:
-                message = decode_json(line)
-                key = (message["test"], message["run"])
-                for p in message.get("points", ()):
-                    points += 1
-                    value, moment = p["value"], (p["time"], p.get("step", -1))
-                    tag_key = key + (p["tag"],)
-                    a = aggregates.get(tag_key)
-                    if a is None:
-                        aggregates[tag_key] = [moment, value, value, value, [value]]
-                    else:
-                        if moment > a[0]:
-                            a[0], a[1] = moment, value
-                        a[2] = min(a[2], value)
-                        a[3] = max(a[3], value)
-                        a[4].append(value)
-    results = {k: (a[1], a[2], a[3], math.fsum(a[4]) / len(a[4])) for k, a in aggregates.items()}
-    return points, results
+REFERENCE = """
+import glob, json, math, sys
+aggregates = {}
+points = 0
+for path in sorted(glob.glob(sys.argv[1])):
+    with open(path, "rb") as f:
+        for line in f:
+            message = json.loads(line)
+            key = (message["test"], message["run"])
+            for p in message.get("points", ()):
+                points += 1
+                value, moment = p["value"], (p["time"], p.get("step", -1))
+                tag_key = key + (p["tag"],)
+                a = aggregates.get(tag_key)
+                if a is None:
+                    aggregates[tag_key] = [moment, value, value, value, [value]]
+                else:
+                    if moment > a[0]:
+                        a[0], a[1] = moment, value
+                    a[2] = min(a[2], value)
+                    a[3] = max(a[3], value)
+                    a[4].append(value)
+results = {k: (a[1], a[2], a[3], math.fsum(a[4]) / len(a[4])) for k, a in aggregates.items()}
+print(points, len(results), len({k[:2] for k in results}))
+"""
+
+
+def replay_process(out_dir: str, name: str, pattern: str, config_dir: str, *options: str) -> ProcessCost:
+    store = os.path.join(out_dir, name + ".duckdb")
+    return run_process([sys.executable, "-m", "pipeline", f"--input_files={pattern}", f"--config_dir={config_dir}",
+                        f"--local_store={store}", f"--alerts_file={os.path.join(out_dir, name + '-alerts.jsonl')}",
+                        f"--report_dir={os.path.join(out_dir, name + '-report')}", "--no_progress", *options],
+                       os.path.join(out_dir, name + ".log"), cwd=REPO)
+
+
+def summary_count(output: str, name: str) -> int:
+    return int(re.search(rf"{name}\s+(\d+)", output).group(1))  # type: ignore[union-attr]
 
 
 def main() -> None:
@@ -91,29 +107,36 @@ def main() -> None:
     for path in glob.glob(pattern):
         with open(path, "rb") as lines:
             messages += sum(1 for _ in lines)
+    one_message = os.path.join(args.out_dir, "one", "input.jsonl")
+    os.makedirs(os.path.dirname(one_message))
+    with open(sorted(glob.glob(pattern))[0], "rb") as first, open(one_message, "wb") as out:
+        out.write(first.readline())
 
-    started = time.perf_counter()
-    points, results = reference(pattern)
-    reference_seconds = time.perf_counter() - started
+    reference = run_process([sys.executable, "-c", REFERENCE, pattern], os.path.join(args.out_dir, "reference.log"))
+    points, aggregates, runs = map(int, reference.output.split())
+    print(f"input: {points:,} points in {messages:,} messages, {aggregates:,} (test, run, tag) aggregates; "
+          "whole processes, start-up included")
+    print(f"{'':44}{'wall':>8}{'CPU':>8}{'peak':>9}{'points/s':>12}{'speed':>8}")
 
-    print(f"input: {points:,} points in {messages:,} messages, {len(results):,} (test, run, tag) aggregates")
-    print(f"plain Python reference: {reference_seconds:6.2f} s  {points / reference_seconds:>12,.0f} points/s")
+    def show(label: str, cost: ProcessCost) -> None:
+        print(f"{label:44}{cost.wall_s:7.2f}s{cost.cpu_s:7.2f}s{cost.peak_rss_mib:6.0f}MiB"
+              f"{points / cost.wall_s:>12,.0f}{reference.wall_s / cost.wall_s:7.2f}x")
+
+    show("plain Python loop, stdlib json (reference)", reference)
     windowed_configs = os.path.join(args.out_dir, "configs-windowed")
     os.makedirs(windowed_configs)
     with open(os.path.join(windowed_configs, "default.json"), "w") as f:
         json.dump(WINDOWED_CONFIG, f)
-    for label, config_dir in (("run-level only", DEFAULT_CONFIG_DIR), ("windows on every tag", windowed_configs)):
-        name = label.split()[0]
-        started = time.perf_counter()
-        summary = run([f"--input_files={pattern}", f"--config_dir={config_dir}",
-                       f"--local_store={os.path.join(args.out_dir, name + '.duckdb')}",
-                       f"--alerts_file={os.path.join(args.out_dir, name + '-alerts.jsonl')}", *args.extra])
-        seconds = time.perf_counter() - started
-        assert summary.counters["messages_read"] == messages, summary.counters
-        assert summary.rows_added["job_history"] == len({k[:2] for k in results})
-        print(f"pipeline, {label + ':':22}{seconds:6.2f} s  {points / seconds:>12,.0f} points/s  "
-              f"{seconds / reference_seconds:5.2f}x the reference  (incl. start-up; "
-              f"{sum(summary.rows_added.values()):,} rows written)")
+    for label, name, config_dir, source, options in (
+            ("python -m pipeline (report included)", "pipeline", DEFAULT_CONFIG_DIR, pattern, ()),
+            ("python -m pipeline --report_dir=", "no-report", DEFAULT_CONFIG_DIR, pattern, ("--report_dir=",)),
+            ("live windows on every tag (report included)", "windows", windowed_configs, pattern, ()),
+            ("start-up: one message, --report_dir=", "one", DEFAULT_CONFIG_DIR, one_message, ("--report_dir=",))):
+        cost = replay_process(args.out_dir, name, source, config_dir, *args.extra, *options)
+        if source == pattern:
+            assert summary_count(cost.output, "messages read") == messages, cost.output
+            assert summary_count(cost.output, "runs finalized") == runs, cost.output
+        show(label, cost)
 
 
 if __name__ == "__main__":

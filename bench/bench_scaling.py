@@ -29,13 +29,13 @@ import math
 import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.timing import run_process
 from pipeline.demo import DEMO_START, RunPlan, synthetic_plans, write_lines
 from sinks.duckdb_store import DuckDBStore
 from trainguard.cli import DASHES_NOTE, StrictArgumentParser
@@ -159,25 +159,15 @@ def build_seed_store(path: str, tests: int, stored_runs: int) -> None:
 
 def replay(workdir: str, label: str, pattern: str, config_dir: str, store: str) -> Dict[str, float]:
     """One ``python -m pipeline`` process: its wall time, CPU, peak RSS and counts from its summary."""
-    log_path = os.path.join(workdir, f"{label}.log")
-    with open(log_path, "wb") as log:
-        started = time.perf_counter()
-        child = subprocess.Popen(
-            [sys.executable, "-m", "pipeline", f"--input_files={pattern}", f"--config_dir={config_dir}",
-             f"--local_store={store}", f"--alerts_file={store}.alerts.jsonl", "--report_dir=", "--no_progress"],
-            cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
-        _, status, usage = os.wait4(child.pid, 0)  # the child's own rusage, not every child's so far
-        wall = time.perf_counter() - started
-    child.returncode = os.waitstatus_to_exitcode(status)
-    with open(log_path) as f:
-        output = f.read()
-    if child.returncode != 0:
-        raise RuntimeError(f"replay {label} exited {child.returncode}:\n{output[-3000:]}")
-    counts = {name: int(re.search(rf"{name}\s+(\d+)", output).group(1))  # type: ignore[union-attr]
+    cost = run_process(
+        [sys.executable, "-m", "pipeline", f"--input_files={pattern}", f"--config_dir={config_dir}",
+         f"--local_store={store}", f"--alerts_file={store}.alerts.jsonl", "--report_dir=", "--no_progress"],
+        os.path.join(workdir, f"{label}.log"), cwd=REPO)
+    counts = {name: int(re.search(rf"{name}\s+(\d+)", cost.output).group(1))  # type: ignore[union-attr]
               for name in ("messages read", "runs finalized")}
-    return {"wall_s": wall, "user_s": usage.ru_utime, "sys_s": usage.ru_stime,
-            "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mib": usage.ru_maxrss / 1024,
-            "messages_read": counts["messages read"], "runs_finalized": counts["runs finalized"]}
+    return {"wall_s": cost.wall_s, "user_s": cost.user_s, "sys_s": cost.sys_s, "cpu_s": cost.cpu_s,
+            "peak_rss_mib": cost.peak_rss_mib, "messages_read": counts["messages read"],
+            "runs_finalized": counts["runs finalized"]}
 
 
 def measure(workdir: str, config_dir: str, sweep: str, size: int, workload: Workload,

@@ -17,6 +17,28 @@ from core.registry import record, register
 from trainguard import wire
 
 
+@record("FileSpan")
+class FileSpan(NamedTuple):
+    """Where a payload lies in a local, uncompressed replay file, so that it can be read again when needed."""
+    path: str     # real absolute path
+    offset: int   # of the payload's first byte
+    length: int   # bytes, line end excluded
+
+    def read(self) -> bytes:
+        """The payload's bytes; if the file cannot give them back any more, a line that says so."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                payload = f.read(self.length)
+            if len(payload) == self.length:
+                return payload
+            problem = f"the file now ends at byte {self.offset + len(payload)}"
+        except OSError as e:
+            problem = f"{type(e).__name__}: {e}"
+        return (f"(the payload at bytes {self.offset}..{self.offset + self.length} of {self.path} "
+                f"could not be read again: {problem})").encode()
+
+
 @record("RawMessage")
 @dataclasses.dataclass(frozen=True)
 class RawMessage:
@@ -24,11 +46,13 @@ class RawMessage:
     payload: bytes
     source: str                  # e.g. "file:data/a.jsonl" or "pubsub:projects/p/subscriptions/s"
     received_at: Optional[float] = None  # publish time, where the source knows one
+    span: Optional[FileSpan] = None  # where a replay file holds the payload (a local, uncompressed file)
 
 
 class ParsedMessage(NamedTuple):
     message: wire.Message
     payload: bytes  # the raw bytes it came from
+    span: Optional[FileSpan] = None  # where they can be read again
 
 
 register(wire.Event, "WireEvent")  # a run's events, as messages carry them
@@ -39,9 +63,11 @@ register(wire.Event, "WireEvent")  # a run's events, as messages carry them
 class MessageSummary:
     """One validated message reduced to what its run needs: per-tag partial aggregates.
 
-    Summaries, not points, cross the pipeline's shuffles; the raw payload rides
-    along so that a message arriving after its run was finalized can still be
-    dead-lettered intact.
+    Summaries, not points, cross the pipeline's shuffles. So that a message
+    arriving after its run was finalized can still be dead-lettered intact, the
+    raw payload rides along, or, for a line of a replay file, where to read it
+    again (``payload_span``, ``payload`` then empty): a replay's shuffles hold
+    every summary at once, and the payloads were most of their memory.
     """
     id: str
     test: str
@@ -54,9 +80,15 @@ class MessageSummary:
     window_points: Tuple[wire.Point, ...] = ()  # points of tags with live windows configured
     rank: Optional[int] = None        # the worker that sent it; None: not said (counts as rank 0)
     world_size: Optional[int] = None
+    payload_span: Optional[FileSpan] = None
+
+    def raw_payload(self) -> bytes:
+        """The payload the message came in, read again from its replay file if it is not carried."""
+        return self.payload if self.payload_span is None else self.payload_span.read()
 
 
-def summarize(message: wire.Message, payload: bytes, config: TestConfig) -> MessageSummary:
+def summarize(message: wire.Message, payload: bytes, config: TestConfig,
+              span: Optional[FileSpan] = None) -> MessageSummary:
     collection = config.metric_collection
     ignored = collection.tags_to_ignore
     by_tag: Dict[str, Tuple[List[float], List[float], List[int]]] = {}
@@ -84,4 +116,5 @@ def summarize(message: wire.Message, payload: bytes, config: TestConfig) -> Mess
     window_points = tuple(p for p in message.points if p[0] in windowed
                           and (not message.rank or ranks_matter(config, p[0]))) if windowed else ()
     return MessageSummary(message.id, message.test, message.run, tags, message.events,
-                          min(times), max(times), payload, window_points, message.rank, message.world_size)
+                          min(times), max(times), b"" if span is not None else payload, window_points,
+                          message.rank, message.world_size, span)

@@ -85,12 +85,14 @@ class DetectRegressions(beam.PTransform):
             seed | "StoredIndex" >> beam.Map(HistorySeed.index).with_output_types(StoredIndex))
         messages, triage_messages, bad_input = raw_messages | "Parse" >> ParseMessages(settings.progress_id)
         actions = (triage_messages
-                   | "DeduplicateTriage" >> DeduplicateMessages(settings.lifecycle.dedup_horizon_seconds)
+                   | "DeduplicateTriage" >> DeduplicateMessages(settings.lifecycle.dedup_horizon_seconds,
+                                                                forget=settings.streaming)
                    | "SkipStoredActions" >> SkipStoredActions(stored))
         summarized, unsummarized = messages | "Summarize" >> SummarizeMessages(settings.configs)
         # Streaming: messages of stored runs are dead letters, and runs a drain cuts short are stored as
         # interrupted (job_history only), to be resumed from the seed by the next job.
-        unique = summarized | "Deduplicate" >> DeduplicateMessages(settings.lifecycle.dedup_horizon_seconds)
+        unique = summarized | "Deduplicate" >> DeduplicateMessages(settings.lifecycle.dedup_horizon_seconds,
+                                                                   forget=settings.streaming)
         summaries, stored_run_messages = unique | "SkipStoredRuns" >> SkipStoredRuns(
             stored, dead_letter=settings.streaming)
         runs, late_messages, interrupted = summaries | "AssembleRuns" >> AssembleRuns(

@@ -18,10 +18,12 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import difflib
+import logging
 import multiprocessing
 import os
 import sys
 import time
+from concurrent.futures.process import BrokenProcessPool
 from typing import Dict, List, Optional, Sequence
 
 from core import locations
@@ -33,6 +35,7 @@ from report.source import ReportSource, bigquery_source, duckdb_source
 from trainguard.cli import DASHES_NOTE, RUNTIME_ERROR, USAGE_ERROR, StrictArgumentParser, cloud_failure, fail
 
 PROG = "python -m report"
+logger = logging.getLogger(__name__)
 
 LONG_REPORT = 40  # figures from which a progress bar shows (on a terminal)
 CHUNK = 16        # figures per task of a worker (and between progress updates); layouts are reused within one
@@ -105,18 +108,76 @@ def worker_context():
     return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
 
 
-def draw_figures(data: ReportData, out_dir: str, jobs: int, progress: Optional[bool]) -> Dict[str, List[str]]:
-    """Every figure of the report as a PNG under ``out_dir``; returns their panel titles by path."""
+def _import_plots() -> None:
+    """A drawing worker's start: matplotlib and its fonts loaded before the first figure is asked for."""
+    with contextlib.suppress(ImportError):  # render_chunk says what is missing, when a figure is asked for
+        from report import plots
+        plots.warm_up()
+
+
+def _ready() -> None:
+    """A task that makes the pool start a worker now."""
+
+
+class Drawers:
+    """Worker processes that draw the report's figures, started ahead of the report.
+
+    ``python -m pipeline`` starts them before its pipeline runs: the replay keeps one core busy, so the
+    workers' start-up and matplotlib import happen on the other, and the figures are then drawn on
+    every core. Use as a context manager, or :meth:`close` when done.
+    """
+
+    def __init__(self, jobs: int):
+        self.jobs = jobs
+        self._pool = concurrent.futures.ProcessPoolExecutor(jobs, mp_context=worker_context(),
+                                                            initializer=_import_plots)
+        for _ in range(jobs):  # a pool of fresh processes starts a worker per task waiting
+            self._pool.submit(_ready)
+
+    @classmethod
+    def for_this_machine(cls) -> Drawers:
+        return cls(min(os.cpu_count() or 1, MAX_AUTO_JOBS))
+
+    def draw(self, chunks: Sequence[Sequence[tuple]]) -> List[List[List[str]]]:
+        """Each chunk's panel titles; drawn here if the workers are gone (a pool whose process died)."""
+        try:
+            return list(self._pool.map(render_chunk, chunks))
+        except BrokenProcessPool as e:
+            logger.warning("report: the drawing processes failed (%s); drawing in this one", e)
+            return [render_chunk(chunk) for chunk in chunks]
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> Drawers:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def draw_figures(data: ReportData, out_dir: str, jobs: int, progress: Optional[bool],
+                 drawers: Optional[Drawers] = None) -> Dict[str, List[str]]:
+    """Every figure of the report as a PNG under ``out_dir``; returns their panel titles by path.
+
+    ``drawers``: started workers to draw on (``jobs`` is then theirs); else ``jobs`` new processes
+    (0: auto, one per core for long reports), or this one."""
     files = list(page.figure_files(data))
     for _, _, relative in files:
         os.makedirs(os.path.dirname(os.path.join(out_dir, relative)), exist_ok=True)
     tasks = [(kind, item, os.path.join(out_dir, relative)) for kind, item, relative in files]
-    chunks = [tasks[i:i + CHUNK] for i in range(0, len(tasks), CHUNK)]
-    jobs = jobs or (min(os.cpu_count() or 1, MAX_AUTO_JOBS) if len(tasks) >= LONG_REPORT else 1)
+    if drawers is not None:
+        jobs = drawers.jobs
+    else:
+        jobs = jobs or (min(os.cpu_count() or 1, MAX_AUTO_JOBS) if len(tasks) >= LONG_REPORT else 1)
+    size = max(1, min(CHUNK, -(-len(tasks) // jobs)))  # every worker gets a share of a short report
+    chunks = [tasks[i:i + size] for i in range(0, len(tasks), size)]
     bar = progress_bar(len(tasks), progress)
     titles: List[List[str]] = []
     with contextlib.ExitStack() as stack:
-        if jobs > 1 and len(chunks) > 1:
+        if drawers is not None and chunks:
+            results = drawers.draw(chunks)
+        elif jobs > 1 and len(chunks) > 1:
             pool = concurrent.futures.ProcessPoolExecutor(min(jobs, len(chunks)), mp_context=worker_context())
             results = stack.enter_context(pool).map(render_chunk, chunks)
         else:
@@ -139,9 +200,9 @@ def write_index(data: ReportData, out_dir: str, source_label: str) -> str:
 
 def build_report(source: ReportSource, out_dir: str, settings: ReportSettings, source_label: str,
                  configs: ConfigSet, jobs: int = 1, progress: Optional[bool] = False,
-                 copy_to: Optional[str] = None) -> ReportResult:
+                 copy_to: Optional[str] = None, drawers: Optional[Drawers] = None) -> ReportResult:
     """Reads the rows, prepares (with ``configs``: the tests' live window checks), draws (``jobs`` processes,
-    0: auto), writes the page, copies the pictures."""
+    0: auto; or the started ``drawers``), writes the page, copies the pictures."""
     timings = {}
     started = time.perf_counter()
 
@@ -161,7 +222,7 @@ def build_report(source: ReportSource, out_dir: str, settings: ReportSettings, s
     data = prepare_report(*rows, settings, configs, actions)
     lap("prepare")
     os.makedirs(out_dir, exist_ok=True)
-    figures = draw_figures(data, out_dir, jobs, progress)
+    figures = draw_figures(data, out_dir, jobs, progress, drawers)
     lap("draw")
     index = write_index(data, out_dir, source_label)
     copies = []
@@ -173,12 +234,13 @@ def build_report(source: ReportSource, out_dir: str, settings: ReportSettings, s
 
 
 def write_report(store_path: str, out_dir: str, settings: Optional[ReportSettings] = None,
-                 config_dir: str = locations.CONFIG_DIR) -> str:
+                 config_dir: str = locations.CONFIG_DIR, drawers: Optional[Drawers] = None) -> str:
     """The report of a DuckDB store in ``out_dir``, with the checks of the configs in ``config_dir`` (those the
-    pipeline ran with); returns the path of its ``index.html``."""
+    pipeline ran with), drawn by ``drawers`` if given; returns the path of its ``index.html``."""
     configs = load_config_dir(config_dir)
     source = duckdb_source(store_path)
-    return build_report(source, out_dir, settings or ReportSettings(), store_path, configs).index
+    return build_report(source, out_dir, settings or ReportSettings(), store_path, configs,
+                        drawers=drawers).index
 
 
 def non_negative(text: str) -> int:

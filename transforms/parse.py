@@ -61,7 +61,7 @@ class ParseMessageFn(beam.DoFn):
             yield beam.pvalue.TaggedOutput(TRIAGE.name, beam.window.TimestampedValue(
                 TriageItem.of(message), message.event_time))
         elif message.points or message.events:
-            yield beam.window.TimestampedValue(ParsedMessage(message, raw.payload), message.event_time)
+            yield beam.window.TimestampedValue(ParsedMessage(message, raw.payload, raw.span), message.event_time)
 
 
 class ParseMessages(beam.PTransform):
@@ -89,7 +89,8 @@ class SummarizeMessageFn(beam.DoFn):
     def process(self, parsed: ParsedMessage, timestamp=beam.DoFn.TimestampParam):
         message = parsed.message
         try:
-            yield summarize(message, parsed.payload, self.configs.for_test(message.test, message.event_time))
+            yield summarize(message, parsed.payload, self.configs.for_test(message.test, message.event_time),
+                            parsed.span)
         except Exception as error:  # noqa: BLE001 - one message's failure is that message's
             yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
                 failure_reason("summarize", error), parsed.payload, f"run:{message.test}/{message.run}",
@@ -118,17 +119,23 @@ class DeduplicateMessages(beam.PTransform):
 
     Pub/Sub delivers at least once; a redelivered message carries the same id
     and event time, so keying by id catches it wherever it lands in the stream.
+    ``forget=False`` (a bounded replay): each id once in the whole input. A
+    batch runner reads a bounded input whole before its event-time timers
+    fire, so forgetting ids would change nothing there but cost a timer per
+    message (8% of a replay).
     """
 
-    def __init__(self, horizon_seconds: float):
+    def __init__(self, horizon_seconds: float, forget: bool = True):
         super().__init__()
         self.horizon_seconds = horizon_seconds
+        self.forget = forget
 
     def expand(self, messages):
-        return (messages
-                | "KeyById" >> beam.Map(lambda m: (m.id, m)).with_output_types(beam.typehints.KV[str, AnyRecord])
-                | "FirstPerId" >> FirstPerKeyInEventTime(self.horizon_seconds)
-                | "DropKey" >> beam.Values())
+        keyed = messages | "KeyById" >> beam.Map(lambda m: (m.id, m)).with_output_types(
+            beam.typehints.KV[str, AnyRecord])
+        first = (keyed | "FirstPerId" >> FirstPerKeyInEventTime(self.horizon_seconds) if self.forget
+                 else keyed | "FirstPerId" >> beam.ParDo(_FirstPerKeyEverFn()))
+        return first | "DropKey" >> beam.Values()
 
 
 class FirstPerKeyInEventTime(beam.PTransform):
@@ -166,3 +173,14 @@ class _FirstPerKeyFn(beam.DoFn):
     @on_timer(FORGET)
     def on_forget(self, seen=beam.DoFn.StateParam(SEEN)):
         seen.clear()
+
+
+class _FirstPerKeyEverFn(beam.DoFn):
+    """(key, value) -> the first (key, value) of each key."""
+    SEEN = _FirstPerKeyFn.SEEN
+
+    def process(self, keyed, seen=beam.DoFn.StateParam(SEEN)):
+        if True in seen.read():
+            return
+        seen.add(True)
+        yield keyed

@@ -45,7 +45,7 @@ class _SkipStoredRunsFn(beam.DoFn):
         self.skipped.inc()
         if self.dead_letter:
             yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
-                stored_run_reason(message.test, message.run), message.payload, f"run:{message.test}/{message.run}",
+                stored_run_reason(message.test, message.run), message.raw_payload(), f"run:{message.test}/{message.run}",
                 float(timestamp)))
 
 
@@ -124,7 +124,7 @@ class AssembleRunFn(beam.DoFn):
             return
         if finalized.read():
             yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
-                "late: run already finalized", summary.payload, f"run:{test}/{run}", float(timestamp)))
+                "late: run already finalized", summary.raw_payload(), f"run:{test}/{run}", float(timestamp)))
             return
         accumulator = accumulator_state.read()
         if accumulator is None:
@@ -136,7 +136,7 @@ class AssembleRunFn(beam.DoFn):
             finalize_at = accumulator.finalize_at(self.lifecycle)
         except Exception as error:  # noqa: BLE001 - one message's failure is that message's, not the run's
             yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
-                failure_reason("assemble run", error), summary.payload, f"run:{test}/{run}", float(timestamp)))
+                failure_reason("assemble run", error), summary.raw_payload(), f"run:{test}/{run}", float(timestamp)))
             return
         for event in overflow:
             yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import os
-from typing import Dict, Optional, Sequence, Union
+from typing import List, Optional, Sequence, Union
 
 import apache_beam as beam
-from apache_beam.coders import BytesCoder
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.gcp.pubsub import PubsubMessage, ReadFromPubSub
 
+from core.parse import FileSpan, RawMessage
 from trainguard import wire
 from transforms import progress
-from transforms.parse import RawMessage
 
 
 def raw_from_pubsub(message: PubsubMessage, source: str) -> RawMessage:
@@ -51,38 +52,45 @@ class ReadPubSubMessages(beam.PTransform):
                 | "ToRawMessage" >> beam.Map(raw_from_pubsub, source))
 
 
-class LinesToRawMessages(beam.DoFn):
-    """(filename, line) -> RawMessage, blank lines skipped; with a progress id, counts each file it reads.
+class ReadLinesFn(beam.DoFn):
+    """A file name -> RawMessage per line; with a progress id, counts the file.
 
-    A file's source (its real path) is worked out, and the file counted, once per file and bundle, not per line.
+    Lines are read as bytes, so that invalid UTF-8 reaches the dead-letter
+    output with its bytes intact; ``\n`` and ``\r\n`` end a line, as for
+    Beam's text source; blank lines are layout, not messages, and are skipped.
+    A line of a local, uncompressed file also says where it lies (``span``),
+    so that the summaries crossing the shuffles need not carry it.
     """
 
     def __init__(self, progress_id: Optional[str] = None):
         self.progress_id = progress_id
 
     def start_bundle(self):
-        self._sources: Dict[str, str] = {}
         self._progress = progress.counter_for(self.progress_id)
 
-    def process(self, named_line):
-        filename, line = named_line
-        source = self._sources.get(filename)
-        if source is None:
-            source = self._sources[filename] = file_source(filename)
-            if self._progress is not None:
-                self._progress.read_file(filename)
-        if line.strip() != b"":
-            yield RawMessage(line, source)
+    def process(self, filename: str):
+        source = file_source(filename)
+        local = (FileSystems.get_scheme(filename) in (None, "file")
+                 and CompressionTypes.detect_compression_type(filename) == CompressionTypes.UNCOMPRESSED)
+        path = os.path.realpath(filename) if local else None
+        if self._progress is not None:
+            self._progress.read_file(filename)
+        with FileSystems.open(filename, mime_type="application/octet-stream") as lines:
+            offset = 0
+            for line in iter(lines.readline, b""):
+                start, offset = offset, offset + len(line)
+                if line.endswith(b"\n"):
+                    line = line[:-2] if line.endswith(b"\r\n") else line[:-1]
+                if line.strip() != b"":
+                    yield RawMessage(line, source, None, FileSpan(path, start, len(line)) if path else None)
 
 
 class ReadReplayFiles(beam.PTransform):
     """Lines of ``.jsonl`` files matching a glob (or several) -> RawMessage (bounded).
 
-    Lines are read as bytes, so that invalid UTF-8 reaches the dead-letter
-    output with its bytes intact instead of failing the read. Blank lines are
-    layout, not messages, and are skipped. ``progress_id`` names a counter of
-    ``transforms.progress`` that the files read are counted into (a file counts
-    once its first line is read).
+    See :class:`ReadLinesFn` for what a line is. ``progress_id`` names a
+    counter of ``transforms.progress`` that the files read are counted into
+    (a file counts once it is opened).
     """
 
     def __init__(self, file_pattern: Union[str, Sequence[str]], progress_id: Optional[str] = None):
@@ -91,10 +99,15 @@ class ReadReplayFiles(beam.PTransform):
         self.progress_id = progress_id
 
     def expand(self, pbegin):
-        reads = [pbegin | f"ReadLines{i or ''}" >> beam.io.ReadFromTextWithFilename(pattern, coder=BytesCoder())
-                 for i, pattern in enumerate(self.file_patterns)]
-        lines = reads[0] if len(reads) == 1 else reads | "AllLines" >> beam.Flatten()
-        return lines | "ToRawMessage" >> beam.ParDo(LinesToRawMessages(self.progress_id))
+        return (pbegin
+                | "Patterns" >> beam.Create(self.file_patterns)
+                | "Files" >> beam.FlatMap(matching_files)
+                | "ReadLines" >> beam.ParDo(ReadLinesFn(self.progress_id)))
+
+
+def matching_files(pattern: str) -> List[str]:
+    """The files a glob matches, in name order."""
+    return sorted(metadata.path for result in FileSystems.match([pattern]) for metadata in result.metadata_list)
 
 
 def file_source(filename: str) -> str:

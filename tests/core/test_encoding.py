@@ -20,7 +20,7 @@ from core.aggregation import TagAggregate
 from core.config_versions import ConfigCheck
 from core.encoding import EncodingError, IncompatibleVersion, Registry, decode, describe, encode
 from core.history import JobHistory, MetricHistory, SeededState, StoredIndex
-from core.parse import MessageSummary
+from core.parse import FileSpan, MessageSummary
 from core.rank_windows import RankWindows
 from core.records import Alert, MetricObservation
 from core.runs import MetricValue, RankedEvent, RunAccumulator, RunResult
@@ -74,11 +74,12 @@ extremes = st.tuples(floats, floats, floats, steps)
 tag_aggregates = st.builds(TagAggregate, st.integers(0, 10 ** 9), ints, extremes, extremes,
                            st.tuples(floats, steps, floats, floats), st.none() | st.tuples(floats, steps))
 wire_events = st.builds(wire.Event, names, floats, st.dictionaries(text, json_data, max_size=3))
+file_spans = st.builds(FileSpan, text, st.integers(0, 2 ** 40), st.integers(0, 1 << 20))
 message_summaries = st.builds(
     MessageSummary, names, names, names, st.dictionaries(names, tag_aggregates, max_size=2),
     st.lists(wire_events, max_size=2).map(tuple), floats, floats, st.binary(max_size=30),
     st.lists(st.tuples(names, floats, st.none() | steps, floats), max_size=3).map(tuple),
-    st.none() | st.integers(0, 100), st.none() | st.integers(1, 100))
+    st.none() | st.integers(0, 100), st.none() | st.integers(1, 100), st.none() | file_spans)
 metric_values = st.builds(MetricValue, names, floats, st.none() | steps)
 ranked_events = st.builds(RankedEvent, names, floats, st.dictionaries(text, json_data, max_size=2),
                           st.none() | st.integers(0, 8))
@@ -115,6 +116,7 @@ STRATEGIES: Dict[type, Any] = {
     TagAggregate: tag_aggregates,
     wire.Event: wire_events,
     MessageSummary: message_summaries,
+    FileSpan: file_spans,
     MetricValue: metric_values,
     RankedEvent: ranked_events,
     RunResult: run_results,

@@ -58,6 +58,15 @@ def test_dedup_passes_each_message_id_once():
         assert_that(summaries | DeduplicateMessages(3600) | beam.Map(lambda m: m.id), equal_to(["a", "b"]))
 
 
+def test_a_bounded_replay_passes_each_message_id_once_however_far_apart_its_copies_are():
+    copies = [raw("t", "r", "a", points=[("x", 1.0, 1, T0 + days * 86400)]) for days in (0, 3, 30)]
+    with batch_pipeline() as p:
+        messages, _, _ = p | beam.Create(copies + [raw("t", "r", "b", points=[("x", 2.0, 2, T0)])]) | ParseMessages()
+        summaries, _ = messages | SummarizeMessages(configs())
+        assert_that(summaries | DeduplicateMessages(3600, forget=False) | beam.Map(lambda m: m.id),
+                    equal_to(["a", "b"]))
+
+
 def history_input():
     messages = []
     for day, accuracy in enumerate([70, 72, 40, 71, 30, 31]):

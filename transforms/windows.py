@@ -107,13 +107,15 @@ class WindowRunFn(beam.DoFn):
         (test, run, rank), summary = element
         run_windows = state.read()
         if run_windows is None and self.incremental and self.lifecycle.backfilled(float(timestamp), self.clock()):
-            return  # a back-filled run has no live windows (see the class docstring)
+            return ()  # a back-filled run has no live windows (see the class docstring)
         config = self._windows(test, summary.last_time)
         run_windows = run_windows or _RunWindows(
             {}, None if config.stall_seconds is None or rank else StallWatch(config.stall_seconds), rank=rank)
-        if not run_windows.closed:  # else the run assembler dead-letters the whole late message
-            yield from self._absorb(test, run, summary, config, run_windows, pending, settle, close, stall)
-            state.write(run_windows)
+        if run_windows.closed:  # the run assembler dead-letters the whole late message
+            return ()
+        outputs = list(self._absorb(test, run, summary, config, run_windows, pending, settle, close, stall))
+        state.write(run_windows)
+        return outputs
 
     def _absorb(self, test, run, summary, config, run_windows, pending, settle, close, stall):
         """Takes one message's points into the run's windows (or the late output) and sets the timers."""

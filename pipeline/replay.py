@@ -280,6 +280,8 @@ def run(argv: Optional[List[str]] = None) -> ReplaySummary:
         patterns.append(local.triage_file)
         files.append(local.triage_file)
     configs = read_config_dir(local.config_dir).strict()  # each test's dated versions, by event time
+    for output in (local.local_store, local.alerts_file):  # out/run1.duckdb makes out/ as it makes the file
+        os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     store = DuckDBStore(local.local_store)
     store.ensure_schema()
     kinds_before = _alert_kinds(store)

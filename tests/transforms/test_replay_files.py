@@ -99,3 +99,10 @@ def test_the_read_messages_flow_through_beam_on_any_in_process_runner(tmp_path):
     with beam.Pipeline(runner="BundleBasedDirectRunner") as p:
         payloads = gather(p | ReadReplayFiles(str(tmp_path / "a.jsonl")) | beam.Map(lambda m: m.payload), "p")
     assert sorted(payloads) == sorted(lines)
+
+
+def test_the_store_and_the_alerts_file_may_be_in_directories_that_do_not_exist_yet(tmp_path):
+    (tmp_path / "in.jsonl").write_bytes(b"\n".join(lines_of_a_run()))
+    summary = run([f"--input_files={tmp_path / 'in.jsonl'}", f"--local_store={tmp_path / 'a' / 'b' / 's.duckdb'}",
+                   f"--alerts_file={tmp_path / 'c' / 'alerts.jsonl'}"])
+    assert summary.rows_added["job_history"] == 1 and os.path.isfile(tmp_path / "a" / "b" / "s.duckdb")

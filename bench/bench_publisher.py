@@ -137,7 +137,9 @@ class CountingInterceptor(grpc.UnaryUnaryClientInterceptor):
 
     def intercept_unary_unary(self, continuation, client_call_details, request):
         if client_call_details.method.endswith("/Publish"):
-            size = len(type(request).serialize(request))
+            # a plain protobuf request (trainguard's transport) or a proto-plus one (the client's own publish)
+            serialize = getattr(request, "SerializeToString", None)
+            size = len(serialize() if serialize is not None else type(request).serialize(request))
             with self.lock:
                 self.requests += 1
                 self.request_bytes += size

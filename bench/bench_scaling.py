@@ -3,7 +3,7 @@
 Each measurement is one ``python -m pipeline`` process replaying files generated beforehand (``pipeline.demo``'s
 synthetic daily runs, 100 points per message, 3 tags a step) into a fresh DuckDB store, with every metric of
 every test checked (a default condition, ``history_max_points`` 100). Its wall time, CPU (user + system) and peak
-resident memory come from ``os.wait4`` on the child. Four sweeps:
+resident memory come from ``os.wait4`` in a small launcher (``bench/timing.py``). Four sweeps:
 
 - ``points, longer runs``: 20 tests x 25 daily runs (500 runs), the runs longer as the points grow;
 - ``points, more runs``: 20 tests of daily runs of 1,002 points each, more runs as the points grow (at most one

@@ -5,7 +5,8 @@ subclasses only supply a transport (something with ``send`` and ``close``).
 
 The training thread's cost is one call appending a tuple to a deque (no lock,
 no encoding, no I/O); see ``WireHandler.stream_adder``. A daemon thread
-batches, encodes and sends. Memory is bounded twice: ``max_buffered_points``
+batches, encodes and sends (at high rates several messages per send, see
+``PublisherConfig.linger_ms``). Memory is bounded twice: ``max_buffered_points``
 values waiting to be encoded (newer values are dropped and counted when it is
 full) and ``max_pending_bytes`` of encoded messages waiting to be delivered
 (the oldest are spilled to a JSONL file, if configured, or dropped and
@@ -61,9 +62,13 @@ def _yield_gil() -> None:
 class PublisherConfig:
     """Batching, memory and retry settings of a wire handler."""
     max_points_per_message: int = 1000
-    """A message is sent once this many points are buffered..."""
+    """A message is made once this many points are buffered (and sent within ``linger_ms``)..."""
     max_latency_ms: float = 1000.0
     """...or once the oldest buffered point is this old."""
+    linger_ms: float = 100.0
+    """A full message waits this long (never past its oldest point's ``max_latency_ms``) for more to share its
+    Publish request, up to ``outbox.MESSAGES_PER_SEND`` (10) messages' worth of points: at 100,000 points/s,
+    10 messages a request, a tenth of the requests and of their CPU. 0 sends each full message at once."""
     max_buffered_points: int = 100_000
     """Values waiting for the background thread; newer ones are dropped past this."""
     max_buffered_events: int = 10_000
@@ -102,6 +107,8 @@ class PublisherConfig:
                      "retry_deadline_s", "exit_flush_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
+        if not self.linger_ms >= 0:
+            raise ValueError(f"linger_ms must be 0 or more, got {self.linger_ms!r}")
 
 
 @dataclasses.dataclass
@@ -179,6 +186,8 @@ class WireHandler(MetricHandler):
         if test is not None:
             self.bind(test, run)
         config = self.config
+        self._latency_s = config.max_latency_ms / 1000.0
+        self._linger_s = min(config.linger_ms, config.max_latency_ms) / 1000.0
         self.intake = Intake(config.max_buffered_points, config.max_buffered_events, config.max_points_per_message,
                              self._wake.set, self.kind)
         spill = JsonlWriter(config.spill_path, config.max_spill_bytes) if config.spill_path else None
@@ -186,7 +195,7 @@ class WireHandler(MetricHandler):
             max_pending_bytes=config.max_pending_bytes, max_send_bytes=config.max_send_bytes,
             send_timeout_s=config.send_timeout_s, initial_backoff_s=config.retry_initial_backoff_s,
             max_backoff_s=config.retry_max_backoff_s, deadline_s=config.retry_deadline_s), spill, self.kind,
-            self._warn_once, self._handover)
+            self._warn_once, self._handover, config.max_points_per_message)
         self._encoder: Optional[MessageEncoder] = None
         self._encoding = False  # values taken from the intake and not in the outbox yet
         self._cycle_done = threading.Condition()
@@ -407,7 +416,7 @@ class WireHandler(MetricHandler):
         oldest = self.intake.oldest_time()
         if oldest is None:
             return 0.0
-        return oldest + self.config.max_latency_ms / 1000.0 - time.time()
+        return oldest + self._latency_s - time.time()
 
     def _wait_time(self) -> float:
         now = time.monotonic()
@@ -415,9 +424,9 @@ class WireHandler(MetricHandler):
             return min(max(self.outbox.retry_at - now, 0.0), POLL_S, max(self._stop_deadline - now, 0.0))
         if self._flush_requests and not self.outbox and self._test is not None:
             return 0.0 if self.intake else POLL_S
-        wait = self.config.max_latency_ms / 1000.0 / 2
+        wait = self._latency_s / 2
         if self.outbox:
-            wait = min(wait, max(self.outbox.retry_at - now, 0.0))
+            wait = min(wait, max(self.outbox.retry_at - now, self.outbox.send_at - now, 0.0))
         if self.intake.points and self._test is not None:
             wait = min(wait, max(self._points_due_in(), 0.0))
         return max(wait, MIN_WAIT_S)
@@ -425,16 +434,25 @@ class WireHandler(MetricHandler):
     def _cycle(self, force: bool) -> None:
         if self._test is not None:
             self._encode_ready(force)
-        self.outbox.send_due(self._stop_deadline)
+        self.outbox.send_due(self._stop_deadline, force)
 
     def _encode_ready(self, force: bool) -> None:
-        """Moves what is due from the intake into the outbox: a full message, any event, or points past latency."""
+        """Moves what is due from the intake into the outbox: a full message, any event, or points past latency.
+
+        A message goes out at once if it holds an event, or points past ``max_latency_ms``, or when forced;
+        a full message may linger in the outbox (``linger_ms``, never past its oldest point's latency) for
+        others to share its Publish request."""
         intake = self.intake
         n = len(intake.points)
         if not (n or intake.events):
             return
-        if not (force or intake.events or n >= self.config.max_points_per_message or self._points_due_in() <= 0):
-            return
+        due_in = self._points_due_in() if n else 0.0
+        urgent = force or bool(intake.events) or due_in <= 0
+        if not urgent:
+            n -= n % self.config.max_points_per_message  # full messages only: the rest waits for more
+            if not n:
+                return
+        send_by = time.monotonic() + (0.0 if urgent else min(self._linger_s, due_in))
         if self._encoder is None:
             self._encoder = MessageEncoder(self._test, self._run, self.config.max_points_per_message,
                                            self.config.max_message_bytes, self._warn_once,
@@ -452,7 +470,7 @@ class WireHandler(MetricHandler):
                     batch = intake.take_points(min(chunk, n - start))
                     events = intake.take_events() if last else ()  # events travel with the last points
                     for message in self._encoder.encode(batch, events, pause=_yield_gil):
-                        self.outbox.add(message)
+                        self.outbox.add(message, 0.0 if events else send_by)
         finally:
             self._encoding = False
 

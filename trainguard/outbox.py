@@ -29,6 +29,7 @@ from .transports import JsonlWriter, Transport
 logger = logging.getLogger("trainguard")
 
 MAX_MESSAGES_PER_SEND = 1000  # Pub/Sub's limit of messages per Publish request
+MESSAGES_PER_SEND = 10  # lingering messages go out once this many full messages' worth of points is pending
 MIN_SEND_TIMEOUT_S = 0.05  # while stopping, a send still gets this long even past the stop deadline
 BACKOFF_JITTER = (0.5, 1.0)  # each backoff is stretched by a random factor in this range (no thundering herd)
 FAILURE_LOG_INTERVAL_S = 60.0  # a failing transport logs at most one line per interval after the first
@@ -81,10 +82,15 @@ class Outbox:
     A send carries at most ``max_send_bytes`` and 1000 messages. After a failed
     send of several messages the limit halves (down to one message) and grows
     back on success, so a server refusing large requests still gets everything.
+
+    A message may linger: it is queued with the time it must be sent by, and
+    waits until then for others to share its request, unless the pending
+    messages hold ``MESSAGES_PER_SEND`` times ``points_per_message`` points, or
+    a request's bytes, already (then everything pending goes).
     """
 
     def __init__(self, transport: Transport, policy: RetryPolicy, spill: Optional[JsonlWriter], kind: str,
-                 warn_once, lock: Any = None):
+                 warn_once, lock: Any = None, points_per_message: int = 1000):
         self._transport = transport
         self._policy = policy
         self._spill = spill
@@ -96,6 +102,9 @@ class Outbox:
         self._consecutive_failures = 0
         self._last_failure_log = 0.0
         self.retry_at = 0.0  # time.monotonic() before which no send is tried
+        self.send_at = 0.0  # time.monotonic() when the earliest pending message must be sent (lingering)
+        self._pending_points = 0
+        self._points_per_send = max(points_per_message * MESSAGES_PER_SEND, 1)
         self._lock = lock if lock is not None else threading.RLock()
         self._counts = OutboxCounts()
         self.sending = False  # a send is in flight (the background thread is waiting for the transport)
@@ -126,8 +135,9 @@ class Outbox:
         except Exception as e:  # noqa: BLE001 - the first send tries again and reports it
             logger.debug("trainguard: %s transport did not open: %s", self._kind, e)
 
-    def add(self, message: EncodedMessage) -> None:
-        """Queues a message; past ``max_pending_bytes`` the oldest are given up to make room."""
+    def add(self, message: EncodedMessage, send_by: float = 0.0) -> None:
+        """Queues a message to be sent by ``send_by`` (``time.monotonic()``; 0: at once); past
+        ``max_pending_bytes`` the oldest are given up to make room."""
         size = len(message.payload)
         with self._lock:
             if self.sealed:  # too late to queue: it is lost, and counted so
@@ -135,14 +145,24 @@ class Outbox:
                 return
             while self._pending and self._pending_bytes + size > self._policy.max_pending_bytes:
                 self._give_up(self._pop_oldest(), GiveUp.OVERFLOW)
+            if not self._pending or send_by < self.send_at:
+                self.send_at = send_by
             self._pending.append(_Pending(message))
             self._pending_bytes += size
+            self._pending_points += message.points
 
-    def send_due(self, stop_deadline: Optional[float]) -> None:
-        """Sends batches while messages are pending and no backoff is running."""
+    def send_due(self, stop_deadline: Optional[float], force: bool = False) -> None:
+        """Sends batches while messages are pending and no backoff is running: at once when ``force``d (or
+        stopping), else once the earliest pending message must go or a send's worth is pending."""
         while self._pending and time.monotonic() >= self.retry_at:
+            if not (force or stop_deadline is not None or self._due()):
+                break
             if not self._send_batch(stop_deadline):
                 break
+
+    def _due(self) -> bool:
+        return (time.monotonic() >= self.send_at or self._pending_points >= self._points_per_send
+                or self._pending_bytes >= self._send_limit)
 
     def give_up_all(self) -> None:
         """At stop: everything still pending is spilled or counted unsent."""
@@ -165,6 +185,7 @@ class Outbox:
         self._lock = lock
         self._pending = collections.deque()
         self._pending_bytes = 0
+        self._pending_points = 0
 
     def close(self) -> None:
         try:
@@ -229,6 +250,7 @@ class Outbox:
                     continue
                 message = item.message
                 self._pending_bytes -= len(message.payload)
+                self._pending_points -= message.points
                 self._counts.messages_delivered += 1
                 self._counts.points_delivered += message.points
                 self._counts.events_delivered += message.events
@@ -263,6 +285,7 @@ class Outbox:
     def _pop_oldest(self) -> _Pending:
         item = self._pending.popleft()
         self._pending_bytes -= len(item.message.payload)
+        self._pending_points -= item.message.points
         return item
 
     def _give_up(self, item: _Pending, why: GiveUp) -> None:

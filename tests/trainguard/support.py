@@ -99,6 +99,7 @@ class ScriptedTransport:
 
     def __init__(self) -> None:
         self.received: List[EncodedMessage] = []
+        self.sends: List[int] = []  # messages per delivered send
         self.attempts = 0
         self.failures_left = 0
         self.failing = False
@@ -115,6 +116,7 @@ class ScriptedTransport:
             self.failures_left = max(self.failures_left - 1, 0)
             return [ConnectionError("unreachable")] * len(messages)
         self.received.extend(messages)
+        self.sends.append(len(messages))
         return [None] * len(messages)
 
     def close(self) -> None:

@@ -28,6 +28,26 @@ loops = st.tuples(st.lists(tags, min_size=1, max_size=5, unique=True), st.intege
                       (tag, a[2] + k, a[3] + step, T0 + (step * len(a[0]) + k) * 0.0017)
                       for step in range(a[1]) for k, tag in enumerate(a[0])])
 
+# a fast loop: several points per millisecond and per step, values that repeat (a learning rate, 0.001 k), times
+# and steps in order (the encoder writes them from where they change) or now and then not
+dense_loops = st.tuples(st.lists(tags, min_size=1, max_size=5, unique=True), st.integers(1, 10),
+                        st.integers(1, 60), st.sampled_from([1e-6, 1e-5, 2e-4, 0.0011]),
+                        st.sampled_from([0, 1, 7, wire.MAX_STEP - 100]),
+                        st.sampled_from(["repeat", "float32", "zeros", "signed zeros"]),
+                        st.booleans(), st.booleans()).map(lambda a: [
+                            (tag, _dense_value(a[5], i), None if a[7] else a[4] + step,
+                             T0 + i * a[3] - (0.003 if a[6] and i % 97 == 50 else 0.0))
+                            for step in range(a[2]) for r in range(a[1]) for k, tag in enumerate(a[0])
+                            for i in (((step * a[1]) + r) * len(a[0]) + k,)])
+
+
+def _dense_value(kind, i):
+    if kind == "repeat":
+        return 0.001 * (i % 11)
+    if kind == "float32":
+        return struct.unpack("<f", struct.pack("<f", 1 / (1 + i % 7)))[0]
+    return [0.0, -0.0 if kind == "signed zeros" else 0.0, 0.5][i % 3]
+
 
 def by_tag(batch):
     """The batch in v1.1's order: grouped by tag in the order tags first appear, each tag's points in order."""
@@ -56,7 +76,7 @@ def parsed_points(messages):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.one_of(points, loops))
+@given(st.one_of(points, loops, dense_loops))
 def test_both_encodings_decode_into_identical_points(batch):
     v1, v1_1 = encode_both(batch)
     got = parsed_points(v1_1)
@@ -67,7 +87,7 @@ def test_both_encodings_decode_into_identical_points(batch):
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.one_of(points, loops), st.integers(1, 30))
+@given(st.one_of(points, loops, dense_loops), st.integers(1, 30))
 def test_the_encoder_writes_what_wire_encode_message_writes(batch, max_points):
     encoder = MessageEncoder("t", "r", max_points=max_points, schema=wire.SCHEMA_V1_1, rank=1, world_size=2)
     ids = iter(f"m{i}" for i in range(10_000))
@@ -215,3 +235,12 @@ def test_any_columns_parse_or_are_rejected_with_a_reason(columns):
     assert all(r.reason and r.payload for r in rejections)
     for point in parsed.points:
         assert wire._parse_point(wire.point_dict(point[0], point[1], point[3], point[2])) == point
+
+
+@given(st.lists(st.integers(-3, 3), min_size=1, max_size=12), st.integers(0, 5))
+def test_step_and_time_deltas_are_written_as_the_reference_writes_them(increments, first):
+    from trainguard import _columns, _encoding
+
+    for numbers in ([1, 2, 4, 5], [1, 2, 3], [2, 3, 5, 6], [first, *(first + sum(increments[:i + 1]) for i in
+                                                                    range(len(increments)))]):
+        assert _encoding._deltas_text(numbers) == ",".join(map(str, _columns.deltas(numbers)))

@@ -20,6 +20,7 @@ from tests.trainguard.support import (
     run_python,
     wait_until,
 )
+from trainguard import outbox
 from trainguard.metrics.api import MetricData
 
 FAR = 60_000.0  # a max_latency_ms that never fires during a test
@@ -45,6 +46,51 @@ def test_a_partial_message_is_sent_after_the_latency(handlers, tmp_path):
     messages = wait_until(lambda: parse_all(jsonl_payloads(path)))
     assert [(p.tag, p.value, p.step) for p in points_of(messages)] == [("acc", 0.5, 0), ("acc", 1.5, 1),
                                                                         ("acc", 2.5, 2)]
+
+
+def test_full_messages_linger_to_share_one_send_and_flush_sends_them_at_once(handlers):
+    transport = ScriptedTransport()
+    handler = handlers.scripted(transport, max_points_per_message=10, linger_ms=FAR, max_latency_ms=FAR)
+    stream = tg.MetricStream("g", handler)
+    for i in range(30):
+        stream.add_value("loss", float(i), step=i)
+    wait_until(lambda: len(handler.outbox) == 3)  # three full messages encoded, lingering
+    assert transport.received == []
+    assert handler.flush(timeout=20)
+    assert transport.sends == [3]  # one request
+    assert [p.step for p in points_of(parse_all(transport.payloads))] == list(range(30))
+    assert handler.stats().points_delivered == 30
+
+
+def test_a_sends_worth_of_full_messages_goes_without_waiting_for_the_linger(handlers):
+    transport = ScriptedTransport()
+    handler = handlers.scripted(transport, max_points_per_message=10, linger_ms=FAR, max_latency_ms=FAR)
+    stream = tg.MetricStream("g", handler)
+    for i in range(10 * outbox.MESSAGES_PER_SEND):
+        stream.add_value("loss", float(i), step=i)
+    wait_until(lambda: transport.sends)  # no flush: the tenth full message makes the send due
+    assert transport.sends == [outbox.MESSAGES_PER_SEND]
+    assert [p.step for p in points_of(parse_all(transport.payloads))] == list(range(10 * outbox.MESSAGES_PER_SEND))
+
+
+def test_a_lingering_message_still_goes_within_the_latency(handlers):
+    transport = ScriptedTransport()
+    handler = handlers.scripted(transport, max_points_per_message=10, linger_ms=FAR, max_latency_ms=50)
+    stream = tg.MetricStream("g", handler)
+    for i in range(10):
+        stream.add_value("loss", float(i), step=i)
+    wait_until(lambda: transport.sends)  # no flush: the linger is capped by max_latency_ms
+    assert [p.step for p in points_of(parse_all(transport.payloads))] == list(range(10))
+
+
+def test_without_linger_a_full_message_is_not_held_back(handlers):
+    transport = ScriptedTransport()
+    handler = handlers.scripted(transport, max_points_per_message=10, linger_ms=0, max_latency_ms=FAR)
+    stream = tg.MetricStream("g", handler)
+    for i in range(10):
+        stream.add_value("loss", float(i), step=i)
+    wait_until(lambda: transport.sends)
+    assert transport.sends == [1]
 
 
 def test_flush_delivers_everything_in_order_in_batches(handlers, tmp_path):
@@ -320,7 +366,8 @@ def test_values_are_read_when_logged_not_when_sent(handlers, tmp_path):
 
 def test_configs_outside_the_contract_are_refused_at_setup(tmp_path):
     for bad in ({"max_points_per_message": 0}, {"max_points_per_message": 20_000},
-                {"max_message_bytes": 2 << 20}, {"max_latency_ms": 0}, {"max_buffered_points": -1}):
+                {"max_message_bytes": 2 << 20}, {"max_latency_ms": 0}, {"max_buffered_points": -1},
+                {"linger_ms": -1}):
         with pytest.raises(ValueError):
             tg.JsonlMetricHandler(str(tmp_path / "x.jsonl"), "t", "r", tg.PublisherConfig(**bad))
     with pytest.raises(ValueError):

@@ -9,9 +9,13 @@ import subprocess
 import sys
 import textwrap
 import threading
+from typing import List
 
+import google.api_core.exceptions
+import grpc
 import pytest
 from google.cloud import pubsub_v1
+from google.pubsub_v1.services.publisher.transports import PublisherGrpcTransport
 
 import trainguard as tg
 from tests.trainguard.support import (
@@ -26,6 +30,7 @@ from tests.trainguard.support import (
 )
 from tests.trainguard.tb_files import TF2Writer
 from trainguard import wire
+from trainguard._encoding import EncodedMessage
 from trainguard.pubsub_handler import PubSubTransport
 from trainguard.shipper import Shipper, ShipperConfig
 
@@ -86,6 +91,49 @@ def test_the_pubsub_client_is_made_by_the_background_thread_before_anything_is_l
     assert [thread.name for thread in made_in] == ["trainguard-pubsub"]
     assert threading.main_thread() not in made_in
     assert [p.step for p in points_of(received(pubsub_server, topic))] == list(range(2500))
+
+
+class PublishCounter(grpc.UnaryUnaryClientInterceptor):
+    """Records the messages of each Publish request a client's channel carries."""
+
+    def __init__(self) -> None:
+        self.requests: List[int] = []
+
+    def intercept_unary_unary(self, continuation, client_call_details, request):
+        if client_call_details.method.endswith("/Publish"):
+            self.requests.append(len(request.messages))
+        return continuation(client_call_details, request)
+
+
+def test_several_messages_go_in_one_publish_request_intact_and_in_order(pubsub_server, topic, handlers):
+    counter = PublishCounter()
+
+    def client_factory():
+        channel = grpc.intercept_channel(grpc.insecure_channel(pubsub_server.host), counter)
+        return pubsub_v1.PublisherClient(transport=PublisherGrpcTransport(channel=channel))
+
+    handler = handlers.add(tg.PubSubMetricHandler(topic, "t", "r", tg.PublisherConfig(
+        max_points_per_message=100, linger_ms=60_000, max_latency_ms=60_000), client_factory=client_factory))
+    stream = tg.MetricStream("train", handler)
+    for step in range(1000):  # ten full messages: one send's worth
+        stream.add_value("loss" if step % 2 else "lr", step / 8, step=step)
+    wait_until(lambda: handler.stats().points_delivered == 1000)  # no flush: the send was due
+    assert counter.requests == [10]
+    messages = received(pubsub_server, topic)
+    # in the order they were logged: message i holds steps 100 i to 100 i + 99, each tag's in order
+    assert [sorted(p.step for p in points_of([m])) for m in messages] == [
+        list(range(100 * i, 100 * i + 100)) for i in range(10)]
+    assert [p.step for p in points_of(messages) if p.tag == "loss"] == list(range(1, 1000, 2))
+    assert [p.value for p in points_of(messages)] == [p.step / 8 for p in points_of(messages)]
+    assert handler.stats().messages_delivered == 10
+
+
+def test_the_transport_raises_what_the_gapic_client_raises(pubsub_server):
+    transport = PubSubTransport(pubsub_server.topic_path("no-such-topic"))
+    message = EncodedMessage(b"{}", {"id": "1"}, 1, 0)
+    [error] = transport.send([message], timeout=10)
+    transport.close()
+    assert isinstance(error, google.api_core.exceptions.NotFound), error
 
 
 def test_publishing_is_retried_until_the_topic_exists(pubsub_server, handlers):

@@ -370,6 +370,14 @@ class RunAccumulator:
         return metrics, per_rank
 
 
+@record("RunPart")
+@dataclasses.dataclass
+class RunPart:
+    """Messages of one run taken into an accumulator before the shuffle to run assembly (a bounded replay does
+    it per bundle, so that one element per run and bundle crosses the shuffle instead of one per message)."""
+    accumulator: RunAccumulator
+
+
 def interrupt(result: RunResult, at: float, open_run: str) -> RunResult:
     """The ``interrupted`` result of a run a drain cut short (``RunLifecycle.interrupted``).
 

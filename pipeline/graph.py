@@ -97,7 +97,7 @@ class DetectRegressions(beam.PTransform):
             stored, dead_letter=settings.streaming)
         runs, late_messages, interrupted = summaries | "AssembleRuns" >> AssembleRuns(
             settings.configs, settings.lifecycle, seed, interruptions=settings.streaming,
-            backfills=settings.streaming)
+            backfills=settings.streaming, bounded=not settings.streaming)
         bucket = settings.lifecycle.timer_bucket_seconds
         metric_rows, metric_alerts, failed_metrics = (runs, actions) | "CheckMetrics" >> CheckMetricHistory(
             settings.configs, seed, settings.streaming, bucket)

@@ -13,11 +13,12 @@ from apache_beam.coders import BooleanCoder
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.utils.timestamp import Duration, Timestamp
+from apache_beam.utils.windowed_value import WindowedValue
 
 from core import encoding
 from core.config import Configs
 from core.records import dead_letter_row, failure_reason, record_payload
-from core.runs import RunAccumulator, RunLifecycle, interrupt
+from core.runs import RunAccumulator, RunLifecycle, RunPart, interrupt
 from core.schema import DEAD_LETTER
 from core.vocabulary import RunStatus
 from transforms.coders import AnyRecord, RecordCoder
@@ -31,6 +32,19 @@ def stored_run_reason(test: str, run: str) -> str:
     the run, so that a message delivered twice is one dead-letter row)."""
     return (f"run already stored: {test}/{run} was finalized by an earlier job "
             "(a message later than its end, or one resent that it already holds)")
+
+
+def assembly_failure(summary, test: str, run: str, at: float, error: Exception) -> dict:
+    """The dead-letter row of a message its run could not take."""
+    return dead_letter_row(failure_reason("assemble run", error), summary.raw_payload(), f"run:{test}/{run}", at)
+
+
+def events_over_the_limit(events, source: str, at: Optional[float]):
+    """The dead-letter rows of events a run had no room for."""
+    for event in events:
+        yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
+            f"too many events in run (limit {RunAccumulator.MAX_EVENTS})",
+            json.dumps(event._asdict(), sort_keys=True), source, at))
 
 
 class _SkipStoredRunsFn(beam.DoFn):
@@ -122,6 +136,9 @@ class AssembleRunFn(beam.DoFn):
         if isinstance(summary, RunAccumulator):
             yield from self._resume(summary, accumulator_state, finalized, finalize_timer)
             return
+        if isinstance(summary, RunPart):
+            yield from self._add_part(summary.accumulator, timestamp, accumulator_state, finalized, finalize_timer)
+            return
         if finalized.read():
             yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
                 "late: run already finalized", summary.raw_payload(), f"run:{test}/{run}", float(timestamp)))
@@ -135,18 +152,34 @@ class AssembleRunFn(beam.DoFn):
             overflow = accumulator.add(summary)  # all or nothing: a failure leaves the run as it was
             finalize_at = accumulator.finalize_at(self.lifecycle)
         except Exception as error:  # noqa: BLE001 - one message's failure is that message's, not the run's
-            yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
-                failure_reason("assemble run", error), summary.raw_payload(), f"run:{test}/{run}", float(timestamp)))
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, assembly_failure(summary, test, run, float(timestamp),
+                                                                              error))
             return
-        for event in overflow:
-            yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
-                f"too many events in run (limit {RunAccumulator.MAX_EVENTS})",
-                json.dumps(event._asdict(), sort_keys=True), f"run:{test}/{run}", float(timestamp)))
+        yield from events_over_the_limit(overflow, f"run:{test}/{run}", float(timestamp))
         accumulator_state.write(accumulator)
         if backfill is not None and backfill.read():
             finalize_backfill_timer.set(Timestamp.of(self.clock() + self.lifecycle.backfill_quiet_seconds))
         else:
             finalize_timer.set(Timestamp.of(finalize_at))
+
+    def _add_part(self, part: RunAccumulator, timestamp, accumulator_state, finalized, finalize_timer):
+        """Takes messages a bounded replay took into their run before the shuffle (``PreAssembleRunsFn``)."""
+        source = f"run:{part.test}/{part.run}"
+        if finalized.read():  # cannot happen: a bounded input is read whole before its timers fire
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
+                "late: run already finalized", record_payload(part.to_state()), source, float(timestamp)))
+            return
+        accumulator = accumulator_state.read() or RunAccumulator(part.test, part.run)
+        try:
+            overflow = accumulator.absorb(part)  # takes copies: the element's object is never changed
+            finalize_at = accumulator.finalize_at(self.lifecycle)
+        except Exception as error:  # noqa: BLE001 - what cannot be taken is a dead letter, not a crash
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
+                failure_reason("assemble run", error), record_payload(part.to_state()), source, float(timestamp)))
+            return
+        yield from events_over_the_limit(overflow, source, float(timestamp))
+        accumulator_state.write(accumulator)
+        finalize_timer.set(Timestamp.of(finalize_at))
 
     def _resume(self, stored: RunAccumulator, accumulator_state, finalized, finalize_timer):
         """A run a drained job left open: its stored state joins what this job has of it, and its timer is set
@@ -166,10 +199,7 @@ class AssembleRunFn(beam.DoFn):
             yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
                 failure_reason("resume run", error), record_payload(stored.to_state()), source, None))
             return
-        for event in overflow:
-            yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
-                f"too many events in run (limit {RunAccumulator.MAX_EVENTS})",
-                json.dumps(event._asdict(), sort_keys=True), source, None))
+        yield from events_over_the_limit(overflow, source, None)
         self.runs_resumed.inc()
         accumulator_state.write(accumulator)
         finalize_timer.set(Timestamp.of(finalize_at))
@@ -273,6 +303,38 @@ class AssembleRunOrBackfillFn(AssembleRunFn):
         backfill.clear()
 
 
+class PreAssembleRunsFn(beam.DoFn):
+    """((test, run), MessageSummary) -> ((test, run), RunPart) per run and bundle, and dead-letter rows.
+
+    A bounded replay's messages are taken into their runs' accumulators before the shuffle to run assembly,
+    as ``AssembleRunFn`` would take them one by one (a message that fails is dead-lettered alone, events over
+    the limit too): the shuffle, which a batch runner holds whole in memory, then carries one element per run
+    and bundle instead of one per message. Not for a streaming job, whose runs end while messages still come.
+    """
+
+    def start_bundle(self):
+        self._parts = {}
+
+    def process(self, element, timestamp=beam.DoFn.TimestampParam, window=beam.DoFn.WindowParam):
+        (test, run), summary = element
+        part = self._parts.get((test, run))
+        if part is None:
+            part = self._parts[(test, run)] = [RunAccumulator(test, run), timestamp, window]
+        try:
+            overflow = part[0].add(summary)  # all or nothing
+        except Exception as error:  # noqa: BLE001 - one message's failure is that message's, not the run's
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, assembly_failure(summary, test, run, float(timestamp),
+                                                                              error))
+            return
+        yield from events_over_the_limit(overflow, f"run:{test}/{run}", float(timestamp))
+        part[1] = max(part[1], timestamp)
+
+    def finish_bundle(self):
+        for key, (accumulator, latest, window) in self._parts.items():
+            yield WindowedValue((key, RunPart(accumulator)), latest, [window])
+        self._parts = {}
+
+
 def _open_runs(seed):
     """The runs a drained job left open (``HistorySeed.open_runs``), keyed as messages are."""
     return seed.open_runs.items()
@@ -288,17 +350,26 @@ class AssembleRuns(beam.PTransform):
 
     def __init__(self, configs: Configs, lifecycle: RunLifecycle, seed: Optional[beam.PCollection] = None,
                  interruptions: bool = False, clock: Optional[Callable[[], float]] = None,
-                 backfills: bool = False):
+                 backfills: bool = False, bounded: bool = False):
         super().__init__()
         self.fn = (AssembleRunOrBackfillFn if backfills else AssembleRunFn)(configs, lifecycle, interruptions, clock)
         self.seed = seed
+        self.bounded = bounded
 
     def expand(self, messages):
         keyed = beam.typehints.KV[beam.typehints.Tuple[str, str], AnyRecord]
         inputs = (messages
                   | "KeyByRun" >> beam.Map(lambda m: ((m.test, m.run), m)).with_output_types(keyed))
+        early_dead_letters = None
+        if self.bounded:  # see PreAssembleRunsFn
+            parts = inputs | "PreAssemble" >> beam.ParDo(PreAssembleRunsFn()).with_output_types(keyed).with_outputs(
+                DEAD_LETTER.name, main="parts")
+            inputs, early_dead_letters = parts.parts, parts[DEAD_LETTER.name]
         if self.seed is not None:
             resumed = self.seed | "OpenRuns" >> beam.FlatMap(_open_runs).with_output_types(keyed)
             inputs = (inputs, resumed) | "MessagesAndOpenRuns" >> beam.Flatten().with_output_types(keyed)
         outputs = inputs | "Assemble" >> beam.ParDo(self.fn).with_outputs(DEAD_LETTER.name, INTERRUPTED, main="runs")
-        return outputs.runs, outputs[DEAD_LETTER.name], outputs[INTERRUPTED]
+        dead_letters = outputs[DEAD_LETTER.name]
+        if early_dead_letters is not None:
+            dead_letters = (early_dead_letters, dead_letters) | "AssemblyDeadLetters" >> beam.Flatten()
+        return outputs.runs, dead_letters, outputs[INTERRUPTED]

@@ -23,7 +23,7 @@ from core.history import JobHistory, MetricHistory, SeededState, StoredIndex
 from core.parse import FileSpan, MessageSummary
 from core.rank_windows import RankWindows
 from core.records import Alert, MetricObservation
-from core.runs import MetricValue, RankedEvent, RunAccumulator, RunResult
+from core.runs import MetricValue, RankedEvent, RunAccumulator, RunPart, RunResult
 from core.stalls import StallWatch
 from core.triage import AlertLedger, RaisedAlert, TriageItem
 from core.vocabulary import AlertKind, RunStatus
@@ -104,6 +104,18 @@ window_histories = st.builds(
     st.dictionaries(names, st.lists(names, max_size=2), max_size=2), st.dictionaries(names, names, max_size=2),
     st.dictionaries(names, names, max_size=2))
 
+def run_accumulator(test, run, tags, events, first_time, world_size) -> RunAccumulator:
+    accumulator = RunAccumulator(test, run)
+    accumulator.ranks = {0: tags}
+    accumulator.events = events
+    accumulator.first_time, accumulator.last_time, accumulator.world_size = first_time, first_time, world_size
+    return accumulator
+
+
+run_parts = st.builds(RunPart, st.builds(
+    run_accumulator, names, names, st.dictionaries(names, tag_aggregates, max_size=2),
+    st.lists(ranked_events, max_size=2), floats, st.none() | st.integers(1, 8)))
+
 STRATEGIES: Dict[type, Any] = {
     WindowPoint: window_points,
     WindowResult: window_results,
@@ -116,6 +128,7 @@ STRATEGIES: Dict[type, Any] = {
     TagAggregate: tag_aggregates,
     wire.Event: wire_events,
     MessageSummary: message_summaries,
+    RunPart: run_parts,
     FileSpan: file_spans,
     MetricValue: metric_values,
     RankedEvent: ranked_events,

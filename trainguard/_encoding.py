@@ -26,8 +26,6 @@ import json
 import math
 import operator
 from array import array
-from bisect import bisect_left, bisect_right
-from itertools import accumulate
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from . import _columns, wire
@@ -400,44 +398,16 @@ class MessageEncoder:
         if not (set(map(type, values)) == _FLOAT and math.isfinite(sum(values)) and set(map(type, times)) == _FLOAT
                 and step_types in (_NONE, _INT)):
             return None
+        ms = list(map(int, map(_TIMES_1000, times)))
+        if min(ms) < _MIN_MS or max(ms) >= _MAX_MS:
+            return None
+        if step_types == _INT and (min(steps) < 0 or max(steps) > wire.MAX_STEP):
+            return None
         heads = [self._column_head_of(tag) for tag in tags[:period]]
         if None in heads:
             return None
-        n = len(points)
-        # Times (and steps) in order, as a loop logs them, change at few points: the columns are written from
-        # where they change (found by bisection), with no per-point work; else from every point's value.
-        ms_runs = None
-        if sorted(times) == list(times):
-            first, last = _ms_of(times[0]), _ms_of(times[-1])
-            if first < _MIN_MS or last >= _MAX_MS:
-                return None
-            if (last - first) * period * _RUNS_COST <= n:
-                ms_runs = _time_runs(times, first, last)
-        if ms_runs is None:
-            ms = list(map(int, map(_TIMES_1000, times)))
-            if min(ms) < _MIN_MS or max(ms) >= _MAX_MS:
-                return None
-        step_runs = None
-        if step_types == _INT:
-            if sorted(steps) == list(steps):
-                first, last = steps[0], steps[-1]
-                if first < 0 or last > wire.MAX_STEP:
-                    return None
-                if (last - first) * period * _RUNS_COST <= n:
-                    step_runs = _int_runs(steps, first, last)
-            elif min(steps) < 0 or max(steps) > wire.MAX_STEP:
-                return None
-        columns = []
-        for k, head in enumerate(heads):
-            length = (n - k + period - 1) // period
-            column_steps: Any = None
-            if step_types == _INT:
-                column_steps = (steps[k::period] if step_runs is None
-                                else _column_runs(steps[0], step_runs, k, period, length))
-            column_ms = (ms[k::period] if ms_runs is None  # type: ignore[possibly-undefined]
-                         else _column_runs(_ms_of(times[0]), ms_runs, k, period, length))
-            columns.append(_Column(head, values[k::period], column_steps, column_ms))
-        return columns
+        return [_Column(head, values[k::period], None if step_types == _NONE else steps[k::period], ms[k::period])
+                for k, head in enumerate(heads)]  # type: ignore[arg-type]
 
     def _grouped_columns(self, points: Sequence[Sequence[Any]], events: List[Dict[str, Any]],
                          pause: Optional[Callable[[], None]], pause_every: int) -> List[_Column]:
@@ -551,160 +521,35 @@ class MessageEncoder:
 
 _FLOAT, _INT, _NONE = frozenset((float,)), frozenset((int,)), frozenset((type(None),))
 _TIMES_1000 = (1000.0).__mul__  # time * 1000, as v1 computes it (float multiplication commutes exactly)
-_RUNS_COST = 4  # a change of a sorted column costs about as much as this many points written one by one
-_NEGATIVE_ZERO = array("d", (-0.0,)).tobytes()
-_VALUE_SAMPLE = 32  # values a column looks at for repeats before it writes each distinct value once
-
-
-def _ms_of(time: float) -> int:
-    """A time's milliseconds, as ``int(_TIMES_1000(time))``."""
-    return int(time * 1000.0)
-
-
-def _time_runs(times: Sequence[float], first: int, last: int) -> List[Tuple[int, int]]:
-    """Where sorted times change millisecond, from ``first`` to ``last`` (theirs): (index, new ms) in order."""
-    runs = []
-    n = len(times)
-    i, ms = 0, first
-    while ms < last:
-        # the first time of a later millisecond: bisected in C near (ms + 1) / 1000, then set exact
-        j = bisect_left(times, (ms + 1) / 1000.0, i)
-        while j > i and _ms_of(times[j - 1]) > ms:
-            j -= 1
-        while j < n and _ms_of(times[j]) <= ms:
-            j += 1
-        i, ms = j, _ms_of(times[j])
-        runs.append((i, ms))
-    return runs
-
-
-def _int_runs(numbers: Sequence[int], first: int, last: int) -> List[Tuple[int, int]]:
-    """Where sorted integers change value, from ``first`` to ``last`` (theirs): (index, new value) in order."""
-    runs = []
-    i, value = 0, first
-    while value < last:
-        i = bisect_right(numbers, value, i)
-        value = numbers[i]
-        runs.append((i, value))
-    return runs
-
-
-class _Runs:
-    """A column of non-decreasing integers (steps or times in ms) as its first value and its changes:
-    ``changes`` are (position, delta) in order, every other delta is 0; ``last`` is its last value."""
-    __slots__ = ("first", "changes", "length", "last")
-
-    def __init__(self, first: int, changes: List[Tuple[int, int]], length: int, last: int):
-        self.first, self.changes, self.length, self.last = first, changes, length, last
-
-    def text(self) -> str:
-        """The column delta-encoded, as ``"%d,"`` joins ``_columns.deltas`` of its values."""
-        parts = [str(self.first)]
-        previous = 0
-        for position, delta in self.changes:
-            parts.append(",0" * (position - previous - 1))
-            parts.append(f",{delta}")
-            previous = position
-        parts.append(",0" * (self.length - 1 - previous))
-        return "".join(parts)
-
-    def tolist(self) -> List[int]:
-        deltas = [0] * self.length
-        deltas[0] = self.first
-        for position, delta in self.changes:
-            deltas[position] = delta
-        return list(accumulate(deltas))
-
-
-def _column_runs(first: int, runs: List[Tuple[int, int]], k: int, period: int, length: int) -> _Runs:
-    """Column ``k`` (indices k, k + period, ...: ``length`` of them) of a non-decreasing sequence that starts
-    at ``first`` and changes as ``runs`` (index, new value) say."""
-    value = first
-    r, count = 0, len(runs)
-    while r < count and runs[r][0] <= k:
-        value = runs[r][1]
-        r += 1
-    start = value
-    changes = []
-    pending, pending_value = 0, value  # (0: none) a change to the column's value at position ``pending``
-    for index in range(r, count):
-        at, new = runs[index]
-        position = (at - k + period - 1) // period
-        if position >= length:
-            break
-        if position != pending and pending:
-            changes.append((pending, pending_value - value))
-            value = pending_value
-        pending, pending_value = position, new
-    if pending:
-        changes.append((pending, pending_value - value))
-        value = pending_value
-    return _Runs(start, changes, length, value)
-
-
-def _values_json(values: Sequence[float]) -> Tuple[str, bool]:
-    """A column's float values written (comma-separated) and whether they are all float32 (then written to 9
-    significant digits, else by ``repr``). When most of them repeat (a learning rate, an epoch, a batch
-    size), each distinct value is checked and written once."""
-    n = len(values)
-    if n > _VALUE_SAMPLE and len(set(values[:_VALUE_SAMPLE])) * 4 <= _VALUE_SAMPLE * 3:
-        distinct = list(dict.fromkeys(values))
-        # (0.0 and -0.0 are one key with two texts: one by one below if a -0.0 may be there)
-        if len(distinct) * 2 <= n and (0.0 not in distinct or _NEGATIVE_ZERO not in array("d", values).tobytes()):
-            f32 = array("f", distinct).tolist() == distinct
-            fmt = "%.9g," if f32 else "%r,"
-            texts = dict(zip(distinct, ((fmt * len(distinct))[:-1] % tuple(distinct)).split(",")))
-            return ",".join(map(texts.__getitem__, values)), f32
-    # every value a float32? (array('f') turns one past its range into inf, which differs)
-    if array("f", values).tolist() == list(values):
-        if 0.0 in values:  # "-0" would read back as 0
-            return ",".join(map(_columns.f32_text, values)), True
-        # One %-format over the whole slice is a third cheaper than a str.join over map(format, values).
-        return ("%.9g," * n)[:-1] % tuple(values), True
-    return ("%r," * n)[:-1] % tuple(values), False
-
-
-def _deltas_text(numbers: Sequence[int]) -> str:
-    """``_columns.deltas(numbers)`` comma-separated; one delta repeated (a step each point, a time a
-    millisecond apart) is written without formatting each."""
-    deltas = _columns.deltas(numbers)
-    n = len(deltas)
-    if n > 2 and (deltas.count(deltas[1]) == n or (deltas[0] != deltas[1] and deltas.count(deltas[1]) == n - 1)):
-        return f"{deltas[0]:d}" + f",{deltas[1]:d}" * (n - 1)
-    return ("%d," * n)[:-1] % tuple(deltas)
 
 
 class _Column:
-    """One tag's valid points, validated and in order, written a slice at a time. ``steps`` (None without
-    any) and ``ms`` are lists, or ``_Runs`` when sorted (made lists if a message takes part of the column)."""
+    """One tag's valid points, validated and in order, written a slice at a time."""
     __slots__ = ("head", "values", "steps", "ms")
 
-    def __init__(self, head: str, values: Sequence[float], steps: Any, ms: Any):
+    def __init__(self, head: str, values: Sequence[float], steps: Optional[Sequence[Optional[int]]],
+                 ms: List[int]):
         self.head, self.values, self.steps, self.ms = head, values, steps, ms
 
     def json(self, start: int, most: int) -> Tuple[str, int, int]:
         """The column object of points ``start`` to at most ``start + most``: (JSON, points, latest ms)."""
         end = min(start + most, len(self.values))
-        whole = start == 0 and end == len(self.values)
-        if not whole:
-            if type(self.ms) is _Runs:
-                self.ms = self.ms.tolist()
-            if type(self.steps) is _Runs:
-                self.steps = self.steps.tolist()
         values = self.values[start:end]
+        ms = self.ms[start:end]
         n = end - start
-        text, f32 = _values_json(values)
-        head = f'{self.head}"f32":true,"values":[{text}]' if f32 else f'{self.head}"values":[{text}]'
-        steps = self.steps
-        if type(steps) is _Runs:
-            head += f',"steps":[{steps.text()}]'
-        elif steps is not None:
-            steps = steps[start:end]
+        # One %-format over the whole slice is a third cheaper than a str.join over map(format, values).
+        # every value a float32? (array('f') turns one past its range into inf, which differs)
+        if array("f", values).tolist() == list(values):
+            text = ("%.9g," * n)[:-1] % tuple(values)
+            if 0.0 in values:  # "-0" would read back as 0
+                text = ",".join(map(_columns.f32_text, values))
+            head = f'{self.head}"f32":true,"values":[{text}]'
+        else:
+            head = f'{self.head}"values":[{("%r," * n)[:-1] % tuple(values)}]'
+        if self.steps is not None:
+            steps = self.steps[start:end]
             if None not in steps:
-                head += f',"steps":[{_deltas_text(steps)}]'  # type: ignore[arg-type]
+                head += f',"steps":[{("%d," * n)[:-1] % tuple(_columns.deltas(steps))}]'  # type: ignore[arg-type]
             elif steps.count(None) < n:  # (a slice without any step leaves them out)
                 head += f',"steps":[{",".join("null" if s is None else str(s) for s in _columns._step_deltas(steps))}]'
-        if type(self.ms) is _Runs:
-            return f'{head},"ms":[{self.ms.text()}]}}', n, self.ms.last
-        ms = self.ms[start:end]
-        return f'{head},"ms":[{_deltas_text(ms)}]}}', n, max(ms)
+        return f'{head},"ms":[{("%d," * n)[:-1] % tuple(_columns.deltas(ms))}]}}', n, max(ms)

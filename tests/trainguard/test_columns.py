@@ -236,11 +236,3 @@ def test_any_columns_parse_or_are_rejected_with_a_reason(columns):
     for point in parsed.points:
         assert wire._parse_point(wire.point_dict(point[0], point[1], point[3], point[2])) == point
 
-
-@given(st.lists(st.integers(-3, 3), min_size=1, max_size=12), st.integers(0, 5))
-def test_step_and_time_deltas_are_written_as_the_reference_writes_them(increments, first):
-    from trainguard import _columns, _encoding
-
-    for numbers in ([1, 2, 4, 5], [1, 2, 3], [2, 3, 5, 6], [first, *(first + sum(increments[:i + 1]) for i in
-                                                                    range(len(increments)))]):
-        assert _encoding._deltas_text(numbers) == ",".join(map(str, _columns.deltas(numbers)))

@@ -163,46 +163,44 @@ class AssembleRunFn(beam.DoFn):
             finalize_timer.set(Timestamp.of(finalize_at))
 
     def _add_part(self, part: RunAccumulator, timestamp, accumulator_state, finalized, finalize_timer):
-        """Takes messages a bounded replay took into their run before the shuffle (``PreAssembleRunsFn``)."""
-        source = f"run:{part.test}/{part.run}"
-        if finalized.read():  # cannot happen: a bounded input is read whole before its timers fire
-            yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
-                "late: run already finalized", record_payload(part.to_state()), source, float(timestamp)))
-            return
-        accumulator = accumulator_state.read() or RunAccumulator(part.test, part.run)
-        try:
-            overflow = accumulator.absorb(part)  # takes copies: the element's object is never changed
-            finalize_at = accumulator.finalize_at(self.lifecycle)
-        except Exception as error:  # noqa: BLE001 - what cannot be taken is a dead letter, not a crash
-            yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
-                failure_reason("assemble run", error), record_payload(part.to_state()), source, float(timestamp)))
-            return
-        yield from events_over_the_limit(overflow, source, float(timestamp))
-        accumulator_state.write(accumulator)
-        finalize_timer.set(Timestamp.of(finalize_at))
+        """Takes messages a bounded replay took into their run before the shuffle (``PreAssembleRunsFn``), after
+        what the run holds (its events first, as if they had come one by one)."""
+        yield from self._merge(part, False, "assemble run", float(timestamp), accumulator_state, finalized,
+                               finalize_timer)
 
     def _resume(self, stored: RunAccumulator, accumulator_state, finalized, finalize_timer):
-        """A run a drained job left open: its stored state joins what this job has of it, and its timer is set
-        again (a run that never hears from its trainer again still ends, as ``missing``, at its own timeout).
-        Its element comes from the seed, at the start of time: its dead letters have no time."""
-        source = f"run:{stored.test}/{stored.run}"
-        if finalized.read():  # cannot happen while the seed holds the watermark back; never re-opens a run
+        """A run a drained job left open: its stored state joins what this job has of it (its events first), and
+        its timer is set again (a run that never hears from its trainer again still ends, as ``missing``, at its
+        own timeout). Its element comes from the seed, at the start of time: its dead letters have no time."""
+        if (yield from self._merge(stored, True, "resume run", None, accumulator_state, finalized, finalize_timer)):
+            self.runs_resumed.inc()
+
+    def _merge(self, other: RunAccumulator, older: bool, step: str, at: Optional[float], accumulator_state,
+               finalized, finalize_timer):
+        """Merges another accumulator of the run into its state (``older``: before what the state holds) and
+        sets its timer; returns whether it did. What cannot be merged is a dead letter of ``step``."""
+        source = f"run:{other.test}/{other.run}"
+        if finalized.read():  # cannot happen: a seed holds the watermark back, a bounded input is read whole first
             yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
-                "late: run already finalized", record_payload(stored.to_state()), source, None))
-            return
+                "late: run already finalized", record_payload(other.to_state()), source, at))
+            return False
         current = accumulator_state.read()
-        accumulator = copy.deepcopy(stored)  # the seed's object may be shared: never change it
         try:
-            overflow = [] if current is None else accumulator.absorb(current)
+            if older:
+                accumulator = copy.deepcopy(other)  # the element's object may be shared: never change it
+                overflow = [] if current is None else accumulator.absorb(current)
+            else:
+                accumulator = current or RunAccumulator(other.test, other.run)
+                overflow = accumulator.absorb(other)  # takes copies of what it keeps
             finalize_at = accumulator.finalize_at(self.lifecycle)
-        except Exception as error:  # noqa: BLE001 - a state that cannot be resumed is a dead letter, not a crash
+        except Exception as error:  # noqa: BLE001 - what cannot be merged is a dead letter, not a crash
             yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
-                failure_reason("resume run", error), record_payload(stored.to_state()), source, None))
-            return
-        yield from events_over_the_limit(overflow, source, None)
-        self.runs_resumed.inc()
+                failure_reason(step, error), record_payload(other.to_state()), source, at))
+            return False
+        yield from events_over_the_limit(overflow, source, at)
         accumulator_state.write(accumulator)
         finalize_timer.set(Timestamp.of(finalize_at))
+        return True
 
     @on_timer(FINALIZE)
     def finalize(self, key=beam.DoFn.KeyParam, fired_at=beam.DoFn.TimestampParam,

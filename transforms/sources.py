@@ -53,7 +53,7 @@ class ReadPubSubMessages(beam.PTransform):
 
 
 class ReadLinesFn(beam.DoFn):
-    """A file name -> RawMessage per line; with a progress id, counts the file.
+    r"""A file name -> RawMessage per line; with a progress id, counts the file.
 
     Lines are read as bytes, so that invalid UTF-8 reaches the dead-letter
     output with its bytes intact; ``\n`` and ``\r\n`` end a line, as for

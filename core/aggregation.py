@@ -38,10 +38,8 @@ class TagAggregate:
     def of_batch(values: List[float], times: List[float], steps: List[int]) -> TagAggregate:
         """Aggregates of one batch of points of a tag (all lists the same length)."""
         # Each extreme is found by C-speed list methods; only a tie (e.g. 0.0 and -0.0, or two points at the
-        # same time and step) walks the points to break it on content.
-        low, high = min(values), max(values)
-        moments = list(zip(times, steps))
-        latest = max(moments)
+        # same time) walks the points to break it on content.
+        low, high, latest = min(values), max(values), max(times)
         if values.count(low) == 1:
             i = values.index(low)
             smallest = (low, _sign(low), times[i], steps[i])
@@ -52,11 +50,11 @@ class TagAggregate:
             largest = (high, _sign(high), -times[i], -steps[i])
         else:
             largest = max((v, _sign(v), -t, -s) for v, t, s in zip(values, times, steps) if v == high)
-        if moments.count(latest) == 1:
-            value = values[moments.index(latest)]
-            final = (*latest, value, _sign(value))
+        if times.count(latest) == 1:
+            i = times.index(latest)
+            final = (latest, steps[i], values[i], _sign(values[i]))
         else:
-            final = max((t, s, v, _sign(v)) for v, t, s in zip(values, times, steps) if (t, s) == latest)
+            final = max((t, s, v, _sign(v)) for v, t, s in zip(values, times, steps) if t == latest)
         return TagAggregate(count=len(values), units=exact_batch_units(values), min=smallest, max=largest,
                             final=final)
 

@@ -9,10 +9,10 @@ cross a shuffle.
 from __future__ import annotations
 
 import dataclasses
-from typing import Collection, Dict, List, NamedTuple, Optional, Tuple
+from typing import Collection, Dict, List, NamedTuple, Optional, Tuple, Union
 
 from core.aggregation import NO_STEP, TagAggregate
-from core.config import TestConfig, ranks_matter
+from core.config import Configs, TestConfig, ranks_matter
 from core.registry import record, register
 from trainguard import wire
 
@@ -99,7 +99,8 @@ def summarize(message: wire.Message, payload: bytes, config: TestConfig,
             reached = [(t, s) for v, t, s in zip(values, times, steps) if v >= tta.accuracy_threshold]
             if reached:
                 aggregate.first_reach = min(reached)
-    times = [*(p[3] for p in message.points), *(e.time for e in message.events)]
+    times = list(map(wire.POINT_TIME, message.points))
+    times += [e.time for e in message.events]
     windowed = config.windows.tags
     # Live windows follow rank 0 (a message without a rank counts as rank 0's), but for the tags whose
     # windows need every rank (a reduction across ranks, or a straggler check): see README "Distributed jobs".
@@ -108,6 +109,16 @@ def summarize(message: wire.Message, payload: bytes, config: TestConfig,
     return MessageSummary(message.id, message.test, message.run, tags, message.events,
                           min(times), max(times), b"" if span is not None else payload, window_points,
                           message.rank, message.world_size, span)
+
+
+def summarize_again(source: Union[FileSpan, bytes], configs: Configs) -> MessageSummary:
+    """The summary of a message summarized before, from where it can be read again (its replay-file span, or its
+    payload): the same as the first time, since validation and the test's config depend on the payload and its
+    event time only. Raises ``wire.InvalidMessage`` if the source no longer holds a valid message."""
+    span = source if isinstance(source, FileSpan) else None
+    payload = source if isinstance(source, bytes) else source.read()
+    message, _ = wire.parse_message(payload)
+    return summarize(message, payload, configs.for_test(message.test, message.event_time), span)
 
 
 def _columns_by_tag(points: Tuple[wire.Point, ...],

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Collection, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from core.aggregation import TagAggregate, step_or_none
 from core.config import TIME_TO_ACCURACY_METRIC, TOTAL_WALL_TIME_METRIC, MetricCollectionConfig, TestConfig
@@ -374,8 +374,42 @@ class RunAccumulator:
 @dataclasses.dataclass
 class RunPart:
     """Messages of one run taken into an accumulator before the shuffle to run assembly (a bounded replay does
-    it per bundle, so that one element per run and bundle crosses the shuffle instead of one per message)."""
+    it per bundle, so that one element per run and bundle crosses the shuffle instead of one per message).
+
+    ``messages``: each message taken, by id, in the order taken: where to read it again (its replay-file
+    ``FileSpan``, or its payload) and, when the part could not keep all of its events, how many it kept. Read
+    again only when another part of the run already took a message of the same id (the same message delivered
+    twice, in two bundles): the part is then taken without it (``without``).
+    """
     accumulator: RunAccumulator
+    messages: Dict[str, Tuple[Any, Optional[int]]] = dataclasses.field(default_factory=dict)
+
+    def take(self, summary: MessageSummary) -> List[wire.Event]:
+        """Adds a message not taken yet (``RunAccumulator.add``, all or nothing); returns its events over the
+        limit."""
+        overflow = self.accumulator.add(summary)
+        source = summary.payload if summary.payload_span is None else summary.payload_span
+        self.messages[summary.id] = (source, len(summary.events) - len(overflow) if overflow else None)
+        return overflow
+
+    def without(self, taken: Collection[str], summary_of: Callable[[Any], MessageSummary]
+                ) -> Tuple[RunPart, List[Tuple[Any, Exception]]]:
+        """The part as if it had not taken the messages whose ids are in ``taken``: its other messages, each
+        summarized again from its source by ``summary_of`` and given no more events than the part kept of it,
+        plus (source, error) of those that cannot be taken again (e.g. a replay file changed since)."""
+        part = RunPart(RunAccumulator(self.accumulator.test, self.accumulator.run))
+        failed = []
+        for message_id, (source, kept_events) in self.messages.items():
+            if message_id in taken:
+                continue
+            try:
+                summary = summary_of(source)
+                if kept_events is not None:
+                    summary = dataclasses.replace(summary, events=summary.events[:kept_events])
+                part.take(summary)  # fewer messages than the part held: no events over the limit
+            except Exception as error:  # noqa: BLE001 - one message's failure is that message's
+                failed.append((source, error))
+        return part, failed
 
 
 def interrupt(result: RunResult, at: float, open_run: str) -> RunResult:

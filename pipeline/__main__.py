@@ -1,6 +1,25 @@
+import atexit
+import os
 import sys
 
 from pipeline.main import main
 
+
+def exit_now(code: int) -> None:
+    """Ends the process as ``sys.exit`` would, without the interpreter's teardown.
+
+    Everything a run writes is closed by the time ``main`` returns, and the exit handlers still run (logging's
+    flush, multiprocessing's clean-up); what is skipped is freeing every module and object one by one (Beam's,
+    gRPC's, DuckDB's, the pipeline's): 0.3 s of a 2 s replay of a small file. Under a profiler or a tracer
+    (cProfile, coverage), which write their results at teardown, it exits as usual.
+    """
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

@@ -90,10 +90,11 @@ class DetectRegressions(beam.PTransform):
                    | "SkipStoredActions" >> SkipStoredActions(stored))
         summarized, unsummarized = messages | "Summarize" >> SummarizeMessages(settings.configs)
         # Streaming: messages of stored runs are dead letters, and runs a drain cuts short are stored as
-        # interrupted (job_history only), to be resumed from the seed by the next job.
-        unique = summarized | "Deduplicate" >> DeduplicateMessages(settings.lifecycle.dedup_horizon_seconds,
-                                                                   forget=settings.streaming)
-        summaries, stored_run_messages = unique | "SkipStoredRuns" >> SkipStoredRuns(
+        # interrupted (job_history only), to be resumed from the seed by the next job. A bounded replay
+        # de-duplicates as it assembles runs (AssembleRunPartsFn) and windows (LiveWindows).
+        if settings.streaming:
+            summarized = summarized | "Deduplicate" >> DeduplicateMessages(settings.lifecycle.dedup_horizon_seconds)
+        summaries, stored_run_messages = summarized | "SkipStoredRuns" >> SkipStoredRuns(
             stored, dead_letter=settings.streaming)
         runs, late_messages, interrupted = summaries | "AssembleRuns" >> AssembleRuns(
             settings.configs, settings.lifecycle, seed, interruptions=settings.streaming,
@@ -104,7 +105,7 @@ class DetectRegressions(beam.PTransform):
         run_alerts, failed_runs = runs | "CheckRuns" >> CheckJobHistory(
             settings.configs, seed, settings.streaming, bucket)
         window_rows, window_alerts, late_points = (summaries, runs, actions) | "LiveWindows" >> LiveWindows(
-            settings.configs, settings.lifecycle, seed, settings.streaming)
+            settings.configs, settings.lifecycle, seed, settings.streaming, deduplicate=not settings.streaming)
         raised = (run_alerts, metric_alerts, window_alerts) | "AllAlerts" >> beam.Flatten()
         alert_rows, alert_updates, failed_alerts = (raised, actions) | "Triage" >> TriageAlerts(
             settings.configs, seed, settings.streaming, bucket)

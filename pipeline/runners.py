@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import sys
+import weakref
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner, worker_handlers
+from apache_beam.transforms import userstate
 
 
 def local_batch_runner() -> FnApiRunner:
@@ -20,7 +24,35 @@ def local_batch_runner() -> FnApiRunner:
     with ``--max_cache_memory_usage_mb``.)
     """
     worker_handlers.STATE_CACHE_SIZE_MB = 0
+    remember_dofn_specs()
     return FnApiRunner()
+
+
+def remember_dofn_specs() -> None:
+    """Makes Beam work out each DoFn's state and timer specs once per DoFn object instead of about nine times.
+
+    ``userstate.get_dofn_specs`` takes the signature of every method of the DoFn; Beam calls it at construction,
+    validation, translation and in each stage's worker, 540 times for the replay's 63 ParDos: 0.2 s of its 2 s
+    start-up. Its answer depends on the object's methods only, which do not change once it is made, so it is
+    kept per object (weakly, so that DoFns still go when their pipeline goes). Idempotent.
+    """
+    if hasattr(userstate.get_dofn_specs, "remembered"):
+        return
+    compute = userstate.get_dofn_specs
+    specs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    @functools.wraps(compute)
+    def get_dofn_specs(dofn):
+        try:
+            state_specs, timer_specs = specs[dofn]
+        except (KeyError, TypeError):  # TypeError: an object that cannot be weakly referenced or hashed
+            state_specs, timer_specs = found = compute(dofn)
+            with contextlib.suppress(TypeError):
+                specs[dofn] = found
+        return set(state_specs), set(timer_specs)  # Beam's callers get sets of their own, as before
+
+    get_dofn_specs.remembered = specs  # type: ignore[attr-defined]
+    userstate.get_dofn_specs = get_dofn_specs
 
 
 BUNDLE_BASED_BATCH_WARNING = (

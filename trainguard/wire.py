@@ -22,8 +22,10 @@ of its message.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+import operator
 import uuid
 
 try:  # 3x faster decoding where available (it comes with apache-beam); the stdlib is the fallback
@@ -73,6 +75,7 @@ MAX_WORLD_SIZE = 1 << 20  # workers of one run
 # A point is a plain tuple (tag, value, step, time): a million of them per replay
 # are built and compared, and plain tuples are several times cheaper than named ones.
 Point = Tuple[str, float, Optional[int], float]
+POINT_TIME = operator.itemgetter(3)  # a Point's time
 
 
 class Event(NamedTuple):
@@ -134,8 +137,7 @@ class Message(NamedTuple):
         """The latest point or event time: the message's place in event time."""
         if self.triage is not None:
             return self.triage.time
-        times = [p[3] for p in self.points] + [e.time for e in self.events]
-        return max(times)
+        return max(itertools.chain(map(POINT_TIME, self.points), (e.time for e in self.events)))
 
 
 class Rejection(NamedTuple):

@@ -17,6 +17,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from core import encoding
 from core.config import Configs
+from core.parse import FileSpan, summarize_again
 from core.records import dead_letter_row, failure_reason, record_payload
 from core.runs import RunAccumulator, RunLifecycle, RunPart, interrupt
 from core.schema import DEAD_LETTER
@@ -136,9 +137,6 @@ class AssembleRunFn(beam.DoFn):
         if isinstance(summary, RunAccumulator):
             yield from self._resume(summary, accumulator_state, finalized, finalize_timer)
             return
-        if isinstance(summary, RunPart):
-            yield from self._add_part(summary.accumulator, timestamp, accumulator_state, finalized, finalize_timer)
-            return
         if finalized.read():
             yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
                 "late: run already finalized", summary.raw_payload(), f"run:{test}/{run}", float(timestamp)))
@@ -161,12 +159,6 @@ class AssembleRunFn(beam.DoFn):
             finalize_backfill_timer.set(Timestamp.of(self.clock() + self.lifecycle.backfill_quiet_seconds))
         else:
             finalize_timer.set(Timestamp.of(finalize_at))
-
-    def _add_part(self, part: RunAccumulator, timestamp, accumulator_state, finalized, finalize_timer):
-        """Takes messages a bounded replay took into their run before the shuffle (``PreAssembleRunsFn``), after
-        what the run holds (its events first, as if they had come one by one)."""
-        yield from self._merge(part, False, "assemble run", float(timestamp), accumulator_state, finalized,
-                               finalize_timer)
 
     def _resume(self, stored: RunAccumulator, accumulator_state, finalized, finalize_timer):
         """A run a drained job left open: its stored state joins what this job has of it (its events first), and
@@ -302,24 +294,28 @@ class AssembleRunOrBackfillFn(AssembleRunFn):
 
 
 class PreAssembleRunsFn(beam.DoFn):
-    """((test, run), MessageSummary) -> ((test, run), RunPart) per run and bundle, and dead-letter rows.
+    """MessageSummary -> ((test, run), RunPart) per run and bundle, and dead-letter rows.
 
     A bounded replay's messages are taken into their runs' accumulators before the shuffle to run assembly,
     as ``AssembleRunFn`` would take them one by one (a message that fails is dead-lettered alone, events over
     the limit too): the shuffle, which a batch runner holds whole in memory, then carries one element per run
-    and bundle instead of one per message. Not for a streaming job, whose runs end while messages still come.
+    and bundle instead of one per message. A message whose id the bundle already brought for its run is the
+    same message delivered again: it is not taken twice (``AssembleRunPartsFn`` does the same across bundles).
+    Not for a streaming job, whose runs end while messages still come.
     """
 
     def start_bundle(self):
         self._parts = {}
 
-    def process(self, element, timestamp=beam.DoFn.TimestampParam, window=beam.DoFn.WindowParam):
-        (test, run), summary = element
+    def process(self, summary, timestamp=beam.DoFn.TimestampParam, window=beam.DoFn.WindowParam):
+        test, run = summary.test, summary.run
         part = self._parts.get((test, run))
         if part is None:
-            part = self._parts[(test, run)] = [RunAccumulator(test, run), timestamp, window]
+            part = self._parts[(test, run)] = [RunPart(RunAccumulator(test, run)), timestamp, window]
+        if summary.id in part[0].messages:
+            return
         try:
-            overflow = part[0].add(summary)  # all or nothing
+            overflow = part[0].take(summary)  # all or nothing
         except Exception as error:  # noqa: BLE001 - one message's failure is that message's, not the run's
             yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, assembly_failure(summary, test, run, float(timestamp),
                                                                               error))
@@ -328,9 +324,44 @@ class PreAssembleRunsFn(beam.DoFn):
         part[1] = max(part[1], timestamp)
 
     def finish_bundle(self):
-        for key, (accumulator, latest, window) in self._parts.items():
-            yield WindowedValue((key, RunPart(accumulator)), latest, [window])
+        for key, (part, latest, window) in self._parts.items():
+            yield WindowedValue((key, part), latest, [window])
         self._parts = {}
+
+
+class AssembleRunPartsFn(AssembleRunFn):
+    """``AssembleRunFn`` of a bounded replay: its input is ``RunPart``s (``PreAssembleRunsFn``), and it is where
+    the replay de-duplicates messages, by id within their run.
+
+    The ids a run has taken are kept in its state; a part that brings one of them again (the same message in
+    two bundles, e.g. a log shipped twice) is taken without it (``RunPart.without``: its other messages read
+    again from their files and summarized as before). So a replay keeps the ids of its runs (tens of bytes a
+    message; a batch runner finalizes runs once the input is read, then the job ends) instead of a keyed state
+    per message, and the rows are those of de-duplicating first.
+    """
+
+    MESSAGE_IDS = ReadModifyWriteStateSpec("message_ids", RecordCoder())
+
+    def process(self, element, timestamp=beam.DoFn.TimestampParam,
+                accumulator_state=beam.DoFn.StateParam(AssembleRunFn.ACCUMULATOR),
+                finalized=beam.DoFn.StateParam(AssembleRunFn.FINALIZED),
+                message_ids=beam.DoFn.StateParam(MESSAGE_IDS),
+                finalize_timer=beam.DoFn.TimerParam(AssembleRunFn.FINALIZE)):
+        (test, run), part = element
+        if not isinstance(part, RunPart):  # a run a drained job left open
+            yield from self._add(element, timestamp, accumulator_state, finalized, finalize_timer)
+            return
+        taken = message_ids.read() or set()
+        if not taken.isdisjoint(part.messages):
+            part, failed = part.without(taken, lambda source: summarize_again(source, self.configs))
+            for source, error in failed:
+                yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
+                    failure_reason("assemble run", error), source.read() if isinstance(source, FileSpan) else source,
+                    f"run:{test}/{run}", float(timestamp)))
+        if (yield from self._merge(part.accumulator, False, "assemble run", float(timestamp), accumulator_state,
+                                   finalized, finalize_timer)):
+            taken.update(part.messages)
+            message_ids.write(taken)
 
 
 def _open_runs(seed):
@@ -350,19 +381,22 @@ class AssembleRuns(beam.PTransform):
                  interruptions: bool = False, clock: Optional[Callable[[], float]] = None,
                  backfills: bool = False, bounded: bool = False):
         super().__init__()
-        self.fn = (AssembleRunOrBackfillFn if backfills else AssembleRunFn)(configs, lifecycle, interruptions, clock)
+        if bounded and backfills:
+            raise ValueError("a bounded replay has no back-fills")
+        fn = AssembleRunPartsFn if bounded else AssembleRunOrBackfillFn if backfills else AssembleRunFn
+        self.fn = fn(configs, lifecycle, interruptions, clock)
         self.seed = seed
         self.bounded = bounded
 
     def expand(self, messages):
         keyed = beam.typehints.KV[beam.typehints.Tuple[str, str], AnyRecord]
-        inputs = (messages
-                  | "KeyByRun" >> beam.Map(lambda m: ((m.test, m.run), m)).with_output_types(keyed))
         early_dead_letters = None
         if self.bounded:  # see PreAssembleRunsFn
-            parts = inputs | "PreAssemble" >> beam.ParDo(PreAssembleRunsFn()).with_output_types(keyed).with_outputs(
+            parts = messages | "PreAssemble" >> beam.ParDo(PreAssembleRunsFn()).with_output_types(keyed).with_outputs(
                 DEAD_LETTER.name, main="parts")
             inputs, early_dead_letters = parts.parts, parts[DEAD_LETTER.name]
+        else:
+            inputs = messages | "KeyByRun" >> beam.Map(lambda m: ((m.test, m.run), m)).with_output_types(keyed)
         if self.seed is not None:
             resumed = self.seed | "OpenRuns" >> beam.FlatMap(_open_runs).with_output_types(keyed)
             inputs = (inputs, resumed) | "MessagesAndOpenRuns" >> beam.Flatten().with_output_types(keyed)

@@ -81,7 +81,7 @@ class ReadLinesFn(beam.DoFn):
                 start, offset = offset, offset + len(line)
                 if line.endswith(b"\n"):
                     line = line[:-2] if line.endswith(b"\r\n") else line[:-1]
-                if line.strip() != b"":
+                if line and not line.isspace():
                     yield RawMessage(line, source, None, FileSpan(path, start, len(line)) if path else None)
 
 

@@ -29,6 +29,7 @@ from core.windows import TagWindows, Window, WindowPoint, WindowResult, window_a
 from trainguard import wire
 from transforms.coders import RecordCoder
 from transforms.ordered import bucket_end
+from transforms.parse import DeduplicateMessages
 from transforms.rank_windows import CombineRankWindows
 from transforms.window_checks import CheckWindows
 
@@ -316,21 +317,27 @@ class WindowRunFn(beam.DoFn):
 
 
 class LiveWindows(beam.PTransform):
-    """(de-duplicated MessageSummary, RunResult, TriageItem) -> (metric_windows rows, window alerts, late points).
+    """(MessageSummary, RunResult, TriageItem) -> (metric_windows rows, window alerts, late points).
 
     ``seed`` (the one-element PCollection of the start-up ``HistorySeed``) carries
     the step-aligned history of earlier invocations, each key's to that key.
 
     Only tests with a ``window_config`` cost anything: other messages carry no
-    window points and are dropped before the shuffle.
+    window points and are dropped before the shuffle. ``deduplicate``: the
+    summaries may hold a message twice (a bounded replay de-duplicates while
+    assembling runs, ``AssembleRunPartsFn``), so those of windowed tests are
+    de-duplicated here first; a streaming job de-duplicates every message
+    before this.
     """
 
-    def __init__(self, configs: Configs, lifecycle: RunLifecycle, seed, streaming: bool = False):
+    def __init__(self, configs: Configs, lifecycle: RunLifecycle, seed, streaming: bool = False,
+                 deduplicate: bool = False):
         super().__init__()
         self.configs = configs
         self.fn = WindowRunFn(configs, lifecycle, streaming)
         self.seed = seed
         self.streaming = streaming
+        self.deduplicate = deduplicate
 
     def expand(self, inputs):
         summaries, runs, actions = inputs
@@ -343,8 +350,11 @@ class LiveWindows(beam.PTransform):
                 return False
             return not summary.rank or any(ranks_matter(config, tag) for tag in config.windows.tags)
 
-        windowed = (summaries
-                    | "OfWindowedTests" >> beam.Filter(windowed_rank)
+        windowed = summaries | "OfWindowedTests" >> beam.Filter(windowed_rank)
+        if self.deduplicate:
+            windowed = windowed | "Deduplicate" >> DeduplicateMessages(self.fn.lifecycle.dedup_horizon_seconds,
+                                                                       forget=False)
+        windowed = (windowed
                     | "KeyByRun" >> beam.Map(lambda s: ((s.test, s.run, effective_rank(s.rank)), s)).with_output_types(
                         beam.typehints.KV[beam.typehints.Tuple[str, str, int], MessageSummary])
                     | "Windows" >> beam.ParDo(self.fn).with_outputs(ALERTS.name, DEAD_LETTER.name, main="results"))

@@ -1,3 +1,5 @@
+import dataclasses
+import json
 import math
 
 from hypothesis import given, settings
@@ -5,7 +7,7 @@ from hypothesis import strategies as st
 
 from core.config import MetricCollectionConfig, TestConfig, TimeToAccuracy
 from core.parse import summarize
-from core.runs import RunAccumulator, RunLifecycle
+from core.runs import RunAccumulator, RunLifecycle, RunPart
 from core.stats import exact_batch_units, exact_mean, exact_units
 from core.vocabulary import RunStatus
 from tests.support import T0
@@ -140,3 +142,27 @@ def test_result_is_identical_for_any_order_and_batching(points, rng, batch):
     assert shuffled == reference
     for m in shuffled.metrics:  # bit-identical, not merely close
         assert math.copysign(1, m.value) == math.copysign(1, dict((x.name, x.value) for x in reference.metrics)[m.name])
+
+
+def test_a_part_without_some_messages_is_the_part_of_the_others_keeping_no_more_events_than_it_did(monkeypatch):
+    monkeypatch.setattr(RunAccumulator, "MAX_EVENTS", 4)
+    messages = [msg([("loss", 3.0, 0, T0)], [started()], mid="a"),
+                msg([("loss", 1.0, 1, T0 + 1)], [("note", T0 + 1, {}), ("note", T0 + 2, {})], mid="b"),
+                msg([("loss", 2.0, 2, T0 + 2)], [("note", T0 + 3, {}), ("note", T0 + 4, {})], mid="c")]
+    payloads = {m.id: json.dumps(m.id).encode() for m in messages}  # a source: any bytes summary_of knows
+    by_payload = {payloads[m.id]: summarize(m, payloads[m.id], ALL) for m in messages}
+    part = RunPart(RunAccumulator("t", "r"))
+    overflow = [event for m in messages for event in part.take(by_payload[payloads[m.id]])]
+    assert [e.time for e in overflow] == [T0 + 4] and part.messages["c"] == (payloads["c"], 1)
+
+    rest, failed = part.without({"b"}, by_payload.__getitem__)
+    expected = RunPart(RunAccumulator("t", "r"))
+    expected.take(by_payload[payloads["a"]])
+    expected.take(dataclasses.replace(by_payload[payloads["c"]], events=by_payload[payloads["c"]].events[:1]))
+    assert failed == [] and list(rest.messages) == ["a", "c"]
+    assert rest.accumulator.to_state() == expected.accumulator.to_state()
+    assert [e.time for e in rest.accumulator.events] == [T0, T0 + 3]  # c's second event was a dead letter already
+
+    unreadable, failed = part.without({"a"}, lambda source: by_payload[source] if source != payloads["b"] else 1 / 0)
+    assert list(unreadable.messages) == ["c"] and [(s, type(e)) for s, e in failed] == [(payloads["b"],
+                                                                                          ZeroDivisionError)]

@@ -11,11 +11,16 @@ as workers would (no step writes the store: ``sinks/staging.py``).
 
 import os
 
+import apache_beam as beam
 import pytest
+from apache_beam.transforms import userstate
 
 from pipeline.main import main
+from pipeline.runners import local_batch_runner, remember_dofn_specs
 from sinks.duckdb_store import DUCKDB_SQL, DuckDBStore
 from tests.pipeline.test_streaming import table_rows
+from tests.transforms.support import detect
+from tests.transforms.test_containment import SETTINGS
 
 
 def replay_rows(where, *runner):
@@ -110,3 +115,25 @@ def test_the_project_installed_from_its_wheel_replays_on_worker_processes_outsid
                           cwd=where, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert outputs_in(where) == fn_api_rows
+
+
+def test_beam_works_out_each_dofns_state_and_timer_specs_once_and_gets_the_same_answer():
+    remember_dofn_specs()  # again: idempotent
+    remembered = userstate.get_dofn_specs
+    compute = remembered.__wrapped__
+    assert not hasattr(compute, "remembered")
+    pipeline = beam.Pipeline(runner=local_batch_runner())
+    detect(pipeline | beam.Create([]), SETTINGS)
+    dofns = []
+
+    class ParDos(beam.pipeline.PipelineVisitor):
+        def visit_transform(self, applied):
+            if isinstance(applied.transform, beam.ParDo):
+                dofns.append(applied.transform.fn)
+
+    pipeline.visit(ParDos())
+    assert len(dofns) > 30 and any(compute(fn)[1] for fn in dofns)  # timers among them
+    for fn in dofns:
+        assert remembered(fn) == compute(fn) and fn in remembered.remembered
+        remembered(fn)[0].add("a caller's own change")
+        assert remembered(fn) == compute(fn)

@@ -3,17 +3,23 @@ one element per run crosses it instead of one per message, and the rows are the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 
 import apache_beam as beam
+from apache_beam.transforms.window import GlobalWindow, TimestampedValue
+from apache_beam.utils.timestamp import Timestamp
 
+from core.parse import FileSpan, summarize
 from core.runs import RunAccumulator, RunLifecycle
+from core.schema import DEAD_LETTER
 from tests.support import T0
 from tests.transforms.support import batch_pipeline, configs, finished, gather, raw, started
 from tests.transforms.test_containment import CONFIG, suite
+from trainguard import wire
 from transforms.parse import ParseMessages, SummarizeMessages
-from transforms.runs import AssembleRuns
+from transforms.runs import AssembleRunPartsFn, AssembleRuns, PreAssembleRunsFn
 
 
 def chatty_run() -> list:
@@ -47,3 +53,81 @@ def test_runs_assembled_before_the_shuffle_give_the_same_results_and_dead_letter
     assert dead == before_dead and len(dead) > 0
     assert {json.loads(row)["reason"] for row in dead} == {
         f"too many events in run (limit {RunAccumulator.MAX_EVENTS})"}
+
+
+def summaries_of(messages: list) -> list:
+    """The MessageSummary of each raw message, as the replay's parse and summarize steps make them."""
+    config_set = configs(cifar=CONFIG)
+    result = []
+    for message in messages:
+        parsed, _ = wire.parse_message(message.payload)
+        result.append(summarize(parsed, message.payload, config_set.for_test(parsed.test, parsed.event_time),
+                                message.span))
+    return result
+
+
+def pre_assembled(bundles: list) -> tuple:
+    """The keyed parts and dead-letter rows ``PreAssembleRunsFn`` makes of each bundle of summaries."""
+    fn = PreAssembleRunsFn()
+    parts, dead_letters = [], []
+    for bundle in bundles:
+        fn.start_bundle()
+        for summary in bundle:
+            for out in fn.process(summary, Timestamp.of(summary.last_time), GlobalWindow()):
+                dead_letters.append(out.value)
+        parts += [windowed.value for windowed in fn.finish_bundle()]
+    return parts, dead_letters
+
+
+def assemble_parts(parts: list) -> tuple:
+    with batch_pipeline() as p:
+        outputs = (p | beam.Create(parts, reshuffle=False)
+                   | beam.Map(lambda keyed: TimestampedValue(keyed, keyed[1].accumulator.last_time))
+                   | beam.ParDo(AssembleRunPartsFn(configs(cifar=CONFIG), RunLifecycle(grace_seconds=10))).with_outputs(
+                       DEAD_LETTER.name, main="runs"))
+        results = gather(outputs.runs | beam.Map(repr), "runs")
+        dead_letters = gather(outputs[DEAD_LETTER.name] | beam.Map(json.dumps, sort_keys=True), "dead")
+    return sorted(results), sorted(dead_letters)
+
+
+def written_to(path, messages: list) -> list:
+    """The messages as a replay file's lines, each with the span it lies at (its summary keeps no payload)."""
+    spans, offset = [], 0
+    with open(path, "wb") as f:
+        for message in messages:
+            f.write(message.payload + b"\n")
+            spans.append(FileSpan(str(path), offset, len(message.payload)))
+            offset += len(message.payload) + 1
+    return [dataclasses.replace(message, span=span) for message, span in zip(messages, spans)]
+
+
+def test_a_message_in_two_bundles_counts_once(tmp_path):
+    messages = suite() + chatty_run()
+    random.Random(3).shuffle(messages)
+    once_runs, once_dead = assemble(messages, bounded=False)
+    filed = written_to(tmp_path / "replay.jsonl", messages)
+    summaries = summaries_of(filed)
+    # Three bundles that overlap: every message is in one or two of them, and one bundle has a message twice.
+    third = len(summaries) // 3
+    bundles = [summaries[:2 * third], summaries[third:] + summaries[third:third + 2], summaries[:third:2]]
+    parts, early_dead = pre_assembled(bundles)
+    assert len(parts) > 6 and any(len(part.messages) < len(part.accumulator.events) + 100 for _, part in parts)
+    runs, dead = assemble_parts(parts)
+    assert runs == once_runs and len(runs) == 6
+    # Events over a run's limit are dead letters once whichever part took them first (the pre-assembly's
+    # dead letters count events of parts later taken without their repeated messages too: at least as many).
+    reasons = {json.loads(row)["reason"] for row in dead + [json.dumps(row) for row in early_dead]}
+    assert reasons == {f"too many events in run (limit {RunAccumulator.MAX_EVENTS})"} and len(once_dead) > 0
+
+
+def test_a_repeated_message_whose_file_changed_is_a_dead_letter_not_a_crash(tmp_path):
+    messages = [m for m in suite() if "run-0" in m.payload.decode()]
+    filed = written_to(tmp_path / "replay.jsonl", messages)
+    summaries = summaries_of(filed)
+    parts, _ = pre_assembled([summaries[:2], summaries[1:]])  # summaries[1] is in both
+    (tmp_path / "replay.jsonl").write_bytes(b"")
+    runs, dead = assemble_parts(parts)
+    assert len(runs) == 1
+    rows = [json.loads(row) for row in dead]
+    assert rows and all(row["reason"].startswith("error in assemble run: InvalidMessage") for row in rows), rows
+    assert all("could not be read again" in row["payload"] for row in rows)

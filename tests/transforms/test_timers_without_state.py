@@ -26,7 +26,7 @@ from transforms.history import _JobMachine, _MetricMachine
 from transforms.ordered import in_event_time_order
 from transforms.parse import _FirstPerKeyFn
 from transforms.rank_windows import _RankWindowMachine
-from transforms.runs import AssembleRunFn, AssembleRunOrBackfillFn
+from transforms.runs import AssembleRunFn, AssembleRunOrBackfillFn, AssembleRunPartsFn
 from transforms.triage import _LedgerMachine
 from transforms.window_checks import _WindowCheckMachine
 from transforms.windows import WindowRunFn
@@ -43,6 +43,7 @@ STATEFUL_DOFNS = {
     "first per key (dedup)": (_FirstPerKeyFn(beam.utils.timestamp.Duration(seconds=86400)), "message-id"),
     "run assembly": (AssembleRunFn(CONFIGS, LIFECYCLE, interruptions=True), ("t", "r")),
     "run assembly with back-fills": (AssembleRunOrBackfillFn(CONFIGS, LIFECYCLE, interruptions=True), ("t", "r")),
+    "run assembly of a replay's parts": (AssembleRunPartsFn(CONFIGS, LIFECYCLE), ("t", "r")),
     "live windows": (WindowRunFn(CONFIGS, LIFECYCLE, streaming=True), ("t", "r", 0)),
 }
 

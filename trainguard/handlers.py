@@ -3,8 +3,8 @@
 ``WireHandler`` holds everything shared by the Pub/Sub and JSONL handlers;
 subclasses only supply a transport (something with ``send`` and ``close``).
 
-The training thread's cost is one call appending a tuple to a deque (no lock,
-no encoding, no I/O); see ``WireHandler.stream_adder``. A daemon thread
+The training thread's cost is one call extending a list by a point's four
+entries (no lock, no encoding, no I/O); see ``WireHandler.stream_adder``. A daemon thread
 batches, encodes and sends (at high rates several messages per send, see
 ``PublisherConfig.linger_ms``). Memory is bounded twice: ``max_buffered_points``
 values waiting to be encoded (newer values are dropped and counted when it is
@@ -427,7 +427,7 @@ class WireHandler(MetricHandler):
         wait = self._latency_s / 2
         if self.outbox:
             wait = min(wait, max(self.outbox.retry_at - now, self.outbox.send_at - now, 0.0))
-        if self.intake.points and self._test is not None:
+        if self.intake.point_count() and self._test is not None:
             wait = min(wait, max(self._points_due_in(), 0.0))
         return max(wait, MIN_WAIT_S)
 
@@ -443,7 +443,7 @@ class WireHandler(MetricHandler):
         a full message may linger in the outbox (``linger_ms``, never past its oldest point's latency) for
         others to share its Publish request."""
         intake = self.intake
-        n = len(intake.points)
+        n = intake.point_count()
         if not (n or intake.events):
             return
         due_in = self._points_due_in() if n else 0.0
@@ -469,7 +469,7 @@ class WireHandler(MetricHandler):
                         return
                     batch = intake.take_points(min(chunk, n - start))
                     events = intake.take_events() if last else ()  # events travel with the last points
-                    for message in self._encoder.encode(batch, events, pause=_yield_gil):
+                    for message in self._encoder.encode_flat(batch, events, pause=_yield_gil):
                         self.outbox.add(message, 0.0 if events else send_by)
         finally:
             self._encoding = False

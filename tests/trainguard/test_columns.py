@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import json
 import struct
 
@@ -10,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support import T0
-from trainguard import wire
+from trainguard import _encoding, wire
 from trainguard._encoding import MessageEncoder
 
 T0_MS = int(T0 * 1000)
@@ -120,6 +122,103 @@ def test_non_finite_and_invalid_values_are_refused_as_in_v1():
     assert [p for m in parsed for p in m.points] == [("loss", 1.0, 2, T0)]
     assert [e.type for m in parsed for e in m.events] == ["nonfinite_value"]
     assert (encoder.counters.nonfinite_points, encoder.counters.invalid_points) == (1, 4)
+
+
+def encode_with_writer(dumps, batch, max_points, schema=wire.SCHEMA_V1_1):
+    """The messages of ``batch`` with the number lists written by ``dumps`` (None: %-formatting)."""
+    saved = _encoding._compiled_dumps
+    _encoding._compiled_dumps = dumps
+    try:
+        ids = iter(f"m{i}" for i in range(10_000))
+        encoder = MessageEncoder("t", "r", max_points=max_points, schema=schema)
+        return encoder.encode(batch, next_id=lambda: next(ids)), encoder.counters
+    finally:
+        _encoding._compiled_dumps = saved
+
+
+# float64 values whose repr and orjson spell differently (1e-05 / 0.00001, 2.5e-07 / 2.5e-7), alongside the rest
+small_exponents = st.sampled_from([1e-05, 2.5e-07, -5.517992275155738e-05, 5e-324, 1e-07, 1.7976931348623157e308, 1e16])
+writer_batches = st.one_of(points, loops, dense_loops, st.lists(st.tuples(tags, small_exponents, steps, times),
+                                                                 min_size=1, max_size=40))
+
+
+def compiled_writers():
+    """The compiled number writers importable here (``_encoding._compiled_writer`` takes the first)."""
+    writers = []
+    for module, name in (("orjson", "dumps"), ("msgspec.json", "encode")):
+        with contextlib.suppress(ImportError):
+            writers.append(pytest.param(getattr(importlib.import_module(module), name), id=module))
+    return writers
+
+
+@pytest.mark.parametrize("dumps", compiled_writers())
+@settings(max_examples=300, deadline=None)
+@given(batch=writer_batches, max_points=st.sampled_from([1, 7, 1000]))
+def test_a_compiled_number_writer_sends_the_same_points(dumps, batch, max_points):
+    compiled, compiled_counters = encode_with_writer(dumps, batch, max_points)
+    plain, plain_counters = encode_with_writer(None, batch, max_points)
+    assert [(m.points, m.events, m.attributes) for m in compiled] == [(m.points, m.events, m.attributes) for m in plain]
+    for a, b in zip(compiled, plain):
+        assert json.loads(a.payload) == json.loads(b.payload)
+        points_a, points_b = parsed_points([a]), parsed_points([b])
+        assert points_a == points_b
+        assert [struct.pack("<d", p[1]) for p in points_a] == [struct.pack("<d", p[1]) for p in points_b]  # -0.0
+    assert (compiled_counters.invalid_points, compiled_counters.nonfinite_points) == (
+        plain_counters.invalid_points, plain_counters.nonfinite_points)
+
+
+def test_the_compiled_number_writer_is_used_where_installed():
+    writers = compiled_writers()
+    if not writers:
+        pytest.skip("neither orjson nor msgspec is importable")
+    assert _encoding._compiled_dumps is writers[0].values[0]
+    calls = []
+
+    def dumps(obj):
+        calls.append(obj)
+        return writers[0].values[0](obj)
+
+    batch = [("lr", [1e-05, 2e-05, 3e-05][i % 3], i, T0 + i * 0.001) for i in range(10)]
+    [message], _ = encode_with_writer(dumps, batch, 1000)
+    assert len(calls) == 3  # values, steps and ms
+    assert b'"values":[0.00001,0.00002,0.00003,' in message.payload
+    [plain], _ = encode_with_writer(None, batch, 1000)
+    assert b'"values":[1e-05,2e-05,3e-05,' in plain.payload
+
+
+bad_points = st.sampled_from([("", 1.0, None, T0), ("loss", float("nan"), 3, T0), ("loss", "1.5", None, T0),
+                              ("loss", 1.0, -1, T0), ("loss", 1.0, 2.5, T0), ("loss", 1.0, None, float("nan")),
+                              ("loss", 1.0, None, float("inf")), ("loss", 1.0, None, 12.0), (["x"], 1.0, None, T0)])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(points, loops, dense_loops).flatmap(lambda batch: st.lists(bad_points, max_size=3).flatmap(
+    lambda bad: st.permutations(batch + bad))), st.sampled_from(wire.SCHEMAS), st.sampled_from([1, 30, 1000]))
+def test_flat_points_encode_as_the_same_points_as_tuples(batch, schema, max_points):
+    """``encode_flat`` (what the handler's intake hands over) writes byte for byte what ``encode`` does."""
+    ids = iter(f"m{i}" for i in range(20_000))
+    from_tuples = MessageEncoder("t", "r", max_points=max_points, schema=schema)
+    from_flat = MessageEncoder("t", "r", max_points=max_points, schema=schema)
+    expected = from_tuples.encode(batch, next_id=lambda: next(ids))
+    ids = iter(f"m{i}" for i in range(20_000))
+    got = from_flat.encode_flat([x for point in batch for x in point], next_id=lambda: next(ids))
+    assert [(m.payload, m.attributes, m.points, m.events) for m in got] == [
+        (m.payload, m.attributes, m.points, m.events) for m in expected]
+    assert (from_flat.counters.invalid_points, from_flat.counters.nonfinite_points) == (
+        from_tuples.counters.invalid_points, from_tuples.counters.nonfinite_points)
+
+
+@pytest.mark.parametrize("schema", wire.SCHEMAS)
+@pytest.mark.parametrize("bad_time", [float("nan"), float("inf"), float("-inf")])
+def test_a_non_finite_time_is_refused_with_its_point_not_raised(schema, bad_time):
+    # a training loop's batch (the encoder's vectorized path) with one point's time broken
+    batch = [("loss", 1.0 + i, i, T0 + i * 0.001) for i in range(6)]
+    batch[3] = ("loss", 4.0, 3, bad_time)
+    encoder = MessageEncoder("t", "r", schema=schema)
+    for encode in (encoder.encode, lambda b: encoder.encode_flat([x for p in b for x in p])):
+        points = parsed_points(encode(batch))
+        assert [p[2] for p in points] == [0, 1, 2, 4, 5]
+    assert encoder.counters.invalid_points == 2
 
 
 def columns_message(*columns, schema=wire.SCHEMA_V1_1, **fields):

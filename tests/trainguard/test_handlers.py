@@ -20,7 +20,7 @@ from tests.trainguard.support import (
     run_python,
     wait_until,
 )
-from trainguard import outbox
+from trainguard import outbox, wire
 from trainguard.metrics.api import MetricData
 
 FAR = 60_000.0  # a max_latency_ms that never fires during a test
@@ -121,7 +121,7 @@ def test_buffer_is_bounded_and_drops_are_counted(handlers):
     high_water = 0
     for i in range(20_000):
         stream.add_value("x", float(i), step=i)
-        high_water = max(high_water, len(handler.intake.points))
+        high_water = max(high_water, handler.intake.point_count())
     assert high_water <= 1000
     transport.unblocked.set()
     assert handler.flush(timeout=20)
@@ -204,6 +204,20 @@ def test_training_code_never_sees_an_exception(handlers, tmp_path):
     assert sorted(p.value for p in points_of(parse_all(jsonl_payloads(path)))) == [1.5, 2.0]
     stats = handler.stats()
     assert stats.points_nonfinite == 1 and stats.points_invalid == 5 + 5 + 1 + 2
+
+
+@pytest.mark.parametrize("schema", wire.SCHEMAS)
+def test_a_point_with_a_non_finite_time_is_counted_invalid_and_the_thread_goes_on(handlers, tmp_path, schema):
+    path = str(tmp_path / "m.jsonl")
+    handler = handlers.jsonl(path, max_latency_ms=FAR, schema=schema)
+    for step, time in enumerate((float("nan"), float("inf"), 1_790_000_000.0)):
+        handler.add_point("loss", 1.0 + step, step, time)
+    assert handler.flush(timeout=20)
+    handler.add_point("loss", 5.0, 5, 1_790_000_001.0)
+    assert handler.flush(timeout=20)  # the background thread is still there
+    assert [(p.value, p.step) for p in points_of(parse_all(jsonl_payloads(path)))] == [(3.0, 2), (5.0, 5)]
+    stats = handler.stats()
+    assert (stats.points_invalid, stats.points_nonfinite, stats.points_delivered) == (2, 0, 2)
 
 
 def test_emit_keeps_the_metric_data_timestamp_and_step(handlers, tmp_path):

@@ -39,6 +39,14 @@ class FileSpan(NamedTuple):
                 f"could not be read again: {problem})").encode()
 
 
+PayloadSource = Union[FileSpan, bytes]  # where a payload can be had: its replay-file span, or its bytes
+
+
+def payload_of(source: PayloadSource) -> bytes:
+    """The payload a source holds (a span is read again: ``FileSpan.read``)."""
+    return source if isinstance(source, bytes) else source.read()
+
+
 @record("RawMessage")
 @dataclasses.dataclass(frozen=True)
 class RawMessage:
@@ -82,9 +90,14 @@ class MessageSummary:
     world_size: Optional[int] = None
     payload_span: Optional[FileSpan] = None
 
+    @property
+    def payload_source(self) -> PayloadSource:
+        """Where the payload the message came in can be had: its replay-file span, else the payload itself."""
+        return self.payload if self.payload_span is None else self.payload_span
+
     def raw_payload(self) -> bytes:
         """The payload the message came in, read again from its replay file if it is not carried."""
-        return self.payload if self.payload_span is None else self.payload_span.read()
+        return payload_of(self.payload_source)
 
 
 def summarize(message: wire.Message, payload: bytes, config: TestConfig,
@@ -111,12 +124,12 @@ def summarize(message: wire.Message, payload: bytes, config: TestConfig,
                           message.rank, message.world_size, span)
 
 
-def summarize_again(source: Union[FileSpan, bytes], configs: Configs) -> MessageSummary:
+def summarize_again(source: PayloadSource, configs: Configs) -> MessageSummary:
     """The summary of a message summarized before, from where it can be read again (its replay-file span, or its
     payload): the same as the first time, since validation and the test's config depend on the payload and its
     event time only. Raises ``wire.InvalidMessage`` if the source no longer holds a valid message."""
     span = source if isinstance(source, FileSpan) else None
-    payload = source if isinstance(source, bytes) else source.read()
+    payload = payload_of(source)
     message, _ = wire.parse_message(payload)
     return summarize(message, payload, configs.for_test(message.test, message.event_time), span)
 

@@ -14,7 +14,7 @@ from typing import Any, Callable, Collection, Dict, List, NamedTuple, Optional, 
 
 from core.aggregation import TagAggregate, step_or_none
 from core.config import TIME_TO_ACCURACY_METRIC, TOTAL_WALL_TIME_METRIC, MetricCollectionConfig, TestConfig
-from core.parse import MessageSummary
+from core.parse import MessageSummary, PayloadSource
 from core.registry import record
 from core.stats import mean_and_pstdev
 from core.vocabulary import RunStatus
@@ -382,23 +382,22 @@ class RunPart:
     twice, in two bundles): the part is then taken without it (``without``).
     """
     accumulator: RunAccumulator
-    messages: Dict[str, Tuple[Any, Optional[int]]] = dataclasses.field(default_factory=dict)
+    messages: Dict[str, Tuple[PayloadSource, Optional[int]]] = dataclasses.field(default_factory=dict)
 
     def take(self, summary: MessageSummary) -> List[wire.Event]:
         """Adds a message not taken yet (``RunAccumulator.add``, all or nothing); returns its events over the
         limit."""
         overflow = self.accumulator.add(summary)
-        source = summary.payload if summary.payload_span is None else summary.payload_span
-        self.messages[summary.id] = (source, len(summary.events) - len(overflow) if overflow else None)
+        self.messages[summary.id] = (summary.payload_source, len(summary.events) - len(overflow) if overflow else None)
         return overflow
 
-    def without(self, taken: Collection[str], summary_of: Callable[[Any], MessageSummary]
-                ) -> Tuple[RunPart, List[Tuple[Any, Exception]]]:
+    def without(self, taken: Collection[str], summary_of: Callable[[PayloadSource], MessageSummary]
+                ) -> Tuple[RunPart, List[Tuple[PayloadSource, Exception]]]:
         """The part as if it had not taken the messages whose ids are in ``taken``: its other messages, each
         summarized again from its source by ``summary_of`` and given no more events than the part kept of it,
         plus (source, error) of those that cannot be taken again (e.g. a replay file changed since)."""
         part = RunPart(RunAccumulator(self.accumulator.test, self.accumulator.run))
-        failed = []
+        failed: List[Tuple[PayloadSource, Exception]] = []
         for message_id, (source, kept_events) in self.messages.items():
             if message_id in taken:
                 continue

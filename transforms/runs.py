@@ -17,7 +17,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from core import encoding
 from core.config import Configs
-from core.parse import FileSpan, summarize_again
+from core.parse import payload_of, summarize_again
 from core.records import dead_letter_row, failure_reason, record_payload
 from core.runs import RunAccumulator, RunLifecycle, RunPart, interrupt
 from core.schema import DEAD_LETTER
@@ -356,8 +356,7 @@ class AssembleRunPartsFn(AssembleRunFn):
             part, failed = part.without(taken, lambda source: summarize_again(source, self.configs))
             for source, error in failed:
                 yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
-                    failure_reason("assemble run", error), source.read() if isinstance(source, FileSpan) else source,
-                    f"run:{test}/{run}", float(timestamp)))
+                    failure_reason("assemble run", error), payload_of(source), f"run:{test}/{run}", float(timestamp)))
         if (yield from self._merge(part.accumulator, False, "assemble run", float(timestamp), accumulator_state,
                                    finalized, finalize_timer)):
             taken.update(part.messages)

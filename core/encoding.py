@@ -51,6 +51,7 @@ from core.registry import (  # noqa: F401 - the registry's names, re-exported fo
 )
 
 FORMAT_VERSION = 1
+PACK_BUFFER_BYTES = 4096  # msgpack grows its buffer as needed; its default (256 KiB) is a large allocation per value
 
 
 class Ext(enum.IntEnum):
@@ -91,7 +92,11 @@ class _Encoder:
 
     msgpack packs what it has a type for itself and hands everything else to :meth:`default`, which turns it
     into an array led by a mark (an empty-ish extension value, one object per kind or type, never allocated
-    per value) for msgpack to pack in turn."""
+    per value) for msgpack to pack in turn.
+
+    The packer lives for one :meth:`pack` only: it holds ``self.default``, so an encoder holding its packer
+    would be a reference cycle, and every encoding's buffer would wait for the garbage collector's cyclic
+    passes (hundreds of them alive at once in a replay: tens of MiB)."""
 
     def __init__(self, registry: Registry):
         self.registry = registry
@@ -99,11 +104,14 @@ class _Encoder:
         self.marks: Dict[type, Any] = {}        # per type met: its record mark
         self.getters: Dict[type, Callable[[Any], Tuple[Any, ...]]] = {}
         self.state_fields: Dict[type, Tuple[str, ...]] = {}
-        self.packer = msgpack.Packer(default=self.default, use_bin_type=True, strict_types=True,
-                                     unicode_errors="surrogatepass")
+
+    def pack(self, value: Any) -> bytes:
+        packer = msgpack.Packer(default=self.default, use_bin_type=True, strict_types=True,
+                                unicode_errors="surrogatepass", buf_size=PACK_BUFFER_BYTES)
+        return packer.pack(value)  # type: ignore[no-any-return]
 
     def encode(self, value: Any) -> bytes:
-        body = self.packer.pack(value)
+        body = self.pack(value)
         return msgpack.packb([FORMAT_VERSION, self.table, body], use_bin_type=True)  # type: ignore[no-any-return]
 
     def mark(self, cls: type, entry: RecordType, fields: Optional[Tuple[str, ...]]) -> Any:
@@ -151,7 +159,7 @@ class _Encoder:
         """A set's items in a deterministic order: sorted, by their own encoding where they do not sort."""
         if _totally_ordered(items):
             return sorted(items)
-        return sorted(items, key=lambda item: _Encoder(self.registry).packer.pack(item))
+        return sorted(items, key=lambda item: _Encoder(self.registry).pack(item))
 
 
 def _totally_ordered(items: Any) -> bool:

@@ -7,14 +7,16 @@ run ends in event time is set by one ``RunLifecycle``.
 
 from __future__ import annotations
 
+import array
 import copy
 import dataclasses
 import json
-from typing import Any, Callable, Collection, Dict, List, NamedTuple, Optional, Sequence, Tuple
+import sys
+from typing import Any, Callable, Collection, Dict, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from core.aggregation import TagAggregate, step_or_none
 from core.config import TIME_TO_ACCURACY_METRIC, TOTAL_WALL_TIME_METRIC, MetricCollectionConfig, TestConfig
-from core.parse import MessageSummary, PayloadSource
+from core.parse import FileSpan, MessageSummary, PayloadSource
 from core.registry import record
 from core.stats import mean_and_pstdev
 from core.vocabulary import RunStatus
@@ -370,26 +372,97 @@ class RunAccumulator:
         return metrics, per_rank
 
 
-@record("RunPart")
-@dataclasses.dataclass
+def _part_v1_to_v2(fields: Dict[str, Any]) -> Dict[str, Any]:
+    """A version-1 part's ``messages`` ({id: (source, events kept or None)}) in version 2's packed columns."""
+    part = RunPart(fields["accumulator"])
+    for message_id, (source, kept) in fields.get("messages", {}).items():
+        part.note_taken(message_id, source, kept)
+    return part.to_state()
+
+
+@record("RunPart", version=2, upgrades={1: _part_v1_to_v2})
 class RunPart:
     """Messages of one run taken into an accumulator before the shuffle to run assembly (a bounded replay does
     it per bundle, so that one element per run and bundle crosses the shuffle instead of one per message).
 
-    ``messages``: each message taken, by id, in the order taken: where to read it again (its replay-file
-    ``FileSpan``, or its payload) and, when the part could not keep all of its events, how many it kept. Read
-    again only when another part of the run already took a message of the same id (the same message delivered
-    twice, in two bundles): the part is then taken without it (``without``).
+    For each message taken, in the order taken: its id (``ids``), where to read it again and, when the part
+    could not keep all of its events, how many it kept. Read again only when another part of the run already
+    took a message of the same id (the same message delivered twice, in two bundles): the part is then taken
+    without it (``without``). Where to read them is packed (``_columns``: file index, offset, length and events
+    kept, four int64 a message; the files named once in ``files``; a payload not in a replay file in
+    ``payloads``): a batch runner holds every part at once, and a span, a path and a tuple per message were
+    most of a part's bytes.
     """
-    accumulator: RunAccumulator
-    messages: Dict[str, Tuple[PayloadSource, Optional[int]]] = dataclasses.field(default_factory=dict)
+
+    def __init__(self, accumulator: RunAccumulator, ids: Optional[List[str]] = None,
+                 files: Optional[List[str]] = None, columns: bytes = b"",
+                 payloads: Optional[Dict[int, bytes]] = None):
+        self.accumulator = accumulator
+        self.ids: List[str] = ids if ids is not None else []
+        self.files: List[str] = files if files is not None else []
+        self._columns = array.array("q")
+        self._columns.frombytes(columns)
+        if sys.byteorder != "little":
+            self._columns.byteswap()
+        self.payloads: Dict[int, bytes] = payloads if payloads is not None else {}
+        self._taken: Optional[Set[str]] = None  # ids as a set, made when first asked
+
+    def to_state(self) -> Dict[str, Any]:
+        columns = self._columns
+        if sys.byteorder != "little":
+            columns = array.array("q", columns)
+            columns.byteswap()
+        return {"accumulator": self.accumulator, "ids": self.ids, "files": self.files,
+                "columns": columns.tobytes(), "payloads": self.payloads}
+
+    @classmethod
+    def from_state(cls, state: Dict[str, Any]) -> RunPart:
+        return cls(state["accumulator"], state.get("ids", []), state.get("files", []), state.get("columns", b""),
+                   state.get("payloads", {}))
+
+    def __repr__(self) -> str:
+        return f"RunPart({self.accumulator.test!r}, {self.accumulator.run!r}, {len(self.ids)} messages)"
+
+    def has(self, message_id: str) -> bool:
+        """Whether the part took a message of this id."""
+        if self._taken is None:
+            self._taken = set(self.ids)
+        return message_id in self._taken
 
     def take(self, summary: MessageSummary) -> List[wire.Event]:
         """Adds a message not taken yet (``RunAccumulator.add``, all or nothing); returns its events over the
         limit."""
         overflow = self.accumulator.add(summary)
-        self.messages[summary.id] = (summary.payload_source, len(summary.events) - len(overflow) if overflow else None)
+        self.note_taken(summary.id, summary.payload_source, len(summary.events) - len(overflow) if overflow else None)
         return overflow
+
+    def note_taken(self, message_id: str, source: PayloadSource, kept_events: Optional[int]) -> None:
+        """Records a message as taken (its summary already in the accumulator): its id, where to read it again
+        and how many of its events were kept (None: all)."""
+        index = len(self.ids)
+        self.ids.append(message_id)
+        if self._taken is not None:
+            self._taken.add(message_id)
+        kept = -1 if kept_events is None else kept_events
+        if isinstance(source, FileSpan):
+            files = self.files
+            file = len(files) - 1 if files and files[-1] == source.path else -1
+            if file < 0:
+                file = files.index(source.path) if source.path in files else len(files)
+                if file == len(files):
+                    files.append(source.path)
+            self._columns.extend((file, source.offset, source.length, kept))
+        else:
+            self.payloads[index] = source
+            self._columns.extend((-1, 0, 0, kept))
+
+    def sources(self) -> Iterator[Tuple[str, PayloadSource, Optional[int]]]:
+        """(id, where to read it again, events kept or None: all) of each message taken, in the order taken."""
+        columns = self._columns
+        for index, message_id in enumerate(self.ids):
+            file, offset, length, kept = columns[4 * index:4 * index + 4]
+            source = self.payloads[index] if file < 0 else FileSpan(self.files[file], offset, length)
+            yield message_id, source, None if kept < 0 else kept
 
     def without(self, taken: Collection[str], summary_of: Callable[[PayloadSource], MessageSummary]
                 ) -> Tuple[RunPart, List[Tuple[PayloadSource, Exception]]]:
@@ -398,7 +471,7 @@ class RunPart:
         plus (source, error) of those that cannot be taken again (e.g. a replay file changed since)."""
         part = RunPart(RunAccumulator(self.accumulator.test, self.accumulator.run))
         failed: List[Tuple[PayloadSource, Exception]] = []
-        for message_id, (source, kept_events) in self.messages.items():
+        for message_id, source, kept_events in self.sources():
             if message_id in taken:
                 continue
             try:

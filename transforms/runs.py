@@ -312,7 +312,7 @@ class PreAssembleRunsFn(beam.DoFn):
         part = self._parts.get((test, run))
         if part is None:
             part = self._parts[(test, run)] = [RunPart(RunAccumulator(test, run)), timestamp, window]
-        if summary.id in part[0].messages:
+        if part[0].has(summary.id):
             return
         try:
             overflow = part[0].take(summary)  # all or nothing
@@ -352,14 +352,14 @@ class AssembleRunPartsFn(AssembleRunFn):
             yield from self._add(element, timestamp, accumulator_state, finalized, finalize_timer)
             return
         taken = message_ids.read() or set()
-        if not taken.isdisjoint(part.messages):
+        if not taken.isdisjoint(part.ids):
             part, failed = part.without(taken, lambda source: summarize_again(source, self.configs))
             for source, error in failed:
                 yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
                     failure_reason("assemble run", error), payload_of(source), f"run:{test}/{run}", float(timestamp)))
         if (yield from self._merge(part.accumulator, False, "assemble run", float(timestamp), accumulator_state,
                                    finalized, finalize_timer)):
-            taken.update(part.messages)
+            taken.update(part.ids)
             message_ids.write(taken)
 
 

@@ -6,7 +6,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.config import MetricCollectionConfig, TestConfig, TimeToAccuracy
-from core.parse import summarize
+from core.encoding import decode, encode
+from core.parse import FileSpan, summarize
+from core.registry import REGISTRY
 from core.runs import RunAccumulator, RunLifecycle, RunPart
 from core.stats import exact_batch_units, exact_mean, exact_units
 from core.vocabulary import RunStatus
@@ -153,16 +155,38 @@ def test_a_part_without_some_messages_is_the_part_of_the_others_keeping_no_more_
     by_payload = {payloads[m.id]: summarize(m, payloads[m.id], ALL) for m in messages}
     part = RunPart(RunAccumulator("t", "r"))
     overflow = [event for m in messages for event in part.take(by_payload[payloads[m.id]])]
-    assert [e.time for e in overflow] == [T0 + 4] and part.messages["c"] == (payloads["c"], 1)
+    assert [e.time for e in overflow] == [T0 + 4] and list(part.sources())[-1] == ("c", payloads["c"], 1)
 
     rest, failed = part.without({"b"}, by_payload.__getitem__)
     expected = RunPart(RunAccumulator("t", "r"))
     expected.take(by_payload[payloads["a"]])
     expected.take(dataclasses.replace(by_payload[payloads["c"]], events=by_payload[payloads["c"]].events[:1]))
-    assert failed == [] and list(rest.messages) == ["a", "c"]
+    assert failed == [] and rest.ids == ["a", "c"]
     assert rest.accumulator.to_state() == expected.accumulator.to_state()
     assert [e.time for e in rest.accumulator.events] == [T0, T0 + 3]  # c's second event was a dead letter already
 
     unreadable, failed = part.without({"a"}, lambda source: by_payload[source] if source != payloads["b"] else 1 / 0)
-    assert list(unreadable.messages) == ["c"] and [(s, type(e)) for s, e in failed] == [(payloads["b"],
+    assert unreadable.ids == ["c"] and [(s, type(e)) for s, e in failed] == [(payloads["b"],
                                                                                           ZeroDivisionError)]
+
+
+def test_a_part_keeps_where_to_read_each_message_again_packed_and_in_order():
+    part = RunPart(RunAccumulator("t", "r"))
+    taken = [("a", FileSpan("/logs/a.jsonl", 0, 120), None), ("b", b"{\"id\": \"b\"}", 3),
+             ("c", FileSpan("/logs/b.jsonl", 7, 9), 0), ("d", FileSpan("/logs/a.jsonl", 121, 2 ** 40), None)]
+    for message_id, source, kept in taken:
+        part.note_taken(message_id, source, kept)
+    assert list(part.sources()) == taken and part.ids == ["a", "b", "c", "d"]
+    assert part.files == ["/logs/a.jsonl", "/logs/b.jsonl"]  # each path once
+    assert part.has("c") and not part.has("e")
+    decoded = decode(encode(part))
+    assert list(decoded.sources()) == taken and decoded.has("d")
+
+
+def test_a_version_1_part_is_read_as_version_2():
+    """RunPart's version 1 kept {id: (source, events kept)}; its bytes read as the packed columns."""
+    accumulator = RunAccumulator("t", "r")
+    v1 = {"accumulator": accumulator, "messages": {"a": (FileSpan("/logs/a.jsonl", 5, 6), None), "b": (b"x", 2)}}
+    upgraded = RunPart.from_state(REGISTRY.by_class[RunPart].upgrades[1](v1))
+    assert upgraded.accumulator is accumulator
+    assert list(upgraded.sources()) == [("a", FileSpan("/logs/a.jsonl", 5, 6), None), ("b", b"x", 2)]

@@ -111,7 +111,7 @@ def test_a_message_in_two_bundles_counts_once(tmp_path):
     third = len(summaries) // 3
     bundles = [summaries[:2 * third], summaries[third:] + summaries[third:third + 2], summaries[:third:2]]
     parts, early_dead = pre_assembled(bundles)
-    assert len(parts) > 6 and any(len(part.messages) < len(part.accumulator.events) + 100 for _, part in parts)
+    assert len(parts) > 6 and any(len(part.ids) < len(part.accumulator.events) + 100 for _, part in parts)
     runs, dead = assemble_parts(parts)
     assert runs == once_runs and len(runs) == 6
     # Events over a run's limit are dead letters once whichever part took them first (the pre-assembly's

@@ -41,7 +41,8 @@ Reports (and writes to bench/out/publisher.json):
 5. Encoding alone, v1 point objects against v1.1 columns (``PublisherConfig.schema``): CPU per point
    (``time.process_time``) and bytes per point of the payload at 1,000 points per message, for a
    training loop's batch (5 tags every step, float32 losses, steps counting up, times 0.2 ms apart);
-   v1.1 also from the flat list the handler's intake hands over (``MessageEncoder.encode_flat``).
+   v1.1 also from the flat list the handler's intake hands over (``MessageEncoder.encode_flat``),
+   with orjson/msgspec where importable and without them.
 6. Wire efficiency against the naive one-message-per-point design (one
    ``wire.encode_message`` per point, published with the client's default
    batching): bytes of PublishRequest per point and Publish RPCs per 1,000
@@ -340,6 +341,7 @@ def training_batch(start: int, n: int = 1000) -> List[Any]:
 
 def encoding(batches: int) -> Dict[str, Any]:
     """CPU and bytes per point of the background encoder, per wire schema."""
+    from trainguard import _encoding
     from trainguard._encoding import MessageEncoder
 
     data = [training_batch(j * 1000) for j in range(batches)]
@@ -352,15 +354,23 @@ def encoding(batches: int) -> Dict[str, Any]:
         cpu = time.process_time() - cpu0
         out[schema] = {"cpu_us_per_point": round(cpu * 1e6 / (1000 * batches), 3),
                        "bytes_per_point": round(size / (1000 * batches), 1)}
-    # What the handler's background thread does: the points as its intake holds them, flat (four entries a point)
+    # What the handler's background thread does: the points as its intake holds them, flat (four entries a point),
+    # values and times known to be floats (``Intake.all_floats``); and the same without orjson or msgspec (a
+    # trainer install without them: %-formatting writes the number lists)
     flat = [[entry for point in batch for entry in point] for batch in data]
-    encoder = MessageEncoder("bench", "encoding", schema=wire.SCHEMA_V1_1)
-    encoder.encode_flat(flat[0])
-    cpu0 = time.process_time()
-    size = sum(len(m.payload) for batch in flat for m in encoder.encode_flat(batch))
-    cpu = time.process_time() - cpu0
-    out[f"{wire.SCHEMA_V1_1} flat (the handler's path)"] = {
-        "cpu_us_per_point": round(cpu * 1e6 / (1000 * batches), 3), "bytes_per_point": round(size / (1000 * batches), 1)}
+    for name, compiled in (("", _encoding._compiled_dumps), (", without orjson/msgspec", None)):
+        saved, _encoding._compiled_dumps = _encoding._compiled_dumps, compiled
+        try:
+            encoder = MessageEncoder("bench", "encoding", schema=wire.SCHEMA_V1_1)
+            encoder.encode_flat(flat[0], floats=True)
+            cpu0 = time.process_time()
+            size = sum(len(m.payload) for batch in flat for m in encoder.encode_flat(batch, floats=True))
+            cpu = time.process_time() - cpu0
+        finally:
+            _encoding._compiled_dumps = saved
+        out[f"{wire.SCHEMA_V1_1} flat (the handler's path){name}"] = {
+            "cpu_us_per_point": round(cpu * 1e6 / (1000 * batches), 3),
+            "bytes_per_point": round(size / (1000 * batches), 1)}
     return out
 
 

@@ -468,8 +468,9 @@ class WireHandler(MetricHandler):
                     if self.outbox.sealed:
                         return
                     batch = intake.take_points(min(chunk, n - start))
+                    floats = intake.all_floats  # (read after the take: true of every point taken)
                     events = intake.take_events() if last else ()  # events travel with the last points
-                    for message in self._encoder.encode_flat(batch, events, pause=_yield_gil):
+                    for message in self._encoder.encode_flat(batch, events, pause=_yield_gil, floats=floats):
                         self.outbox.add(message, 0.0 if events else send_by)
         finally:
             self._encoding = False

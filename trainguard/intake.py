@@ -79,6 +79,11 @@ class Intake:
         self._lock = threading.Lock()
         self._counts = IntakeCounts()
         self._warned_full = False
+        self.all_floats = True
+        """Whether every point logged so far had a float value and a float time (the adder's common case: its
+        times are ``time.time()``'s), so that the encoder need not check their types again. It turns False for
+        good before the first other point enters ``points``: read after ``take_points``, it holds for the points
+        taken."""
         self.muted = False  # a forked child's handler: no warnings, no events
         self.closed = False  # nothing takes values out any more: what it holds counts as unsent at exit
 
@@ -115,6 +120,8 @@ class Intake:
                 if n < cap:
                     if type(metric_value) is not float:
                         metric_value = read(metric_value)
+                        if type(metric_value) is not float:
+                            self.all_floats = False
                     append(((group, metric_name), metric_value, step, now()))
                     if n == trigger:
                         wake()
@@ -127,6 +134,8 @@ class Intake:
             if n < cap:
                 if type(metric_value) is not float:
                     metric_value = read(metric_value)
+                    if type(metric_value) is not float:
+                        self.all_floats = False
                 append((metric_name, metric_value, step, now()))
                 if n == trigger:
                     wake()
@@ -137,7 +146,11 @@ class Intake:
     def add_point(self, tag: Any, value: Any, step: Optional[int], timestamp: float) -> None:
         """One point with an explicit time (seconds since the epoch)."""
         if len(self.points) < self._base + self._max_points * FIELDS:
-            self.points.extend((tag, value if type(value) is float else snapshot(value), step, timestamp))
+            if type(value) is not float:
+                value = snapshot(value)
+            if type(value) is not float or type(timestamp) is not float:
+                self.all_floats = False
+            self.points.extend((tag, value, step, timestamp))
             if len(self.points) >= self._base + self._points_per_message * FIELDS:
                 self._wake()
         else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
+import math
 import struct
 
 import pytest
@@ -42,6 +43,15 @@ dense_loops = st.tuples(st.lists(tags, min_size=1, max_size=5, unique=True), st.
                             for step in range(a[2]) for r in range(a[1]) for k, tag in enumerate(a[0])
                             for i in (((step * a[1]) + r) * len(a[0]) + k,)])
 
+# a training loop at a high rate: each step logs its tags (one round or several) in a burst of microseconds, then
+# waits for the next step; the bursts cross a millisecond now and then, or the steps are shorter than one
+bursts = st.tuples(st.lists(tags, min_size=1, max_size=5, unique=True), st.integers(1, 8), st.integers(1, 120),
+                   st.sampled_from([1e-7, 3e-7, 2e-6, 3e-5]), st.sampled_from([5e-5, 2.5e-4, 5e-4, 0.0013]),
+                   st.floats(0, 0.001), st.booleans(), float32s).map(lambda a: [
+                       (tag, a[7] + (step * a[1] + r) * 0.01 + k, None if a[6] else step,
+                        T0 + a[5] + step * a[4] + ((r * len(a[0])) + k) * a[3])
+                       for step in range(a[2]) for r in range(a[1]) for k, tag in enumerate(a[0])])
+
 
 def _dense_value(kind, i):
     if kind == "repeat":
@@ -78,7 +88,7 @@ def parsed_points(messages):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.one_of(points, loops, dense_loops))
+@given(st.one_of(points, loops, dense_loops, bursts))
 def test_both_encodings_decode_into_identical_points(batch):
     v1, v1_1 = encode_both(batch)
     got = parsed_points(v1_1)
@@ -138,8 +148,8 @@ def encode_with_writer(dumps, batch, max_points, schema=wire.SCHEMA_V1_1):
 
 # float64 values whose repr and orjson spell differently (1e-05 / 0.00001, 2.5e-07 / 2.5e-7), alongside the rest
 small_exponents = st.sampled_from([1e-05, 2.5e-07, -5.517992275155738e-05, 5e-324, 1e-07, 1.7976931348623157e308, 1e16])
-writer_batches = st.one_of(points, loops, dense_loops, st.lists(st.tuples(tags, small_exponents, steps, times),
-                                                                 min_size=1, max_size=40))
+writer_batches = st.one_of(points, loops, dense_loops, bursts,
+                           st.lists(st.tuples(tags, small_exponents, steps, times), min_size=1, max_size=40))
 
 
 def compiled_writers():
@@ -206,6 +216,97 @@ def test_flat_points_encode_as_the_same_points_as_tuples(batch, schema, max_poin
         (m.payload, m.attributes, m.points, m.events) for m in expected]
     assert (from_flat.counters.invalid_points, from_flat.counters.nonfinite_points) == (
         from_tuples.counters.invalid_points, from_tuples.counters.nonfinite_points)
+
+
+def encode_flat_with(batch, max_points, points_per_bisection=None, floats=False):
+    """``encode_flat``'s messages of ``batch``, with ``_encoding._POINTS_PER_BISECTION`` changed if given (0: times
+    in order are always written from their runs of equal milliseconds, 10**9: never, but for a single one)."""
+    saved = _encoding._POINTS_PER_BISECTION
+    if points_per_bisection is not None:
+        _encoding._POINTS_PER_BISECTION = points_per_bisection
+    try:
+        ids = iter(f"m{i}" for i in range(20_000))
+        encoder = MessageEncoder("t", "r", max_points=max_points, schema=wire.SCHEMA_V1_1)
+        messages = encoder.encode_flat([x for point in batch for x in point], next_id=lambda: next(ids),
+                                       floats=floats)
+        return [(m.payload, m.attributes, m.points, m.events) for m in messages]
+    finally:
+        _encoding._POINTS_PER_BISECTION = saved
+
+
+@pytest.mark.parametrize("dumps", [None, *compiled_writers()])
+@settings(max_examples=150, deadline=None)
+@given(batch=st.one_of(bursts, dense_loops, loops), max_points=st.sampled_from([1, 7, 60, 1000]))
+def test_times_written_from_their_runs_are_the_times_written_point_by_point(dumps, batch, max_points):
+    saved = _encoding._compiled_dumps
+    _encoding._compiled_dumps = dumps
+    try:
+        every_point = encode_flat_with(batch, max_points, 10 ** 9)
+        assert encode_flat_with(batch, max_points, 0) == every_point
+        assert encode_flat_with(batch, max_points) == every_point
+    finally:
+        _encoding._compiled_dumps = saved
+
+
+def test_a_high_rate_loop_takes_each_path_of_the_runs_writer():
+    def loop(tags, rounds, burst, steps=200, gap=0.0005, offset=0.0):
+        return [(tag, 0.5 + k, step, T0 + offset + step * gap + (r * len(tags) + k) * burst)
+                for step in range(steps) for r in range(rounds) for k, tag in enumerate(tags)]
+
+    tags5 = ["loss", "lr", "acc", "gpu", "mem"]
+    stalled = loop(tags5[:4], 1, 1e-6, gap=0.0001, offset=0.0002)
+    for stall in (401, 403):  # a round over 2 ms once: two milliseconds start between two points of a column
+        stalled[stall:] = [(tag, value, step, time + 0.0012) for tag, value, step, time in stalled[stall:]]
+    cases = [  # (batch, how many writers of milliseconds its columns share; 0: none, written point by point)
+        (loop(tags5[:2], 3, 1e-7, offset=0.0002), 1),  # every millisecond starts with a step: one for all columns
+        (loop(tags5, 1, 2e-5, offset=0.00095), 2),  # the steps that cross a millisecond do after the third tag
+        (stalled, 3),  # ... after the second and after the fourth
+        (loop([f"t{i}" for i in range(300)], 1, 1e-6, steps=3, offset=0.0004), 2),  # 300 columns, two runs
+        (loop([f"t{i}" for i in range(50)], 40, 7.3e-5, steps=1), 0),  # 50 columns, a run every 14 points
+    ]
+    for batch, writers in cases:
+        flat = [x for point in batch for x in point]
+        columns = MessageEncoder("t", "r", schema=wire.SCHEMA_V1_1)._periodic_columns(
+            flat[0::4], flat[1::4], flat[2::4], flat[3::4])
+        kinds = {type(column.ms).__name__ for column in columns}
+        assert kinds == ({"_RunMillis"} if writers else {"_Millis"})
+        assert len({id(column.ms) for column in columns}) == (writers or len(columns))
+        assert encode_flat_with(batch, 1000) == encode_flat_with(batch, 1000, 10 ** 9)
+        points = parsed_points(MessageEncoder("t", "r", schema=wire.SCHEMA_V1_1).encode(batch))
+        assert sorted(points) == sorted((tag, value, step, int(time * 1000) / 1000)
+                                        for tag, value, step, time in batch)
+
+
+def test_a_training_loops_full_message_is_written_without_a_pause_and_anything_else_pauses_as_asked():
+    def pauses(batch, pause_every=256):
+        calls = []
+        MessageEncoder("t", "r", schema=wire.SCHEMA_V1_1).encode_flat(
+            [x for point in batch for x in point], pause=lambda: calls.append(1), pause_every=pause_every)
+        return len(calls)
+
+    loop = [(tag, 0.5, step, T0 + step * 0.001 + k * 1e-6) for step in range(1000) for k, tag in enumerate("ab")]
+    assert pauses(loop[:1000]) == 0 and pauses(loop[:1000], pause_every=100) == 1 and pauses(loop) == 1
+    assert pauses(loop[1:1000]) == 0  # (a rotation of the same round)
+    irregular = loop[:1000]
+    irregular[10] = ("c", 0.5, 5, T0)
+    assert pauses(irregular) == 1000 // 256 + 1  # grouped by tag: after every 256 points, and once more
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(st.integers(_encoding._MIN_MS, _encoding._MAX_MS - 1),
+                 st.integers(T0_MS - 10, T0_MS + 10 ** 7)))
+def test_the_first_time_of_a_millisecond_is_exactly_where_it_starts(ms):
+    time = _encoding._first_time_of(ms)
+    assert int(time * 1000) >= ms and int(math.nextafter(time, 0.0) * 1000) < ms
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.one_of(points, loops, dense_loops, bursts).map(
+    lambda batch: [(tag, float(value), step, float(time)) for tag, value, step, time in batch]),
+    st.sampled_from([1, 30, 1000]))
+def test_values_and_times_known_to_be_floats_are_written_alike(batch, max_points):
+    """``encode_flat(..., floats=True)``, as the handler calls it while its intake has only had floats."""
+    assert encode_flat_with(batch, max_points, floats=True) == encode_flat_with(batch, max_points)
 
 
 @pytest.mark.parametrize("schema", wire.SCHEMAS)

@@ -40,6 +40,26 @@ def test_points_are_taken_out_oldest_first_flat_and_counted():
     assert intake.take_points(1) == []
 
 
+def test_all_floats_holds_until_a_value_or_a_time_that_is_not_a_float_is_logged():
+    for log_one in (lambda intake: intake.adder("g", group_prefix=False)("n", 3, 1),  # an int stays an int
+                    lambda intake: intake.adder("g", group_prefix=True)("s", "1.5"),
+                    lambda intake: intake.add_point("t", 1.0, None, 1_790_000_000),  # an int time
+                    lambda intake: intake.add_point("v", 7, None, T0),
+                    lambda intake: intake.add_point("v", object(), None, T0)):
+        intake, _ = make_intake(max_points=100)
+        add, add_grouped = intake.adder("g", group_prefix=False), intake.adder("g", group_prefix=True)
+        add("loss", 0.5, 1)
+        add_grouped("lr", np.float32(0.25))  # read as a float
+        add("x", True)  # so is a bool
+        intake.add_point("acc", np.float64(0.5), 7, T0)
+        assert intake.all_floats and all(type(x) is float for x in intake.take_points(4)[1::2])
+        log_one(intake)
+        assert intake.point_count() == 1 and not intake.all_floats
+        add("loss", 0.5, 2)
+        intake.take_points(2)
+        assert not intake.all_floats  # for good
+
+
 def test_a_full_buffer_drops_the_newest_and_counts_them():
     intake, _ = make_intake(max_points=10)
     add = intake.adder("g", group_prefix=True)

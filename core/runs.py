@@ -445,12 +445,14 @@ class RunPart:
             self._taken.add(message_id)
         kept = -1 if kept_events is None else kept_events
         if isinstance(source, FileSpan):
-            files = self.files
-            file = len(files) - 1 if files and files[-1] == source.path else -1
-            if file < 0:
-                file = files.index(source.path) if source.path in files else len(files)
-                if file == len(files):
-                    files.append(source.path)
+            files, path = self.files, source.path
+            if files and files[-1] == path:  # (a part's messages mostly come from one file)
+                file = len(files) - 1
+            elif path in files:
+                file = files.index(path)
+            else:
+                file = len(files)
+                files.append(path)
             self._columns.extend((file, source.offset, source.length, kept))
         else:
             self.payloads[index] = source

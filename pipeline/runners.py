@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
-import platform
 import sys
 import weakref
 
@@ -38,7 +37,7 @@ HEAP_TOP_PAD_BYTES = 64 << 20          # bytes the heap grows by beyond a reques
 
 def pad_heap_growth() -> bool:
     """Asks glibc's malloc to keep up to 256 MiB freed at the top of its heap and to grow it 64 MiB beyond what
-    is asked for; False where there is no glibc ``mallopt`` (macOS, musl: nothing changes).
+    is asked for; False where ``mallopt`` is missing or refuses them (macOS, musl: nothing changes).
 
     A replay's stages free and allocate large buffers (its shuffles, the state it encodes) one after another: by
     default glibc gives the top of its heap back to the kernel at such frees and asks for it again at the next
@@ -50,8 +49,7 @@ def pad_heap_growth() -> bool:
     except (OSError, AttributeError):
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    padded = mallopt(M_TRIM_THRESHOLD, HEAP_TRIM_THRESHOLD_BYTES) and mallopt(M_TOP_PAD, HEAP_TOP_PAD_BYTES)
-    return bool(padded) and platform.libc_ver()[0] == "glibc"
+    return bool(mallopt(M_TRIM_THRESHOLD, HEAP_TRIM_THRESHOLD_BYTES) and mallopt(M_TOP_PAD, HEAP_TOP_PAD_BYTES))
 
 
 def remember_dofn_specs() -> None:

@@ -718,11 +718,15 @@ class _Millis:
     def text(self, start: int, end: int) -> Tuple[str, int]:
         """The ``,"ms":[...]`` of points ``start`` to ``end``, and the latest of their times."""
         ms = self.ms[start:end]
-        deltas = _columns.deltas(ms)
-        dumps = _compiled_dumps
-        if dumps is not None:
-            return f',"ms":{dumps(deltas).decode()}', max(ms)
-        return f',"ms":[{("%d," * len(deltas))[:-1] % tuple(deltas)}]', max(ms)
+        return f',"ms":{_int_list_json(_columns.deltas(ms))}', max(ms)
+
+
+def _int_list_json(numbers: List[int]) -> str:
+    """A JSON array of ints: the compiled writer's where there is one, else one %-format over them all."""
+    dumps = _compiled_dumps
+    if dumps is not None:
+        return dumps(numbers).decode()  # type: ignore[no-any-return]
+    return f'[{("%d," * len(numbers))[:-1] % tuple(numbers)}]'
 
 
 class _RunMillis:
@@ -773,14 +777,10 @@ class _Steps:
         except KeyError:
             pass
         steps = self.steps[start:end]
-        n = end - start
         text = ""
         if self.every_step or None not in steps:
-            deltas = _columns.deltas(steps)  # type: ignore[arg-type]
-            dumps = _compiled_dumps
-            text = (f',"steps":{dumps(deltas).decode()}' if dumps is not None
-                    else f',"steps":[{("%d," * n)[:-1] % tuple(deltas)}]')
-        elif steps.count(None) < n:  # (a slice without any step leaves them out)
+            text = f',"steps":{_int_list_json(_columns.deltas(steps))}'  # type: ignore[arg-type]
+        elif steps.count(None) < end - start:  # (a slice without any step leaves them out)
             text = f',"steps":[{",".join("null" if s is None else str(s) for s in _columns._step_deltas(steps))}]'
         self._texts[start, end] = text
         return text

@@ -455,12 +455,8 @@ class MessageEncoder:
             same_round = round_tags == self._round[0]  # (the tags of the batch before, as a training loop logs)
         except (TypeError, ValueError):  # an unhashable tag, a tag whose == raises
             return None
-        stepped = _all_of(int, steps)
-        try:
-            if not ((floats or _all_of(float, values) and _all_of(float, times)) and math.isfinite(sum(values))
-                    and math.isfinite(sum(times)) and (stepped or _all_of(_NONE_TYPE, steps))):
-                return None
-        except TypeError:  # (not floats after all: the point-by-point path says which)
+        stepped = _plain_types(values, steps, times, floats)
+        if stepped is None:
             return None
         if same_round:
             heads = self._round[1]
@@ -609,14 +605,28 @@ def _all_of(kind: type, items: Sequence[Any]) -> bool:
     return [*map(type, items)].count(kind) == len(items)
 
 
+def _plain_types(values: Sequence[Any], steps: Sequence[Any], times: Sequence[Any], floats: bool = False
+                 ) -> Optional[bool]:
+    """Whether every point has a step, of columns whose values and times are finite floats and steps all ints or
+    all None (checked in C-speed passes over whole columns; ``floats``: values and times known to be floats, so
+    only their sums are taken); None for any other columns (then each point is checked on its own)."""
+    stepped = _all_of(int, steps)
+    try:
+        if ((floats or _all_of(float, values) and _all_of(float, times)) and math.isfinite(sum(values))
+                and math.isfinite(sum(times)) and (stepped or _all_of(_NONE_TYPE, steps))):
+            return stepped
+    except TypeError:  # (not floats after all: the point-by-point path says which)
+        pass
+    return None
+
+
 def _plainly_valid(values: Sequence[Any], steps: Sequence[Any], times: Sequence[Any]
                    ) -> Optional[Tuple[List[int], bool]]:
     """(times in ms, whether every point has a step) of columns whose every point is plainly valid, checked in
     C-speed passes over whole columns: float values all finite, float times within the contract's range, steps
     all ints within range or all None. None otherwise (then each point is checked on its own)."""
-    stepped = _all_of(int, steps)
-    if not (_all_of(float, values) and math.isfinite(sum(values)) and _all_of(float, times)
-            and (stepped or _all_of(_NONE_TYPE, steps))):
+    stepped = _plain_types(values, steps, times)
+    if stepped is None:
         return None
     ms = _millis(times)
     if ms is None or min(ms) < _MIN_MS or max(ms) >= _MAX_MS:

@@ -309,6 +309,18 @@ def test_values_and_times_known_to_be_floats_are_written_alike(batch, max_points
     assert encode_flat_with(batch, max_points, floats=True) == encode_flat_with(batch, max_points)
 
 
+@pytest.mark.parametrize("bad", [("value", None), ("value", "1.5"), ("value", 2), ("time", None), ("time", "x"),
+                                 ("time", T0_MS)])
+def test_a_point_that_is_not_floats_after_all_is_checked_on_its_own(bad):
+    """``floats=True`` but one value or time is not a float (the flag wrong, or a point that slipped past it):
+    the same messages and counts as without the flag, never an exception in the background thread."""
+    field, wrong = bad
+    batch = [("loss", 1.0 + i, i, T0_MS / 1000 + i / 10) for i in range(40)]
+    tag, value, step, time = batch[17]
+    batch[17] = (tag, wrong, step, time) if field == "value" else (tag, value, step, wrong)
+    assert encode_flat_with(batch, 30, floats=True) == encode_flat_with(batch, 30)
+
+
 @pytest.mark.parametrize("schema", wire.SCHEMAS)
 @pytest.mark.parametrize("bad_time", [float("nan"), float("inf"), float("-inf")])
 def test_a_non_finite_time_is_refused_with_its_point_not_raised(schema, bad_time):

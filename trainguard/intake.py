@@ -95,7 +95,7 @@ class Intake:
         with self._lock:
             counts = dataclasses.replace(self._counts)
             if self.closed:
-                counts.points_unsent_at_exit += (len(self.points) - self._base) // FIELDS
+                counts.points_unsent_at_exit += self.point_count()
                 counts.events_unsent_at_exit += len(self.events)
             return counts
 

@@ -49,6 +49,7 @@ class RankWindows:
     recent: Dict[int, Deque[bool]] = dataclasses.field(default_factory=dict)  # rank -> out of bounds, latest last
     firing: Dict[int, bool] = dataclasses.field(default_factory=dict)
     hosts: Dict[int, str] = dataclasses.field(default_factory=dict)
+    ended_at: Optional[float] = None  # event time the run ended: its state is forgotten a retention later
 
 
 def add_rank_window(state: RankWindows, window: WindowResult, config: TagWindowConfig,
@@ -67,9 +68,10 @@ def add_rank_window(state: RankWindows, window: WindowResult, config: TagWindowC
     return _combine(state, [window.index], config, reduction) if complete else ([], [])
 
 
-def close_rank_windows(state: RankWindows, config: TagWindowConfig,
-                       reduction: str) -> Tuple[List[WindowResult], List[Alert]]:
-    """The run ended: combines every pending index from the ranks that have it, in index order."""
+def close_rank_windows(state: RankWindows, config: TagWindowConfig, reduction: str,
+                       ended_at: float) -> Tuple[List[WindowResult], List[Alert]]:
+    """The run ended at ``ended_at``: combines every pending index from the ranks that have it, in index order."""
+    state.ended_at = ended_at
     return _combine(state, sorted(state.pending), config, reduction)
 
 

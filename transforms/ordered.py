@@ -40,6 +40,10 @@ class StateMachine(Protocol):
         """Applies one item to ``state`` (mutating it) and yields outputs. Deterministic: the same state and item
         give the same state (a failure rebuilds the state by stepping earlier items again)."""
 
+    # Optional: ``forget_at(state) -> Optional[float]``, the event time from which a key whose items are all
+    # stepped may lose its state (None: never). A machine keyed per run defines it, so that a streaming job
+    # does not keep a state per run forever (``in_event_time_order``).
+
 
 class ConfiguredMachine:
     """Base of the state machines that look up each test's config."""
@@ -211,8 +215,17 @@ def in_event_time_order(machine: StateMachine, name: str, streaming: bool = True
     not a copy per item; a failure rebuilds the state from it by stepping again
     the items that succeeded since (their outputs are not repeated).
 
-    A timer that fires with nothing pending (its key's state gone, or never
-    set) does nothing. A key's state written before the bag (one ``_Keyed``
+    A machine keyed per run has a ``forget_at(state)`` method: in a streaming
+    job, once a key has nothing pending and ``forget_at`` gives a time, the
+    flush timer is set at that time's bucket, and its firing clears the key's
+    state, bag and timer cell, so a job that runs for months holds no state of
+    runs that ended long ago (``tests/transforms/test_state_released.py``). An
+    item arriving before then is stepped as usual and moves the time; one
+    arriving after it meets a new key. A bounded replay forgets nothing: its
+    state ends with it.
+
+    A timer that fires with nothing pending and nothing to forget (its key's
+    state gone, or never set) does nothing. A key's state written before the bag (one ``_Keyed``
     value in ``<name>_keyed``, pending items inside) is migrated by whichever
     comes first, its timer or its next item: its items move to the bag, its
     machine's state stays in ``<name>_keyed``. ``process`` reads
@@ -255,14 +268,20 @@ def in_event_time_order(machine: StateMachine, name: str, streaming: bool = True
             old_layout = isinstance(stored, _Keyed)
             if old_layout:
                 stored, items = stored.machine_state, stored.pending + items
-            if not items:  # nothing pending: the runner fired a timer for a key whose state is gone or never set
-                if old_layout:
-                    keyed_state.write(stored)
-                    scheduled_state.write(IDLE)
+            elif not items:  # nothing pending: the key is to be forgotten, or its state is gone or was never set
+                forget = forget_timer(stored)
+                if forget is not None and forget <= fired_at:
+                    keyed_state.clear()
+                    pending.clear()
+                    scheduled_state.clear()
+                elif forget is not None:  # an earlier timer fired late (a runner's order): keep the later one
+                    flush.set(forget)
+                    scheduled_state.write(forget.micros)
                 return
             items.sort(key=_order)  # stable: items of equal order stay in arrival order
             ready = len(items) if not streaming else next(
                 (i for i, item in enumerate(items) if _due(item) > fired_at), len(items))
+            state = stored
             if ready or old_layout:
                 state = machine.initial(key) if stored is None else stored
                 state, outputs = step_all(state, items[:ready])
@@ -271,13 +290,20 @@ def in_event_time_order(machine: StateMachine, name: str, streaming: bool = True
                 pending.clear()
                 for item in items[ready:]:
                     pending.add(item)
-            scheduled = fires_at(items[ready]) if ready < len(items) else None
+            scheduled = fires_at(items[ready]) if ready < len(items) else forget_timer(state)
             if scheduled is not None:
                 flush.set(scheduled)
             scheduled_state.write(IDLE if scheduled is None else scheduled.micros)
 
     def fires_at(item: Any) -> Timestamp:
         return bucket_end(item.order[0], timer_bucket_seconds) if streaming else _due(item)
+
+    forget_at = getattr(machine, "forget_at", None) if streaming else None
+
+    def forget_timer(state: Any) -> Optional[Timestamp]:
+        """When the flush timer fires to forget a key with nothing pending (None: it is kept)."""
+        at = None if forget_at is None or state is None else forget_at(state)
+        return None if at is None else bucket_end(at, timer_bucket_seconds)
 
     def adopt_old_layout(keyed_state, pending) -> int:
         """A key's first item in this layout: moves the pending items of a ``_Keyed`` state into the bag, and

@@ -7,13 +7,13 @@ event-time order per (test, run, tag) by ``transforms.ordered``.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, List
+from typing import Any, Iterable, List, Optional
 
 import apache_beam as beam
 
 from core.config import ranks_matter
 from core.rank_windows import RankWindows, add_rank_window, close_rank_windows
-from core.runs import RunResult
+from core.runs import TIMER_BUCKET_SECONDS, RunLifecycle, RunResult
 from core.schema import ALERTS, DEAD_LETTER
 from core.window_checks import RunEnded
 from transforms.coders import AnyRecord
@@ -21,6 +21,10 @@ from transforms.ordered import ConfiguredMachine, OrderedCheck
 
 
 class _RankWindowMachine(ConfiguredMachine):
+    def __init__(self, configs, retention_seconds: float):
+        super().__init__(configs)
+        self.retention_seconds = retention_seconds
+
     def initial(self, key) -> RankWindows:
         return RankWindows()
 
@@ -31,13 +35,17 @@ class _RankWindowMachine(ConfiguredMachine):
             return
         reduction = config.metric_collection.rank_reduction_for(item.tag)
         if isinstance(item, RunEnded):
-            windows, alerts = close_rank_windows(state, tag_config, reduction)
+            windows, alerts = close_rank_windows(state, tag_config, reduction, item.finalized_at)
         else:
             windows, alerts = add_rank_window(state, item, tag_config, reduction)
         for window in windows:
             yield window, 0
         for alert in alerts:
             yield beam.pvalue.TaggedOutput(ALERTS.name, alert)
+
+    def forget_at(self, state: RankWindows) -> Optional[float]:
+        """A run's key is forgotten a retention after it ended (until then its late windows are ignored)."""
+        return None if state.ended_at is None else state.ended_at + self.retention_seconds
 
 
 class CombineRankWindows(OrderedCheck):
@@ -47,8 +55,15 @@ class CombineRankWindows(OrderedCheck):
     Keyed by (test, run, tag), in event-time order. Each rank's windows of an index
     are combined once every rank below the world size has one, or when the run ends;
     later revisions of a rank's window (late points) do not change a combined window.
-    The state of a run is dropped when it ends: no history is kept.
+    No history is kept: a run's state is dropped ``retention_seconds`` of event
+    time after it ended (a streaming job's; a bounded replay's ends with it).
     """
+
+    def __init__(self, configs, seed=None, streaming: bool = True,
+                 timer_bucket_seconds: float = TIMER_BUCKET_SECONDS,
+                 retention_seconds: float = RunLifecycle().retention_seconds):
+        super().__init__(configs, seed, streaming, timer_bucket_seconds)
+        self.retention_seconds = retention_seconds
 
     def expand(self, inputs):
         rank_results, runs = inputs
@@ -62,9 +77,10 @@ class CombineRankWindows(OrderedCheck):
         firsts = rank_results | "FirstRevisions" >> beam.FlatMapTuple(
             lambda result, revision: [result] if revision == 0 else [])
         ends = runs | "RunEnds" >> beam.FlatMap(run_ends)
+        machine = _RankWindowMachine(configs, self.retention_seconds)
         outputs = ((firsts, ends) | "RankInputs" >> beam.Flatten()
                    | "KeyByRunTag" >> beam.Map(lambda i: ((i.test, i.run, i.tag), i)).with_output_types(
                        beam.typehints.KV[beam.typehints.Tuple[str, str, str], AnyRecord])
-                   | "CombineInOrder" >> self.in_order(_RankWindowMachine(configs), "rank_windows").with_outputs(
+                   | "CombineInOrder" >> self.in_order(machine, "rank_windows").with_outputs(
                        ALERTS.name, DEAD_LETTER.name, main="windows"))
         return outputs.windows, outputs[ALERTS.name], outputs[DEAD_LETTER.name]

@@ -362,7 +362,7 @@ class LiveWindows(beam.PTransform):
             lambda result, _: int(result[0].rank is not None), 2)
         bucket = self.fn.lifecycle.timer_bucket_seconds
         combined, straggler_alerts, failed_combines = (by_rank[1], runs) | "CombineRanks" >> CombineRankWindows(
-            configs, self.seed, self.streaming, bucket)
+            configs, self.seed, self.streaming, bucket, self.fn.lifecycle.retention_seconds)
         results = (by_rank[0], combined) | "RunWindows" >> beam.Flatten()
         rows = results | "Rows" >> beam.MapTuple(window_row)
         check_alerts, failed_checks = (results, runs, actions) | "Checks" >> CheckWindows(

@@ -28,7 +28,8 @@ def feed(windows, config=CHECKED, reduction="mean", state=None):
         more, raised = add_rank_window(state, w, config, reduction)
         combined += more
         alerts += raised
-    more, raised = close_rank_windows(state, config, reduction)
+    more, raised = close_rank_windows(state, config, reduction, T0 + 3600)
+    assert state.ended_at == T0 + 3600
     return combined + more, alerts + raised
 
 

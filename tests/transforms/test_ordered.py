@@ -142,6 +142,37 @@ def test_a_timer_firing_with_nothing_pending_does_nothing():
     assert key.fire(Timestamp.of(T0 + 100)) == [] and key.saved() == written
 
 
+class CollectAndForget(Collect):
+    """``Collect`` keyed per run: forgotten 100 s after the latest run it saw."""
+
+    def forget_at(self, state):
+        return T0 + int(state[-1][1:]) + 100 if state else None
+
+
+def test_a_streaming_key_whose_machine_forgets_is_cleared_once_its_time_has_passed():
+    key = one_key(CollectAndForget(), streaming=True)
+    key.add(ended(0))
+    assert plain(key.fire()) == [(None, ("r00", 0))]
+    assert key.timer.at == Timestamp.of(T0 + 100) and key.state["scheduled"].read() == key.timer.at.micros
+    key.add(ended(5))  # before that time: stepped as usual, and the time moves
+    assert key.timer.at == Timestamp.of(T0 + 5)
+    assert plain(key.fire()) == [(None, ("r05", 1))]
+    assert key.timer.at == Timestamp.of(T0 + 105)
+    assert key.fire(Timestamp.of(T0 + 50)) == []  # an earlier timer firing late: the later one stays
+    assert key.timer.at == Timestamp.of(T0 + 105) and machine_state(key) == ["r00", "r05"]
+    assert key.fire() == []
+    assert all(cell.data in (None, []) for cell in key.state.values())
+    key.add(ended(300))  # after it: a new key
+    assert plain(key.fire()) == [(None, ("r300", 0))]
+
+
+def test_a_bounded_replay_forgets_nothing():
+    key = one_key(CollectAndForget())
+    key.add(ended(0))
+    key.fire()
+    assert key.timer.at is None and machine_state(key) == ["r00"]
+
+
 def old_layout(key: OneKey, state: Any, items: List[Any], scheduled: Timestamp) -> None:
     """Writes the key's state as the layout before the bag did: one ``_Keyed`` value, pending items inside."""
     keyed = _Keyed(state)

@@ -90,25 +90,26 @@ def test_distributed_runs_in_a_stream_give_the_same_rows():
         check(detect(p | stream.advance_watermark_to_infinity(), GraphSettings(CONFIGS, LIFECYCLE, streaming=True)))
 
 
-STRAGGLER_CONFIGS = configs(slow={
+STRAGGLER_CONFIG = {
     "metric_collection_config": {"tag_to_rank_reduction": {"step_time": "max"}},
     "window_config": {"tags": {"step_time": {"count": 10, "aggregations": ["mean"], "rank_check": {
         "aggregation": "mean", "min_effect_rel": 0.1, "debounce": {"windows": 3, "out_of_bounds": 2},
-        "condition": {"comparison": "less", "success_threshold": {"mads_from_median": 5}}}}}}})
+        "condition": {"comparison": "less", "success_threshold": {"mads_from_median": 5}}}}}}}
+STRAGGLER_CONFIGS = configs(slow=STRAGGLER_CONFIG)
 
 
-def straggler_messages():
+def straggler_messages(run="run", start=T0):
     """One run of 4 ranks, 60 steps each; rank 1 slows down by half from step 30 on."""
     messages = []
     for rank in range(WORLD):
         send = lambda mid, points=(), events=(), rank=rank: RawMessage(wire.encode_message(  # noqa: E731
-            "slow", "run", points, events, f"{rank}/{mid}", rank=rank, world_size=WORLD), "test")
-        messages.append(send("start", events=[wire.event_dict("run_started", T0, {"host": f"gpu-host-{rank}"})]))
+            "slow", run, points, events, f"{run}/{rank}/{mid}", rank=rank, world_size=WORLD), "test")
+        messages.append(send("start", events=[wire.event_dict("run_started", start, {"host": f"gpu-host-{rank}"})]))
         for first in range(0, 60, 10):
             messages.append(send(f"p{first}", [wire.point_dict(
                 "step_time", (1.5 if rank == 1 and step >= 30 else 1.0) + 0.01 * ((step + rank) % 3),
-                T0 + 1 + step, step) for step in range(first, first + 10)]))
-        messages.append(send("end", events=[wire.event_dict("run_finished", T0 + 100, {"status": "success"})]))
+                start + 1 + step, step) for step in range(first, first + 10)]))
+        messages.append(send("end", events=[wire.event_dict("run_finished", start + 100, {"status": "success"})]))
     return messages + messages[:3]
 
 

@@ -10,7 +10,7 @@ continues across invocations.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Tuple
 
 from core.alert_details import change_facts, describe, previous_facts, threshold_facts
 from core.bounds import centre_of, compute_bounds, judge, reference, threshold_details
@@ -281,6 +281,19 @@ class HistorySeed:
     def index(self) -> StoredIndex:
         """The ids of what the store holds, without the histories (see ``StoredIndex``)."""
         return StoredIndex(self.stored_runs, self.stored_actions)
+
+    def of_tests(self, wanted: Callable[[str], bool]) -> HistorySeed:
+        """The part of the seed that concerns the tests ``wanted`` says yes to (every key starts with its test;
+        triage action ids are kept whole: they name no test)."""
+        def first(key: Any) -> str:
+            return key if isinstance(key, str) else key[0]
+
+        def keep(by_key: Dict[Any, Any]) -> Dict[Any, Any]:
+            return {key: value for key, value in by_key.items() if wanted(first(key))}
+        return dataclasses.replace(
+            self, metrics=keep(self.metrics), jobs=keep(self.jobs), windows=keep(self.windows),
+            ledgers=keep(self.ledgers), open_runs=keep(self.open_runs),
+            stored_runs=frozenset(key for key in self.stored_runs if wanted(key[0])))
 
 
 @record("StoredIndex")

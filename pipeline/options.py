@@ -25,6 +25,7 @@ DEFAULT_CONFIG_DIR = locations.CONFIG_DIR
 DEFAULT_REPORT_DIR = locations.REPORT_DIR
 PROGRESS_QUIET_SECONDS = 2.0  # the replay's progress shows from this far into it: a short replay prints as before
 PROGRESS_LOG_SECONDS = 10.0   # between its lines when stderr is not a terminal (--progress)
+REPLAY_GROUP_MIB = 256.0      # input a bounded replay's pipeline run reads at most, about (--replay_group_mib)
 
 
 class TrainguardOptions(PipelineOptions):
@@ -37,6 +38,10 @@ class TrainguardOptions(PipelineOptions):
         source.add_argument("--triage_file", default=locations.TRIAGE_FILE,
                             help="JSONL file of triage actions (trainguard-triage) replayed with the input when "
                                  "it exists; an empty value reads none.")
+        source.add_argument("--replay_group_mib", type=float, default=REPLAY_GROUP_MIB,
+                            help="A replay of local files larger than this many MiB reads its tests in groups of "
+                                 "about this size, one pipeline run each, so that its memory follows a group, not "
+                                 "the whole input (tests share no state: the rows are the same); 0: one group.")
         source.add_argument("--config_dir", default=DEFAULT_CONFIG_DIR,
                             help="Directory of per-test JSON configs (and default.json), local or gs://. "
                                  f"<test>@<UTC time>.json (e.g. cifar@{VALID_FROM_EXAMPLE}.json) is a version "

@@ -18,6 +18,7 @@ import gc
 import glob
 import importlib.util
 import json
+import math
 import os
 import shlex
 import shutil
@@ -31,6 +32,7 @@ import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
+from core.history import HistorySeed
 from core.schema import ALERT_UPDATES, ALERTS, TABLES
 from pipeline import IMPORTED_AT
 from pipeline.graph import DetectRegressions, GraphSettings
@@ -44,10 +46,10 @@ from pipeline.options import (
 )
 from pipeline.runners import runner_for
 from sinks.duckdb_store import DuckDBStore
-from sinks.staging import StageRows, load_staged
+from sinks.staging import StageRows, append_staged_alerts, load_staged_tables
 from transforms.config_versions import read_config_dir
 from transforms.progress import LocalCounter, ProgressCounter, ReadCounts, register, unregister
-from transforms.sources import ReadReplayFiles
+from transforms.sources import LineGroup, ReadReplayFiles, is_local_text, plan_line_groups
 
 EXAMPLE_EMAIL_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "notifier",
                                     "example-config.json")
@@ -59,7 +61,7 @@ PROGRESS_INTERVAL_ENV = "TRAINGUARD_PROGRESS_INTERVAL"
 class WriteLocal(beam.PTransform):
     """The graph's outputs -> files staged under ``staging_dir`` for the store and the alerts file.
 
-    Any worker process may run these steps; ``sinks.staging.load_staged`` moves the rows into the DuckDB store
+    Any worker process may run these steps; ``sinks.staging`` moves the rows into the DuckDB store
     and the alerts file from the launching process once the pipeline is done (one writer, whatever the runner).
     """
 
@@ -266,6 +268,29 @@ def start_up_objects_frozen() -> Iterator[None]:
         gc.unfreeze()
 
 
+def line_groups(files: List[str], group_mib: float, streaming: bool) -> List[Optional[LineGroup]]:
+    """The groups a replay reads its files in: one (None: every line) unless the files, all local text, are
+    over ``group_mib`` MiB; then about that much each, a test's lines all in one (``plan_line_groups``)."""
+    if streaming or group_mib <= 0 or not all(is_local_text(f) for f in files):
+        return [None]
+    count = math.ceil(sum(os.path.getsize(f) for f in files) / (group_mib * 2 ** 20))
+    return [None] if count <= 1 else list(plan_line_groups(files, count))
+
+
+def _run_group(options: PipelineOptions, patterns: List[str], progress_id: Optional[str],
+               group: Optional[LineGroup], settings: GraphSettings, seed: HistorySeed, staging_dir: str):
+    """One pipeline run over a group's lines (all of them for None), its rows staged under ``staging_dir``."""
+    pipeline = beam.Pipeline(runner=runner_for(options), options=options)
+    outputs = (pipeline
+               | "ReadFiles" >> ReadReplayFiles(patterns, progress_id, group)
+               | "DetectRegressions" >> DetectRegressions(settings, pipeline | "Seed" >> beam.Create([seed])))
+    outputs | "WriteLocal" >> WriteLocal(staging_dir)
+    with start_up_objects_frozen():
+        result = pipeline.run()
+        result.wait_until_finish()
+    return result
+
+
 def run(argv: Optional[List[str]] = None) -> ReplaySummary:
     """Replays wire-format files through the pipeline into the local store."""
     options = PipelineOptions(argv)
@@ -290,29 +315,32 @@ def run(argv: Optional[List[str]] = None) -> ReplaySummary:
 
     started = time.monotonic()
     show_progress = is_terminal(sys.stderr) if local.progress is None else local.progress
-    with showing_progress(show_progress, len(files), started) as progress_id:
-        pipeline = beam.Pipeline(runner=runner_for(options), options=options)
-        outputs = (pipeline
-                   | "ReadFiles" >> ReadReplayFiles(patterns, progress_id)
-                   | "DetectRegressions" >> DetectRegressions(
-                       GraphSettings(configs, lifecycle_from(local), options.view_as(StandardOptions).streaming,
-                                     progress_id),
-                       pipeline | "Seed" >> beam.Create([seed])))
-        staging_dir = tempfile.mkdtemp(prefix=".trainguard-staging-", dir=os.path.dirname(
-            os.path.abspath(local.local_store)))
-        try:
-            outputs | "WriteLocal" >> WriteLocal(staging_dir)
-            with start_up_objects_frozen():
-                result = pipeline.run()
-                result.wait_until_finish()
-            rows_added = load_staged(staging_dir, local.local_store, local.alerts_file)
-        finally:
-            shutil.rmtree(staging_dir, ignore_errors=True)
-
+    streaming = options.view_as(StandardOptions).streaming
+    groups = line_groups(files, local.replay_group_mib, streaming)
     counters = {name: 0 for name in COUNTERS}
-    for counter in result.metrics().query(MetricsFilter().with_namespace("trainguard"))["counters"]:
-        if counter.key.metric.name in counters:
-            counters[counter.key.metric.name] += counter.committed or 0
+    rows_added: Dict[str, int] = {}
+    staging_dirs: List[str] = []
+    with showing_progress(show_progress, len(files), started) as progress_id:
+        try:
+            for number, group in enumerate(groups):
+                if number:  # the last group's graph and buffers go before the collector is told to skip what lives
+                    gc.collect()
+                staging_dirs.append(tempfile.mkdtemp(prefix=".trainguard-staging-", dir=os.path.dirname(
+                    os.path.abspath(local.local_store))))
+                group_seed = seed if group is None else seed.of_tests(group.holds)
+                result = _run_group(options, patterns, progress_id, group, GraphSettings(
+                    configs, lifecycle_from(local), streaming, progress_id), group_seed, staging_dirs[-1])
+                for table, added in load_staged_tables(staging_dirs[-1], local.local_store).items():
+                    rows_added[table] = rows_added.get(table, 0) + added
+                for counter in result.metrics().query(MetricsFilter().with_namespace("trainguard"))["counters"]:
+                    if counter.key.metric.name in counters:
+                        counters[counter.key.metric.name] += counter.committed or 0
+                del result
+            append_staged_alerts(staging_dirs, local.alerts_file)
+        finally:
+            for staging_dir in staging_dirs:
+                shutil.rmtree(staging_dir, ignore_errors=True)
+
     kinds_after = _alert_kinds(store)
     return ReplaySummary(
         input_files=files, counters=counters,

@@ -15,7 +15,7 @@ import glob
 import json
 import os
 import uuid
-from typing import Dict, List
+from typing import Dict, List, Sequence, Union
 
 import apache_beam as beam
 
@@ -63,17 +63,19 @@ class _WriteShardFn(beam.DoFn):
         self.rows = []
 
 
-def staged_rows(directory: str, name: str) -> List[dict]:
-    """Every complete shard's rows of ``name``, distinct, in canonical order."""
+def staged_rows(directories: Union[str, Sequence[str]], name: str) -> List[dict]:
+    """Every complete shard's rows of ``name`` under one staging directory or several, distinct, in canonical
+    order."""
     lines = set()
-    for path in glob.glob(os.path.join(directory, name, "*.jsonl")):
-        with open(path, encoding="utf-8") as f:
-            lines.update(line.rstrip("\n") for line in f if line.strip())
+    for directory in [directories] if isinstance(directories, str) else directories:
+        for path in glob.glob(os.path.join(directory, name, "*.jsonl")):
+            with open(path, encoding="utf-8") as f:
+                lines.update(line.rstrip("\n") for line in f if line.strip())
     return [json.loads(line) for line in sorted(lines)]
 
 
-def load_staged(directory: str, store_path: str, alerts_file: str) -> Dict[str, int]:
-    """Loads the staged rows into the store and the alerts file; returns the rows inserted per table."""
+def load_staged_tables(directory: str, store_path: str) -> Dict[str, int]:
+    """Loads the staged rows of every table into the store; returns the rows inserted per table."""
     store = DuckDBStore(store_path)
     try:
         inserted = {}
@@ -83,7 +85,18 @@ def load_staged(directory: str, store_path: str, alerts_file: str) -> Dict[str, 
                                  for i in range(0, len(rows), LOAD_CHUNK_ROWS))
     finally:
         store.close()
-    # alerts as raised first, then the ones announced again with a triage state (a line per alert and state)
+    return inserted
+
+
+def append_staged_alerts(directories: Union[str, Sequence[str]], alerts_file: str) -> None:
+    """Appends the staged alerts to the alerts file: as raised first, then the ones announced again with a
+    triage state (a line per alert and state), each in canonical order across all ``directories``."""
     for name in (ALERTS.name, ALERT_UPDATES):
-        append_alerts(alerts_file, staged_rows(directory, name))
+        append_alerts(alerts_file, staged_rows(directories, name))
+
+
+def load_staged(directory: str, store_path: str, alerts_file: str) -> Dict[str, int]:
+    """Loads the staged rows into the store and the alerts file; returns the rows inserted per table."""
+    inserted = load_staged_tables(directory, store_path)
+    append_staged_alerts(directory, alerts_file)
     return inserted

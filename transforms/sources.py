@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import array
+import dataclasses
+import io
 import os
-from typing import List, Optional, Sequence, Union
+import zlib
+from typing import IO, Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import apache_beam as beam
+import msgspec
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.gcp.pubsub import PubsubMessage, ReadFromPubSub
@@ -62,27 +67,111 @@ class ReadLinesFn(beam.DoFn):
     so that the summaries crossing the shuffles need not carry it.
     """
 
-    def __init__(self, progress_id: Optional[str] = None):
+    def __init__(self, progress_id: Optional[str] = None, group: Optional[LineGroup] = None):
         self.progress_id = progress_id
+        self.group = group
 
     def start_bundle(self):
         self._progress = progress.counter_for(self.progress_id)
 
     def process(self, filename: str):
         source = file_source(filename)
-        local = (FileSystems.get_scheme(filename) in (None, "file")
-                 and CompressionTypes.detect_compression_type(filename) == CompressionTypes.UNCOMPRESSED)
-        path = os.path.realpath(filename) if local else None
+        path = os.path.realpath(filename) if is_local_text(filename) else None
+        ranges = None if self.group is None else self.group.ranges.get(path or "", ())
+        if ranges == ():  # none of its lines is this group's
+            return ()
         if self._progress is not None:
             self._progress.read_file(filename)
+        return self._messages(filename, source, path, ranges)
+
+    @staticmethod
+    def _messages(filename: str, source: str, path: Optional[str],
+                  ranges: Optional[Sequence[int]]) -> Iterator[RawMessage]:
         with FileSystems.open(filename, mime_type="application/octet-stream") as lines:
-            offset = 0
-            for line in iter(lines.readline, b""):
-                start, offset = offset, offset + len(line)
-                if line.endswith(b"\n"):
-                    line = line[:-2] if line.endswith(b"\r\n") else line[:-1]
-                if line and not line.isspace():
-                    yield RawMessage(line, source, None, FileSpan(path, start, len(line)) if path else None)
+            for start, line in (file_lines(lines) if ranges is None else lines_in_ranges(lines, ranges)):
+                yield RawMessage(line, source, None, FileSpan(path, start, len(line)) if path else None)
+
+
+def is_local_text(filename: str) -> bool:
+    """Whether a file is local and uncompressed: its lines can be found again by offset."""
+    return (FileSystems.get_scheme(filename) in (None, "file")
+            and CompressionTypes.detect_compression_type(filename) == CompressionTypes.UNCOMPRESSED)
+
+
+def file_lines(lines: IO[bytes], base: int = 0) -> Iterator[Tuple[int, bytes]]:
+    r"""(offset, line) of each message line of a binary file object: ``\n`` or ``\r\n`` ends a line, blank
+    lines are skipped; ``base`` is the object's first byte's offset in its file."""
+    offset = base
+    for line in iter(lines.readline, b""):
+        start, offset = offset, offset + len(line)
+        if line.endswith(b"\n"):
+            line = line[:-2] if line.endswith(b"\r\n") else line[:-1]
+        if line and not line.isspace():
+            yield start, line
+
+
+def lines_in_ranges(lines: IO[bytes], ranges: Sequence[int]) -> Iterator[Tuple[int, bytes]]:
+    """``file_lines`` of the byte ranges ``ranges`` (start, end, start, end, ...) of a seekable file."""
+    for i in range(0, len(ranges), 2):
+        lines.seek(ranges[i])
+        yield from file_lines(io.BytesIO(lines.read(ranges[i + 1] - ranges[i])), ranges[i])
+
+
+class _TestOnly(msgspec.Struct):
+    test: Any = None
+
+
+_TEST_ONLY = msgspec.json.Decoder(_TestOnly)
+
+
+def line_test_name(line: bytes) -> Optional[str]:
+    """The ``test`` of a message line as the wire parser reads it (a duplicate key: the last), None where it
+    has none (not JSON, not an object, no string ``test``: the parser dead-letters such a line whole)."""
+    try:
+        test = _TEST_ONLY.decode(line).test
+    except msgspec.DecodeError:  # not strict JSON: decoded as the wire's parser decodes it (NaN literals...)
+        try:
+            obj = wire.decode_json(line)
+        except wire.InvalidMessage:
+            return None
+        test = obj.get("test") if isinstance(obj, dict) else None
+    return test if isinstance(test, str) else None
+
+
+def group_of_test(test: Optional[str], groups: int) -> int:
+    """Which of ``groups`` replay groups a test's messages go to (a line without a test: the first)."""
+    return 0 if test is None else zlib.crc32(test.encode("utf-8", "surrogatepass")) % groups
+
+
+@dataclasses.dataclass(frozen=True)
+class LineGroup:
+    """The lines of one replay group: per file (by real path), the byte ranges they lie in (start, end, ...),
+    and which group of how many it is."""
+    index: int
+    count: int
+    ranges: Dict[str, Sequence[int]]
+
+    def holds(self, test: Optional[str]) -> bool:
+        return group_of_test(test, self.count) == self.index
+
+
+def plan_line_groups(filenames: Sequence[str], groups: int) -> List[LineGroup]:
+    """Reads local text files once and puts each line in the group of its test (``group_of_test``); a group's
+    ranges join consecutive lines of it. Groups that get no line are left out."""
+    ranges: List[Dict[str, array.array]] = [{} for _ in range(groups)]
+    for filename in filenames:
+        path = os.path.realpath(filename)
+        last_group, last_end = -1, -1
+        with open(path, "rb") as lines:
+            for start, line in file_lines(lines):
+                group = group_of_test(line_test_name(line), groups)
+                spans = ranges[group].setdefault(path, array.array("q"))
+                if group == last_group and spans[-1] == last_end:
+                    spans[-1] = start + len(line)
+                else:
+                    spans.extend((start, start + len(line)))
+                last_group, last_end = group, start + len(line)
+    return [LineGroup(index, groups, by_file) for index, by_file in enumerate(ranges) if by_file]
 
 
 class ReadReplayFiles(beam.PTransform):
@@ -90,19 +179,22 @@ class ReadReplayFiles(beam.PTransform):
 
     See :class:`ReadLinesFn` for what a line is. ``progress_id`` names a
     counter of ``transforms.progress`` that the files read are counted into
-    (a file counts once it is opened).
+    (a file counts once it is opened). With ``group`` (a ``LineGroup``), only
+    that group's lines are read.
     """
 
-    def __init__(self, file_pattern: Union[str, Sequence[str]], progress_id: Optional[str] = None):
+    def __init__(self, file_pattern: Union[str, Sequence[str]], progress_id: Optional[str] = None,
+                 group: Optional[LineGroup] = None):
         super().__init__()
         self.file_patterns = [file_pattern] if isinstance(file_pattern, str) else list(file_pattern)
         self.progress_id = progress_id
+        self.group = group
 
     def expand(self, pbegin):
         return (pbegin
                 | "Patterns" >> beam.Create(self.file_patterns)
                 | "Files" >> beam.FlatMap(matching_files)
-                | "ReadLines" >> beam.ParDo(ReadLinesFn(self.progress_id)))
+                | "ReadLines" >> beam.ParDo(ReadLinesFn(self.progress_id, self.group)))
 
 
 def matching_files(pattern: str) -> List[str]:

@@ -1,0 +1,127 @@
+"""A replay too large for one pipeline run reads its tests in groups, one run each: the same store, the same
+alerts file, whatever the number of groups (``--replay_group_mib``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+import random
+
+from hypothesis import HealthCheck, given, settings
+
+from core.history import HistorySeed, JobHistory, MetricHistory
+from core.runs import RunAccumulator
+from core.triage import AlertLedger
+from pipeline.replay import line_groups
+from tests.pipeline.test_replay import CIFAR, REPO, cifar_lines, replay, table_contents, write_lines
+from tests.support import T0
+from tests.trainguard.test_fast_points import messages
+from tests.transforms.test_ranks import straggler_messages
+from trainguard import wire
+from transforms.sources import file_lines, group_of_test, line_test_name, lines_in_ranges, plan_line_groups
+
+TINY_GROUPS = "--replay_group_mib=0.02"  # ~20 KB of input a group: every test of the input below in a group of its own
+
+
+def messy_input(tmp_path, name: str, lines_of_runs) -> str:
+    """(The first input:) the demo's four tests (their bad lines too); cifar's daily runs, a distributed run, triage actions, lines
+    without a usable test, redeliveries, all shuffled, CRLF and blank lines among them."""
+    lines = [line for path in sorted(glob.glob(f"{REPO}/data/demo/*.jsonl")) if name == "first"
+             for line in read_bytes(path).splitlines()]
+    lines += [m for run in lines_of_runs for m in run]
+    lines += [m.payload for m in straggler_messages(f"{name}-dist", T0 + (0 if name == "first" else 40) * 86400)]
+    lines += [wire.encode_triage(CIFAR, wire.Triage("accept", T0 + 8.5 * 86400, metric="Accuracy/test_final",
+                                                    run=f"{CIFAR}-008"), f"accept-{name}"),
+              wire.encode_triage("pt-llama-record-only", wire.Triage("mute", T0, until=T0 + 99 * 86400),
+                                 f"mute-{name}")]
+    lines += [b"not json", b'["a list"]', b'{"test": 5, "run": "r"}', b"\xff\xfe" + name.encode(),
+              b'{"schema":"trainguard/v1","id":"nan-' + name.encode() + b'","test":"' + CIFAR.encode()
+              + b'","run":"nan-run","points":[{"tag":"loss","value":NaN,"time":1763596805}]}']
+    lines += lines[::7]
+    random.Random(name).shuffle(lines)
+    path = tmp_path / f"{name}.jsonl"
+    path.write_bytes(b"".join(line + (b"\r\n" if i % 5 == 0 else b"\n") + (b"\n" if i % 11 == 0 else b"")
+                              for i, line in enumerate(lines)))
+    return str(path)
+
+
+def test_a_replay_in_groups_gives_the_same_store_and_alerts_file_as_one_group(tmp_path):
+    runs = cifar_lines()
+    first, second = messy_input(tmp_path, "first", runs[:8]), messy_input(tmp_path, "second", runs[8:])
+    assert len(line_groups([first], 0.02, False)) >= 5  # not one group after all
+    for path in (first, second):  # the second invocation continues from the stored histories (the seed)
+        assert replay(tmp_path, path, store="one.duckdb", alerts="one.jsonl", extra=("--report_dir=",
+                                                                                     "--replay_group_mib=0")) == 0
+        assert replay(tmp_path, path, store="groups.duckdb", alerts="groups.jsonl",
+                      extra=("--report_dir=", TINY_GROUPS)) == 0
+        assert table_contents(tmp_path / "groups.duckdb") == table_contents(tmp_path / "one.duckdb")
+        assert (tmp_path / "groups.jsonl").read_text() == (tmp_path / "one.jsonl").read_text()
+    contents = table_contents(tmp_path / "one.duckdb")
+    assert len(contents["dead_letter"]) >= 8 and contents["triage"] and contents["rank_metrics"]
+    assert len(contents["alerts"]) >= 10
+
+
+def read_bytes(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def test_every_line_is_in_exactly_one_group_and_every_line_of_a_test_in_the_same(tmp_path):
+    tests = [f"test-{i}" for i in range(12)]
+    lines = [wire.encode_message(tests[(i // 5) % 12], "r", [], [wire.event_dict("run_started", T0, {})],
+                                 message_id=f"m{i}") for i in range(300)] + [b"not json", b"  ", b"{}"]
+    files = [write_lines(tmp_path / f"{n}.jsonl", lines[n * 101:(n + 1) * 101]) for n in range(3)]
+    groups = plan_line_groups(files, 4)
+    assert [group.index for group in groups] == [0, 1, 2, 3]
+    for path in map(os.path.realpath, files):
+        with open(path, "rb") as f:
+            whole = list(file_lines(f))
+        by_group = [list(file_lines_of(path, group)) for group in groups]
+        assert sorted(line for lines in by_group for line in lines) == sorted(whole)
+        sequence = [group_of_test(line_test_name(line), 4) for _, line in whole]
+        for group, lines in zip(groups, by_group):
+            assert all(group.holds(line_test_name(line)) for _, line in lines)
+            blocks = sum(1 for i, g in enumerate(sequence) if g == group.index and (i == 0 or sequence[i - 1] != g))
+            assert len(group.ranges.get(path, [])) == 2 * blocks  # a range per block of consecutive lines
+    assert group_of_test(None, 4) == 0
+
+
+def file_lines_of(path: str, group):
+    with open(path, "rb") as f:
+        yield from lines_in_ranges(f, group.ranges.get(path, []))
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(messages())
+def test_the_test_of_a_line_is_the_one_the_parser_reads(payload):
+    """A line the wire parser takes (doubled keys, NaN literals, odd envelopes) is grouped by its test as
+    parsed; one it refuses whole is a dead letter of whichever group reads it."""
+    try:
+        message, _ = wire.parse_message(payload)
+    except wire.InvalidMessage:
+        return
+    assert line_test_name(payload.strip()) == message.test
+
+
+def test_a_line_without_a_usable_test_has_none():
+    assert [line_test_name(line) for line in (b"not json", b"[1]", b'{"test": 5}', b"\xff", b'{"run": "r"}')] == \
+        [None] * 5
+    assert line_test_name(b'{"test": "a", "points": [{"value": NaN}], "test": "b"}') == "b"
+
+
+def test_the_seed_of_a_group_holds_its_tests_only():
+    seed = HistorySeed(
+        metrics={("a", "loss"): MetricHistory(), ("b", "loss"): MetricHistory()},
+        jobs={"a": JobHistory(), "b": JobHistory()}, stored_runs=frozenset({("a", "r1"), ("b", "r1")}),
+        windows={("a", "loss", "count"): None, ("b", "loss", "count"): None}, stored_actions=frozenset({"x"}),
+        ledgers={"a": AlertLedger(), "b": AlertLedger()},
+        open_runs={("a", "r2"): RunAccumulator("a", "r2"), ("b", "r2"): RunAccumulator("b", "r2")})
+    only_a = seed.of_tests(lambda test: test == "a")
+    for field in dataclasses.fields(HistorySeed):
+        kept = getattr(only_a, field.name)
+        if field.name == "stored_actions":  # ids that name no test
+            assert kept == seed.stored_actions
+        else:
+            assert kept and "b" not in json.dumps(sorted(map(repr, kept))), field.name

@@ -380,6 +380,16 @@ def _part_v1_to_v2(fields: Dict[str, Any]) -> Dict[str, Any]:
     return part.to_state()
 
 
+def _little_endian(columns: array.array[int]) -> array.array[int]:
+    """Int64 columns in the byte order ``RunPart`` stores them in (little-endian): the same array on a
+    little-endian host, else a byte-swapped copy (which also turns stored bytes into the host's order)."""
+    if sys.byteorder == "little":
+        return columns
+    swapped = array.array("q", columns)
+    swapped.byteswap()
+    return swapped
+
+
 @record("RunPart", version=2, upgrades={1: _part_v1_to_v2})
 class RunPart:
     """Messages of one run taken into an accumulator before the shuffle to run assembly (a bounded replay does
@@ -400,20 +410,15 @@ class RunPart:
         self.accumulator = accumulator
         self.ids: List[str] = ids if ids is not None else []
         self.files: List[str] = files if files is not None else []
-        self._columns = array.array("q")
-        self._columns.frombytes(columns)
-        if sys.byteorder != "little":
-            self._columns.byteswap()
+        stored = array.array("q")
+        stored.frombytes(columns)
+        self._columns = _little_endian(stored)  # a swap both ways
         self.payloads: Dict[int, bytes] = payloads if payloads is not None else {}
         self._taken: Optional[Set[str]] = None  # ids as a set, made when first asked
 
     def to_state(self) -> Dict[str, Any]:
-        columns = self._columns
-        if sys.byteorder != "little":
-            columns = array.array("q", columns)
-            columns.byteswap()
         return {"accumulator": self.accumulator, "ids": self.ids, "files": self.files,
-                "columns": columns.tobytes(), "payloads": self.payloads}
+                "columns": _little_endian(self._columns).tobytes(), "payloads": self.payloads}
 
     @classmethod
     def from_state(cls, state: Dict[str, Any]) -> RunPart:

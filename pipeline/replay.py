@@ -277,12 +277,12 @@ def line_groups(files: List[str], group_mib: float, streaming: bool) -> List[Opt
     return [None] if count <= 1 else list(plan_line_groups(files, count))
 
 
-def _run_group(options: PipelineOptions, patterns: List[str], progress_id: Optional[str],
-               group: Optional[LineGroup], settings: GraphSettings, seed: HistorySeed, staging_dir: str):
+def _run_group(options: PipelineOptions, patterns: List[str], group: Optional[LineGroup], settings: GraphSettings,
+               seed: HistorySeed, staging_dir: str):
     """One pipeline run over a group's lines (all of them for None), its rows staged under ``staging_dir``."""
     pipeline = beam.Pipeline(runner=runner_for(options), options=options)
     outputs = (pipeline
-               | "ReadFiles" >> ReadReplayFiles(patterns, progress_id, group)
+               | "ReadFiles" >> ReadReplayFiles(patterns, settings.progress_id, group)
                | "DetectRegressions" >> DetectRegressions(settings, pipeline | "Seed" >> beam.Create([seed])))
     outputs | "WriteLocal" >> WriteLocal(staging_dir)
     with start_up_objects_frozen():
@@ -321,6 +321,7 @@ def run(argv: Optional[List[str]] = None) -> ReplaySummary:
     rows_added: Dict[str, int] = {}
     staging_dirs: List[str] = []
     with showing_progress(show_progress, len(files), started) as progress_id:
+        settings = GraphSettings(configs, lifecycle_from(local), streaming, progress_id)
         try:
             for number, group in enumerate(groups):
                 if number:  # the last group's graph and buffers go before the collector is told to skip what lives
@@ -328,14 +329,13 @@ def run(argv: Optional[List[str]] = None) -> ReplaySummary:
                 staging_dirs.append(tempfile.mkdtemp(prefix=".trainguard-staging-", dir=os.path.dirname(
                     os.path.abspath(local.local_store))))
                 group_seed = seed if group is None else seed.of_tests(group.holds)
-                result = _run_group(options, patterns, progress_id, group, GraphSettings(
-                    configs, lifecycle_from(local), streaming, progress_id), group_seed, staging_dirs[-1])
+                result = _run_group(options, patterns, group, settings, group_seed, staging_dirs[-1])
                 for table, added in load_staged_tables(staging_dirs[-1], local.local_store).items():
                     rows_added[table] = rows_added.get(table, 0) + added
                 for counter in result.metrics().query(MetricsFilter().with_namespace("trainguard"))["counters"]:
                     if counter.key.metric.name in counters:
                         counters[counter.key.metric.name] += counter.committed or 0
-                del result
+                del result  # so that the next group's gc.collect frees this one's runner
             append_staged_alerts(staging_dirs, local.alerts_file)
         finally:
             for staging_dir in staging_dirs:

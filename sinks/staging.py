@@ -93,10 +93,3 @@ def append_staged_alerts(directories: Union[str, Sequence[str]], alerts_file: st
     triage state (a line per alert and state), each in canonical order across all ``directories``."""
     for name in (ALERTS.name, ALERT_UPDATES):
         append_alerts(alerts_file, staged_rows(directories, name))
-
-
-def load_staged(directory: str, store_path: str, alerts_file: str) -> Dict[str, int]:
-    """Loads the staged rows into the store and the alerts file; returns the rows inserted per table."""
-    inserted = load_staged_tables(directory, store_path)
-    append_staged_alerts(directory, alerts_file)
-    return inserted

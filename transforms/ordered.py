@@ -225,8 +225,8 @@ def in_event_time_order(machine: StateMachine, name: str, streaming: bool = True
     state ends with it.
 
     A timer that fires with nothing pending and nothing to forget (its key's
-    state gone, or never set) does nothing. A key's state written before the bag (one ``_Keyed``
-    value in ``<name>_keyed``, pending items inside) is migrated by whichever
+    state gone, or never set) does nothing. A key's state written before the
+    bag (one ``_Keyed`` value in ``<name>_keyed``, pending items inside) is migrated by whichever
     comes first, its timer or its next item: its items move to the bag, its
     machine's state stays in ``<name>_keyed``. ``process`` reads
     ``<name>_keyed`` for that only at a key's first item (no ``<name>_scheduled``

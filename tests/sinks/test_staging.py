@@ -6,7 +6,7 @@ import apache_beam as beam
 
 from core.schema import ALERT_UPDATES, ALERTS, DEAD_LETTER
 from sinks.duckdb_store import DuckDBStore
-from sinks.staging import StageRows, load_staged, staged_rows
+from sinks.staging import StageRows, append_staged_alerts, load_staged_tables, staged_rows
 from tests.transforms.support import batch_pipeline
 
 
@@ -35,8 +35,8 @@ def test_a_bundle_written_twice_loads_once(tmp_path):
     (staging / DEAD_LETTER.name / "torn.partial").write_text("{not json")  # a bundle that died while writing
     store_path = str(tmp_path / "s.duckdb")
     DuckDBStore(store_path).ensure_schema()
-    assert load_staged(str(staging), store_path, str(tmp_path / "alerts.jsonl"))[DEAD_LETTER.name] == 2
-    assert load_staged(str(staging), store_path, str(tmp_path / "alerts.jsonl"))[DEAD_LETTER.name] == 0
+    assert load_staged_tables(str(staging), store_path)[DEAD_LETTER.name] == 2
+    assert load_staged_tables(str(staging), store_path)[DEAD_LETTER.name] == 0
 
 
 def test_alerts_are_appended_oldest_first_and_their_triage_updates_after_them(tmp_path):
@@ -45,9 +45,7 @@ def test_alerts_are_appended_oldest_first_and_their_triage_updates_after_them(tm
                                  alert("early", "2025-11-20T00:00:00.000000Z")])
     stage(staging, ALERT_UPDATES, [alert("early", "2025-11-20T00:00:00.000000Z", "dismissed")])
     alerts_file = tmp_path / "alerts.jsonl"
-    store_path = str(tmp_path / "s.duckdb")
-    DuckDBStore(store_path).ensure_schema()
-    load_staged(str(staging), store_path, str(alerts_file))
+    append_staged_alerts(str(staging), str(alerts_file))
     lines = [json.loads(line) for line in alerts_file.read_text().splitlines()]
     assert [(a["alert_id"], "dismissed" in a["details"]) for a in lines] == [
         ("early", False), ("late", False), ("early", True)]

@@ -20,6 +20,7 @@ notifier and the report do without it).
 | ``stats`` | exact sums, means, population stddev, percentiles |
 | ``parse`` | raw payloads and per-message summaries |
 | ``runs`` | the run model: per-tag aggregates, the run accumulator, run results, lifecycle settings |
+| ``run_parts`` | a replay's messages of a run taken before its shuffle, and which copy of a message id counts |
 | ``records`` | alerts and rows, as the pipeline writes them |
 | ``alert_record`` | an alert as readers (report, notifier) see it |
 | ``bounds`` | regression bounds from a condition and a history |

@@ -9,6 +9,7 @@ cross a shuffle.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from typing import Collection, Dict, List, NamedTuple, Optional, Tuple, Union
 
 from core.aggregation import NO_STEP, TagAggregate
@@ -98,6 +99,25 @@ class MessageSummary:
     def raw_payload(self) -> bytes:
         """The payload the message came in, read again from its replay file if it is not carried."""
         return payload_of(self.payload_source)
+
+
+DIFFERENT_COPY = "duplicate id with different content"
+"""The dead-letter reason (its beginning) of a copy of a message whose ``id`` another copy, with other bytes, has:
+one copy counts, never a mix, and each other one is a dead letter (README, "Wire contract v1")."""
+
+
+def content_digest(content: bytes) -> bytes:
+    """The SHA-256 of a copy's bytes: what names the copy taken, and what the streaming job keeps of it."""
+    return hashlib.sha256(content).digest()
+
+
+def different_copy_reason(taken: Optional[bytes]) -> str:
+    """The dead-letter reason of a copy not taken, naming the copy taken by its ``content_digest`` (the start of
+    its SHA-256 in hex, as ``sha256sum`` prints it); None: the copy taken cannot be named (it could not be read
+    again)."""
+    if taken is None:
+        return f"{DIFFERENT_COPY} (the copy taken could not be read again)"
+    return f"{DIFFERENT_COPY}: the copy taken has SHA-256 {taken.hex()[:16]}"
 
 
 def summarize(message: wire.Message, payload: bytes, config: TestConfig,

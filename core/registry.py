@@ -45,9 +45,9 @@ import importlib
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar
 
 # The core modules that register types: imported by :func:`load_registry` before decoding a name not yet known.
-RECORD_MODULES = ("core.aggregation", "core.parse", "core.runs", "core.records", "core.triage", "core.history",
-                  "core.windows", "core.stalls", "core.window_checks", "core.rank_windows", "core.vocabulary",
-                  "core.config_versions")
+RECORD_MODULES = ("core.aggregation", "core.parse", "core.runs", "core.run_parts", "core.records", "core.triage",
+                  "core.history", "core.windows", "core.stalls", "core.window_checks", "core.rank_windows",
+                  "core.vocabulary", "core.config_versions")
 
 
 class EncodingError(ValueError):

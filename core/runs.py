@@ -7,16 +7,14 @@ run ends in event time is set by one ``RunLifecycle``.
 
 from __future__ import annotations
 
-import array
 import copy
 import dataclasses
 import json
-import sys
-from typing import Any, Callable, Collection, Dict, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from core.aggregation import TagAggregate, step_or_none
 from core.config import TIME_TO_ACCURACY_METRIC, TOTAL_WALL_TIME_METRIC, MetricCollectionConfig, TestConfig
-from core.parse import FileSpan, MessageSummary, PayloadSource
+from core.parse import MessageSummary
 from core.registry import record
 from core.stats import mean_and_pstdev
 from core.vocabulary import RunStatus
@@ -181,8 +179,29 @@ def _event_json(event: RankedEvent) -> Dict[str, Any]:
     return row
 
 
-def _event_order(event: RankedEvent) -> Tuple[float, str, int, str]:
-    return event.time, event.type, effective_rank(event.rank), json.dumps(event.data, sort_keys=True)
+def _event_order(event: RankedEvent) -> Tuple[float, str, int, str, bool]:
+    """Events in time, then by type, rank and data: only equal events tie (an event without a rank and the same
+    one of rank 0 are told apart last)."""
+    return (event.time, event.type, effective_rank(event.rank), json.dumps(event.data, sort_keys=True),
+            event.rank is not None)
+
+
+LIFECYCLE_EVENTS = frozenset((wire.RUN_STARTED, wire.RUN_FINISHED))  # always kept (``RunAccumulator.MAX_EVENTS``)
+
+
+def kept_events(events: Sequence[RankedEvent], limit: int) -> Tuple[List[RankedEvent], List[RankedEvent]]:
+    """(the events a run keeps of ``events``, the others): every ``run_started`` and ``run_finished``, and of
+    the other events the first ``limit`` in event order (time, then type, rank and data: equal keys are equal
+    events). The same events whatever the order they came in or how they were grouped: the first ``limit`` of
+    a run's first ``limit`` and another message's are the first ``limit`` of both."""
+    lifecycle = [event for event in events if event.type in LIFECYCLE_EVENTS]
+    others = sorted((event for event in events if event.type not in LIFECYCLE_EVENTS), key=_event_order)
+    return lifecycle + others[:limit], others[limit:]
+
+
+def event_json(event: RankedEvent) -> str:
+    """An event as a dead letter's payload (its rank only when it says one)."""
+    return json.dumps(_event_json(event), sort_keys=True)
 
 
 @record("RunAccumulator")
@@ -199,6 +218,8 @@ class RunAccumulator:
     it always did.
     """
 
+    # Events other than run_started and run_finished a run keeps (a message carries at most 100); the rest are
+    # dead letters. Lifecycle events are always kept: a run's status and end are made of them.
     MAX_EVENTS = 1000
 
     def __init__(self, test: str, run: str):
@@ -209,6 +230,7 @@ class RunAccumulator:
         self.first_time: Optional[float] = None
         self.last_time: Optional[float] = None
         self.world_size: Optional[int] = None
+        self._others: Optional[Tuple[int, int]] = None  # (len(events), how many are not lifecycle events)
 
     def to_state(self) -> Dict[str, Any]:
         """What the run's state keeps (``core.encoding``: a file format, fields by name)."""
@@ -229,8 +251,9 @@ class RunAccumulator:
     def tags(self) -> List[str]:
         return sorted({tag for tags in self.ranks.values() for tag in tags})
 
-    def add(self, summary: MessageSummary) -> List[wire.Event]:
-        """Absorbs one message summary; returns the events it could not keep (over MAX_EVENTS).
+    def add(self, summary: MessageSummary) -> List[RankedEvent]:
+        """Absorbs one message summary; returns the events the run no longer keeps (``MAX_EVENTS``): the
+        message's own, or events the run kept so far that sort after them.
 
         All or nothing: everything is computed before anything changes, so a
         summary that raises leaves the accumulator as it was.
@@ -241,34 +264,68 @@ class RunAccumulator:
         for tag, batch in summary.tags.items():
             current = tags.get(tag)
             merged[tag] = copy.copy(batch) if current is None else current.merged(batch)
-        room = self.MAX_EVENTS - len(self.events)
+        new = [RankedEvent(*event, summary.rank) for event in summary.events]
+        kept, over, others = self._within_limit(new)
         last = summary.last_time if self.last_time is None else max(self.last_time, summary.last_time)
         first = summary.first_time if self.first_time is None else min(self.first_time, summary.first_time)
         world_size = max(filter(None, (self.world_size, summary.world_size)), default=None)
         if merged or rank not in self.ranks:
             self.ranks[rank] = {**tags, **merged}
-        self.events.extend(RankedEvent(*event, summary.rank) for event in summary.events[:room])
+        self._keep(kept, new, others)
         self.first_time, self.last_time, self.world_size = first, last, world_size
-        return list(summary.events[room:]) if room < len(summary.events) else []
+        return over
 
     def absorb(self, other: RunAccumulator) -> List[RankedEvent]:
         """Merges another accumulator of the same run into this one (a run a drained job left open, resumed);
-        returns the other's events it could not keep (over MAX_EVENTS). Whichever of the two held which
-        messages, the result is the same."""
+        returns the events the run no longer keeps (``MAX_EVENTS``), of either. Whichever of the two held
+        which messages, the result is the same."""
         if (other.test, other.run) != (self.test, self.run):
             raise ValueError(f"cannot merge run {other.test}/{other.run} into {self.test}/{self.run}")
         for rank, tags in other.ranks.items():
             mine = self.ranks.setdefault(rank, {})
             for tag, aggregate in tags.items():
                 mine[tag] = copy.copy(aggregate) if tag not in mine else mine[tag].merged(aggregate)
-        room = max(0, self.MAX_EVENTS - len(self.events))
-        self.events.extend(other.events[:room])
+        new = list(other.events)
+        kept, over, others = self._within_limit(new)
+        self._keep(kept, new, others)
         firsts = [t for t in (self.first_time, other.first_time) if t is not None]
         lasts = [t for t in (self.last_time, other.last_time) if t is not None]
         self.first_time = min(firsts) if firsts else None
         self.last_time = max(lasts) if lasts else None
         self.world_size = max(filter(None, (self.world_size, other.world_size)), default=None)
-        return list(other.events[room:])
+        return over
+
+    def _within_limit(self, new: List[RankedEvent]) -> Tuple[Optional[List[RankedEvent]], List[RankedEvent], int]:
+        """With ``new`` events added, changing nothing: (the events the run keeps, None if that is all of them
+        and ``new`` only needs appending; those it does not keep; how many events it keeps besides lifecycle
+        events). Every lifecycle event is kept, and of the others the first ``MAX_EVENTS`` in event order
+        (``kept_events``)."""
+        others = self._other_events() + sum(1 for event in new if event.type not in LIFECYCLE_EVENTS)
+        if others <= self.MAX_EVENTS:
+            return None, [], others
+        kept, over = kept_events(self.events + new, self.MAX_EVENTS)
+        return kept, over, self.MAX_EVENTS
+
+    def _keep(self, kept: Optional[List[RankedEvent]], new: List[RankedEvent], others: int) -> None:
+        if kept is None:
+            self.events.extend(new)
+        else:
+            self.events = kept
+        self._others = (len(self.events), others)
+
+    def _other_events(self) -> int:
+        """How many events the run keeps besides lifecycle events (counted once, then kept up to date: a run of
+        thousands of ranks keeps thousands of lifecycle events, which each message would count again)."""
+        counted = self._others
+        if counted is None or counted[0] != len(self.events):
+            counted = self._others = (len(self.events), sum(
+                1 for event in self.events if event.type not in LIFECYCLE_EVENTS))
+        return counted[1]
+
+    def at_event_limit(self) -> bool:
+        """Whether the run keeps as many events other than its lifecycle's as it may: events may have been
+        left out."""
+        return self._other_events() >= self.MAX_EVENTS
 
     def _lifecycle(self, event_type: str, pick: Callable[..., RankedEvent]) -> Dict[int, RankedEvent]:
         """Per rank, its first (``min``) or last (``max``) event of a type."""
@@ -370,125 +427,6 @@ class RunAccumulator:
                 if several:
                     per_rank += [(rank, MetricValue(name, value, step)) for rank, value, step in values]
         return metrics, per_rank
-
-
-def _part_v1_to_v2(fields: Dict[str, Any]) -> Dict[str, Any]:
-    """A version-1 part's ``messages`` ({id: (source, events kept or None)}) in version 2's packed columns."""
-    part = RunPart(fields["accumulator"])
-    for message_id, (source, kept) in fields.get("messages", {}).items():
-        part.note_taken(message_id, source, kept)
-    return part.to_state()
-
-
-def _little_endian(columns: array.array[int]) -> array.array[int]:
-    """Int64 columns in the byte order ``RunPart`` stores them in (little-endian): the same array on a
-    little-endian host, else a byte-swapped copy (which also turns stored bytes into the host's order)."""
-    if sys.byteorder == "little":
-        return columns
-    swapped = array.array("q", columns)
-    swapped.byteswap()
-    return swapped
-
-
-@record("RunPart", version=2, upgrades={1: _part_v1_to_v2})
-class RunPart:
-    """Messages of one run taken into an accumulator before the shuffle to run assembly (a bounded replay does
-    it per bundle, so that one element per run and bundle crosses the shuffle instead of one per message).
-
-    For each message taken, in the order taken: its id (``ids``), where to read it again and, when the part
-    could not keep all of its events, how many it kept. Read again only when another part of the run already
-    took a message of the same id (the same message delivered twice, in two bundles): the part is then taken
-    without it (``without``). Where to read them is packed (``_columns``: file index, offset, length and events
-    kept, four int64 a message; the files named once in ``files``; a payload not in a replay file in
-    ``payloads``): a batch runner holds every part at once, and a span, a path and a tuple per message were
-    most of a part's bytes.
-    """
-
-    def __init__(self, accumulator: RunAccumulator, ids: Optional[List[str]] = None,
-                 files: Optional[List[str]] = None, columns: bytes = b"",
-                 payloads: Optional[Dict[int, bytes]] = None):
-        self.accumulator = accumulator
-        self.ids: List[str] = ids if ids is not None else []
-        self.files: List[str] = files if files is not None else []
-        stored = array.array("q")
-        stored.frombytes(columns)
-        self._columns = _little_endian(stored)  # a swap both ways
-        self.payloads: Dict[int, bytes] = payloads if payloads is not None else {}
-        self._taken: Optional[Set[str]] = None  # ids as a set, made when first asked
-
-    def to_state(self) -> Dict[str, Any]:
-        return {"accumulator": self.accumulator, "ids": self.ids, "files": self.files,
-                "columns": _little_endian(self._columns).tobytes(), "payloads": self.payloads}
-
-    @classmethod
-    def from_state(cls, state: Dict[str, Any]) -> RunPart:
-        return cls(state["accumulator"], state.get("ids", []), state.get("files", []), state.get("columns", b""),
-                   state.get("payloads", {}))
-
-    def __repr__(self) -> str:
-        return f"RunPart({self.accumulator.test!r}, {self.accumulator.run!r}, {len(self.ids)} messages)"
-
-    def has(self, message_id: str) -> bool:
-        """Whether the part took a message of this id."""
-        if self._taken is None:
-            self._taken = set(self.ids)
-        return message_id in self._taken
-
-    def take(self, summary: MessageSummary) -> List[wire.Event]:
-        """Adds a message not taken yet (``RunAccumulator.add``, all or nothing); returns its events over the
-        limit."""
-        overflow = self.accumulator.add(summary)
-        self.note_taken(summary.id, summary.payload_source, len(summary.events) - len(overflow) if overflow else None)
-        return overflow
-
-    def note_taken(self, message_id: str, source: PayloadSource, kept_events: Optional[int]) -> None:
-        """Records a message as taken (its summary already in the accumulator): its id, where to read it again
-        and how many of its events were kept (None: all)."""
-        index = len(self.ids)
-        self.ids.append(message_id)
-        if self._taken is not None:
-            self._taken.add(message_id)
-        kept = -1 if kept_events is None else kept_events
-        if isinstance(source, FileSpan):
-            files, path = self.files, source.path
-            if files and files[-1] == path:  # (a part's messages mostly come from one file)
-                file = len(files) - 1
-            elif path in files:
-                file = files.index(path)
-            else:
-                file = len(files)
-                files.append(path)
-            self._columns.extend((file, source.offset, source.length, kept))
-        else:
-            self.payloads[index] = source
-            self._columns.extend((-1, 0, 0, kept))
-
-    def sources(self) -> Iterator[Tuple[str, PayloadSource, Optional[int]]]:
-        """(id, where to read it again, events kept or None: all) of each message taken, in the order taken."""
-        columns = self._columns
-        for index, message_id in enumerate(self.ids):
-            file, offset, length, kept = columns[4 * index:4 * index + 4]
-            source = self.payloads[index] if file < 0 else FileSpan(self.files[file], offset, length)
-            yield message_id, source, None if kept < 0 else kept
-
-    def without(self, taken: Collection[str], summary_of: Callable[[PayloadSource], MessageSummary]
-                ) -> Tuple[RunPart, List[Tuple[PayloadSource, Exception]]]:
-        """The part as if it had not taken the messages whose ids are in ``taken``: its other messages, each
-        summarized again from its source by ``summary_of`` and given no more events than the part kept of it,
-        plus (source, error) of those that cannot be taken again (e.g. a replay file changed since)."""
-        part = RunPart(RunAccumulator(self.accumulator.test, self.accumulator.run))
-        failed: List[Tuple[PayloadSource, Exception]] = []
-        for message_id, source, kept_events in self.sources():
-            if message_id in taken:
-                continue
-            try:
-                summary = summary_of(source)
-                if kept_events is not None:
-                    summary = dataclasses.replace(summary, events=summary.events[:kept_events])
-                part.take(summary)  # fewer messages than the part held: no events over the limit
-            except Exception as error:  # noqa: BLE001 - one message's failure is that message's
-                failed.append((source, error))
-        return part, failed
 
 
 def interrupt(result: RunResult, at: float, open_run: str) -> RunResult:

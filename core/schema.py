@@ -133,3 +133,15 @@ ALERT_UPDATES = "alert_updates"
 
 TABLES: Dict[str, Table] = {t.name: t for t in (JOB_HISTORY, METRIC_HISTORY, ALERTS, DEAD_LETTER, METRIC_WINDOWS,
                                                  TRIAGE, RANK_METRICS)}
+
+# The local store's record of what its alerts file must hold (``sinks.alerts_file``): committed with the rows in
+# one transaction, so that the file can always be completed from the store. Not a BigQuery table: there the
+# alerts go to a topic.
+ALERT_LINES = Table("alert_lines", (
+    Column("alert_id", "STRING", True),
+    Column("state", "STRING", True, "the triage state the line announces the alert in"),
+    Column("section", "INT64", True, "0: raised; 1: announced again with a new triage state"),
+    Column("created_at", "STRING", True, "the alert's created_at as written in the line"),
+    Column("line", "STRING", True, "the line, without its newline"),
+), key=("alert_id", "state"), time_column="created_at", cluster_by=("alert_id",))
+LOCAL_TABLES: Dict[str, Table] = {**TABLES, ALERT_LINES.name: ALERT_LINES}

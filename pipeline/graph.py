@@ -84,16 +84,18 @@ class DetectRegressions(beam.PTransform):
         stored = beam.pvalue.AsSingleton(
             seed | "StoredIndex" >> beam.Map(HistorySeed.index).with_output_types(StoredIndex))
         messages, triage_messages, bad_input = raw_messages | "Parse" >> ParseMessages(settings.progress_id)
-        actions = (triage_messages
-                   | "DeduplicateTriage" >> DeduplicateMessages(settings.lifecycle.dedup_horizon_seconds,
-                                                                forget=settings.streaming)
-                   | "SkipStoredActions" >> SkipStoredActions(stored))
+        actions, different_actions = triage_messages | "DeduplicateTriage" >> DeduplicateMessages(
+            settings.lifecycle.dedup_horizon_seconds, forget=settings.streaming)
+        actions = actions | "SkipStoredActions" >> SkipStoredActions(stored)
         summarized, unsummarized = messages | "Summarize" >> SummarizeMessages(settings.configs)
         # Streaming: messages of stored runs are dead letters, and runs a drain cuts short are stored as
         # interrupted (job_history only), to be resumed from the seed by the next job. A bounded replay
         # de-duplicates as it assembles runs (AssembleRunPartsFn) and windows (LiveWindows).
+        different_copies = [different_actions]
         if settings.streaming:
-            summarized = summarized | "Deduplicate" >> DeduplicateMessages(settings.lifecycle.dedup_horizon_seconds)
+            summarized, different_messages = summarized | "Deduplicate" >> DeduplicateMessages(
+                settings.lifecycle.dedup_horizon_seconds)
+            different_copies.append(different_messages)
         summaries, stored_run_messages = summarized | "SkipStoredRuns" >> SkipStoredRuns(
             stored, dead_letter=settings.streaming)
         runs, late_messages, interrupted = summaries | "AssembleRuns" >> AssembleRuns(
@@ -120,6 +122,7 @@ class DetectRegressions(beam.PTransform):
             ALERTS.name: alert_rows,
             ALERT_UPDATES: alert_updates,
             TRIAGE.name: actions | "TriageRows" >> beam.Map(TriageItem.to_row),
-            DEAD_LETTER.name: ((bad_input, unsummarized, stored_run_messages, late_messages, late_points,
-                                failed_metrics, failed_runs, failed_alerts) | "AllDeadLetters" >> beam.Flatten()),
+            DEAD_LETTER.name: ((bad_input, unsummarized, *different_copies, stored_run_messages, late_messages,
+                                late_points, failed_metrics, failed_runs, failed_alerts)
+                               | "AllDeadLetters" >> beam.Flatten()),
         }

@@ -22,6 +22,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentP
 from core.config import ConfigError
 from pipeline import replay, streaming
 from pipeline.options import TrainguardOptions
+from sinks.local_outputs import OutputUnusable
 from trainguard.cli import (
     DASHES_NOTE,
     RUNTIME_ERROR,
@@ -92,7 +93,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             streaming.run(argv)
         else:
             replay.run_and_report(argv)
-    except (ConfigError, FileNotFoundError, streaming.UsageError) as e:
+    except (ConfigError, FileNotFoundError, streaming.UsageError, OutputUnusable) as e:
         return fail("trainguard", str(e), USAGE_ERROR)
     except Exception as e:
         line = cloud_failure(e)

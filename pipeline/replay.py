@@ -21,9 +21,7 @@ import json
 import math
 import os
 import shlex
-import shutil
 import sys
-import tempfile
 import threading
 import time
 from typing import IO, Any, Dict, Iterator, List, Optional
@@ -45,8 +43,10 @@ from pipeline.options import (
     lifecycle_from,
 )
 from pipeline.runners import runner_for
+from sinks.crash_points import crash_point
 from sinks.duckdb_store import DuckDBStore
-from sinks.staging import StageRows, append_staged_alerts, load_staged_tables
+from sinks.local_outputs import LocalOutputs
+from sinks.staging import StageRows
 from transforms.config_versions import read_config_dir
 from transforms.progress import LocalCounter, ProgressCounter, ReadCounts, register, unregister
 from transforms.sources import LineGroup, ReadReplayFiles, is_local_text, plan_line_groups
@@ -61,8 +61,9 @@ PROGRESS_INTERVAL_ENV = "TRAINGUARD_PROGRESS_INTERVAL"
 class WriteLocal(beam.PTransform):
     """The graph's outputs -> files staged under ``staging_dir`` for the store and the alerts file.
 
-    Any worker process may run these steps; ``sinks.staging`` moves the rows into the DuckDB store
-    and the alerts file from the launching process once the pipeline is done (one writer, whatever the runner).
+    Any worker process may run these steps; ``sinks.local_outputs`` commits the rows to the DuckDB store and
+    completes the alerts file from the launching process once the pipeline is done (one writer, whatever the
+    runner).
     """
 
     def __init__(self, staging_dir: str):
@@ -305,43 +306,36 @@ def run(argv: Optional[List[str]] = None) -> ReplaySummary:
         patterns.append(local.triage_file)
         files.append(local.triage_file)
     configs = read_config_dir(local.config_dir).strict()  # each test's dated versions, by event time
-    for output in (local.local_store, local.alerts_file):  # out/run1.duckdb makes out/ as it makes the file
-        os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-    store = DuckDBStore(local.local_store)
-    store.ensure_schema()
-    kinds_before = _alert_kinds(store)
-    seed = store.read_seed(configs.latest)
-    store.close()  # no step writes the store: the rows are loaded after the run (sinks/staging.py)
-
     started = time.monotonic()
     show_progress = is_terminal(sys.stderr) if local.progress is None else local.progress
     streaming = options.view_as(StandardOptions).streaming
-    groups = line_groups(files, local.replay_group_mib, streaming)
     counters = {name: 0 for name in COUNTERS}
     rows_added: Dict[str, int] = {}
-    staging_dirs: List[str] = []
-    with showing_progress(show_progress, len(files), started) as progress_id:
-        settings = GraphSettings(configs, lifecycle_from(local), streaming, progress_id)
-        try:
+    with LocalOutputs(local.local_store, local.alerts_file) as outputs:
+        for note in outputs.notes:
+            print(f"trainguard: {note}", file=sys.stderr)
+        store = outputs.store
+        kinds_before = _alert_kinds(store)
+        seed = store.read_seed(configs.latest)
+        store.close()  # no step writes the store: the rows are committed after each pipeline run
+        groups = line_groups(files, local.replay_group_mib, streaming)
+        with showing_progress(show_progress, len(files), started) as progress_id:
+            settings = GraphSettings(configs, lifecycle_from(local), streaming, progress_id)
             for number, group in enumerate(groups):
                 if number:  # the last group's graph and buffers go before the collector is told to skip what lives
                     gc.collect()
-                staging_dirs.append(tempfile.mkdtemp(prefix=".trainguard-staging-", dir=os.path.dirname(
-                    os.path.abspath(local.local_store))))
+                    crash_point("replay.between_groups")
+                staging_dir = outputs.new_staging_dir()
                 group_seed = seed if group is None else seed.of_tests(group.holds)
-                result = _run_group(options, patterns, group, settings, group_seed, staging_dirs[-1])
-                for table, added in load_staged_tables(staging_dirs[-1], local.local_store).items():
+                result = _run_group(options, patterns, group, settings, group_seed, staging_dir)
+                for table, added in outputs.commit(staging_dir).items():
                     rows_added[table] = rows_added.get(table, 0) + added
                 for counter in result.metrics().query(MetricsFilter().with_namespace("trainguard"))["counters"]:
                     if counter.key.metric.name in counters:
                         counters[counter.key.metric.name] += counter.committed or 0
                 del result  # so that the next group's gc.collect frees this one's runner
-            append_staged_alerts(staging_dirs, local.alerts_file)
-        finally:
-            for staging_dir in staging_dirs:
-                shutil.rmtree(staging_dir, ignore_errors=True)
-
-    kinds_after = _alert_kinds(store)
+        outputs.complete_alerts_file()
+        kinds_after = _alert_kinds(store)
     return ReplaySummary(
         input_files=files, counters=counters,
         rows_added=rows_added,

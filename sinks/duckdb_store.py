@@ -8,15 +8,17 @@ is read back into a ``HistorySeed`` so a new invocation continues the history.
 from __future__ import annotations
 
 import collections
+import contextlib
 import threading
-from typing import Dict, Iterable, List
+import time
+from typing import Dict, Iterable, Iterator, List, Optional
 
 import duckdb
 import pyarrow as pa
 
 from core.config import ConfigSet
 from core.history import HistorySeed
-from core.schema import TABLES, Table
+from core.schema import LOCAL_TABLES, TABLES, Table
 from sinks.seed import read_history_seed
 from sinks.stores import DUCKDB_SQL
 
@@ -28,6 +30,22 @@ _ARROW_TYPES = {"STRING": pa.string(), "FLOAT64": pa.float64(), "INT64": pa.int6
 # DuckDB serializes writers within a process only per connection; one lock per file keeps threads of one
 # process from conflicting on primary keys (only the replay's launching process writes: sinks/staging.py).
 _WRITE_LOCKS: Dict[str, threading.Lock] = collections.defaultdict(threading.Lock)
+# A reader of the store (the report, trainguard-triage list) holds DuckDB's file lock while it reads, which
+# takes well under a second: a writer waits that long for it rather than failing.
+LOCKED_BY_READER_SECONDS = 30.0
+
+
+def connect_waiting(path: str, read_only: bool = False,
+                    patience: float = LOCKED_BY_READER_SECONDS) -> duckdb.DuckDBPyConnection:
+    """``duckdb.connect``, waiting up to ``patience`` seconds while another process holds the file's lock."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            return duckdb.connect(path, read_only=read_only)
+        except duckdb.IOException as e:
+            if "lock" not in str(e).lower() or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)
 
 
 class DuckDBStore:
@@ -40,7 +58,7 @@ class DuckDBStore:
     def connect(self) -> duckdb.DuckDBPyConnection:
         """A cursor on the store's connection; closing the cursor keeps the connection."""
         if self._connection is None:
-            self._connection = duckdb.connect(self.path)
+            self._connection = connect_waiting(self.path)
         cursor = self._connection.cursor()
         cursor.execute("SET TimeZone = 'UTC'")
         return cursor
@@ -50,9 +68,22 @@ class DuckDBStore:
             self._connection.close()
             self._connection = None
 
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A cursor in one transaction: committed if the block ends normally, else rolled back (and a killed
+        process's transaction is never seen: DuckDB replays only committed ones from its write-ahead log)."""
+        with _WRITE_LOCKS[self.path], self.connect() as connection:
+            connection.execute("BEGIN TRANSACTION")
+            try:
+                yield connection
+            except BaseException:
+                connection.execute("ROLLBACK")
+                raise
+            connection.execute("COMMIT")
+
     def ensure_schema(self) -> None:
         with self.connect() as connection:
-            for table in TABLES.values():
+            for table in LOCAL_TABLES.values():
                 columns = ", ".join(
                     f'"{c.name}" {_DUCKDB_TYPES[c.type]}{" NOT NULL" if c.required else ""}' for c in table.columns)
                 key = ", ".join(f'"{k}"' for k in table.key)
@@ -62,22 +93,28 @@ class DuckDBStore:
                         connection.execute(f'ALTER TABLE "{table.name}" ADD COLUMN IF NOT EXISTS "{column.name}" '
                                            f'{_DUCKDB_TYPES[column.type]}')
 
-    def insert(self, table: Table, rows: List[dict]) -> int:
-        """Inserts rows whose key is new; returns how many were inserted."""
+    def insert(self, table: Table, rows: List[dict],
+               transaction: Optional[duckdb.DuckDBPyConnection] = None) -> int:
+        """Inserts rows whose key is new, in ``transaction`` (a cursor of :meth:`transaction`) or on their own;
+        returns how many were inserted."""
         if not rows:
             return 0
+        if transaction is None:
+            with self.transaction() as connection:
+                return self.insert(table, rows, connection)
         staged = pa.table({c.name: pa.array([row.get(c.name) for row in rows], type=_ARROW_TYPES[c.type])
                            for c in table.columns})
         casts = ", ".join(f'CAST("{c.name}" AS {_DUCKDB_TYPES[c.type]})' for c in table.columns)
-        with _WRITE_LOCKS[self.path], self.connect() as connection:
-            connection.register("staged_rows", staged)
-            before = self._count(connection, table)
-            connection.execute(f'INSERT OR IGNORE INTO "{table.name}" SELECT {casts} FROM staged_rows')
-            return self._count(connection, table) - before
+        transaction.register("staged_rows", staged)  # a failed insert aborts the transaction, cursor and all
+        before = self._count(transaction, table)
+        transaction.execute(f'INSERT OR IGNORE INTO "{table.name}" SELECT {casts} FROM staged_rows')
+        inserted = self._count(transaction, table) - before
+        transaction.unregister("staged_rows")
+        return inserted
 
     @staticmethod
     def _count(connection, table: Table) -> int:
-        return connection.execute(f'SELECT count(*) FROM "{table.name}"').fetchone()[0]
+        return connection.execute(f'SELECT count(*) FROM "{table.name}"').fetchall()[0][0]
 
     def counts(self) -> Dict[str, int]:
         with self.connect() as connection:

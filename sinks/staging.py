@@ -5,8 +5,10 @@ the graph's steps in other processes (FnApiRunner with ``--direct_running_mode=m
 DirectRunner picking a runner, a Dataflow-like worker pool), so no step writes the store itself: each bundle's
 rows go to a JSONL shard of their own under a staging directory (written whole, then renamed into place), and
 once the pipeline is done the process that launched it loads every shard into the store (``INSERT OR IGNORE`` on
-each table's key) and appends the new alerts to the alerts file. A retried bundle writes its rows again, and the
-keys drop the copies. Rows are loaded in a canonical order, so which copy of a key wins never depends on bundles.
+each table's key), all tables and the record of the alerts file's lines in one transaction
+(:func:`commit_staged`), and then completes the alerts file from that record (``sinks.alerts_file``). A retried
+bundle writes its rows again, and the keys drop the copies. Rows are loaded in a canonical order, so which copy
+of a key wins never depends on bundles.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ from typing import Dict, List, Sequence, Union
 
 import apache_beam as beam
 
-from core.schema import ALERT_UPDATES, ALERTS, TABLES
-from sinks.alerts_file import append_alerts
+from core.schema import ALERT_LINES, ALERT_UPDATES, ALERTS, TABLES
+from sinks.alerts_file import alert_json, line_key
+from sinks.crash_points import crash_point
 from sinks.duckdb_store import DuckDBStore
 
 LOAD_CHUNK_ROWS = 50_000  # rows per INSERT when loading: bounds the Arrow staging table's memory
@@ -74,22 +77,37 @@ def staged_rows(directories: Union[str, Sequence[str]], name: str) -> List[dict]
     return [json.loads(line) for line in sorted(lines)]
 
 
-def load_staged_tables(directory: str, store_path: str) -> Dict[str, int]:
-    """Loads the staged rows of every table into the store; returns the rows inserted per table."""
-    store = DuckDBStore(store_path)
-    try:
-        inserted = {}
+def alert_line_records(directory: str) -> List[List[dict]]:
+    """The ``alert_lines`` rows of the staged alerts: as raised (section 0), then announced again with a triage
+    state (section 1); within each, one row per alert id and state, the last staged copy winning."""
+    sections = []
+    for section, name in enumerate((ALERTS.name, ALERT_UPDATES)):
+        by_key = {line_key(row): row for row in staged_rows(directory, name)}
+        sections.append([{"alert_id": alert_id, "state": state, "section": section, "created_at": row["created_at"],
+                          "line": alert_json(row)} for (alert_id, state), row in by_key.items()])
+    return sections
+
+
+def commit_staged(directory: str, store: DuckDBStore) -> Dict[str, int]:
+    """Loads the staged rows of every table, and the record of the lines the alerts file must hold, into the
+    store in one transaction; returns the rows inserted per table. A kill before the commit leaves the store as
+    it was; after it, everything is there (``sinks.crash_points`` names the instants in between)."""
+    inserted = {}
+    crash_point("commit.begin")
+    with store.transaction() as transaction:
         for name, table in TABLES.items():
             rows = staged_rows(directory, name)
-            inserted[name] = sum(store.insert(table, rows[i:i + LOAD_CHUNK_ROWS])
+            inserted[name] = sum(store.insert(table, rows[i:i + LOAD_CHUNK_ROWS], transaction)
                                  for i in range(0, len(rows), LOAD_CHUNK_ROWS))
-    finally:
-        store.close()
+            crash_point(f"commit.{name}")
+        for section in alert_line_records(directory):  # the raised lines first: an update never shadows them
+            store.insert(ALERT_LINES, section, transaction)
+        crash_point("commit.alert_lines")
+    crash_point("commit.done")
     return inserted
 
 
-def append_staged_alerts(directories: Union[str, Sequence[str]], alerts_file: str) -> None:
-    """Appends the staged alerts to the alerts file: as raised first, then the ones announced again with a
-    triage state (a line per alert and state), each in canonical order across all ``directories``."""
-    for name in (ALERTS.name, ALERT_UPDATES):
-        append_alerts(alerts_file, staged_rows(directories, name))
+def recorded_alert_lines(store: DuckDBStore) -> List[tuple]:
+    """Every line the alerts file must hold, as ``(alert_id, state, line)`` in the file's order: the alerts as
+    raised, oldest first, then the ones announced again with a triage state."""
+    return store.query('SELECT alert_id, state, line FROM alert_lines ORDER BY section, created_at, alert_id, state')

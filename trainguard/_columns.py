@@ -8,14 +8,15 @@ One column holds points of one tag, in order::
 ``steps`` and ``ms`` are delta-encoded integers: each entry is the difference
 from the previous one (the first from 0), so a point's step is the running
 sum of ``steps`` and its time is the running sum of ``ms`` in milliseconds
-since the epoch (``ms / 1000`` seconds). A ``null`` step is a point without a
-step (the running sum goes on from the last step). ``steps`` is left out when
-no point has one. ``f32: true`` says every value is a float32 written to 9
-significant digits (what a float32 needs to round-trip), and the reader
-rounds each to the nearest float32: the value a trainer logged from a float32
-tensor (``loss.item()``) comes back bit for bit, in 10 or 11 characters
-instead of 17 to 19. At 1,000 points per message a point costs about 17
-bytes, against about 70 as a v1 point object.
+since the epoch (``ms / 1000`` seconds). Each delta is an integer from
+-(2**63 - 1) to 2**63 - 1 (``MAX_DELTA``), so a reader can sum them in int64.
+A ``null`` step is a point without a step (the running sum goes on from the
+last step). ``steps`` is left out when no point has one. ``f32: true`` says
+every value is a float32 written to 9 significant digits (what a float32
+needs to round-trip), and the reader rounds each to the nearest float32: the
+value a trainer logged from a float32 tensor (``loss.item()``) comes back bit
+for bit, in 10 or 11 characters instead of 17 to 19. At 1,000 points per
+message a point costs about 17 bytes, against about 70 as a v1 point object.
 
 Validation is v1's, point by point (``wire._parse_point``'s rules on the
 rebuilt point): a bad value, step or time rejects its point alone. What
@@ -40,6 +41,10 @@ COLUMN_FIELDS = frozenset(("tag", "values", "steps", "ms", "f32"))
 F32_DIGITS = 9  # significant digits that make every float32 round-trip
 MIN_MS = int(wire.MIN_TIME * 1000)
 MAX_MS = int(wire.MAX_TIME * 1000)
+# The largest |delta| in ``steps`` or ``ms``: the difference of any two valid steps (or times) is within it, so a
+# reader can sum a valid column's deltas in int64. A larger delta is a bad point and counts in no running sum,
+# which so stays within 10,000 such deltas (a number short enough to print in a reason, unlike a sum of huge ones).
+MAX_DELTA = wire.MAX_STEP
 _FLOAT, _INT = frozenset((float,)), frozenset((int,))
 _NUMBERS = frozenset((float, int))
 
@@ -130,25 +135,30 @@ def _fast_points(tag: str, values: list, steps: Optional[list], ms: list, f32: b
 
 def _each_point(index: int, tag: str, values: list, steps: Optional[list], ms: list, f32: bool,
                 context: Tuple[str, str, str], rejections: List[wire.Rejection], points: List[wire.Point]) -> None:
-    """Point by point, with the reason for each bad one (the running sums go on past it)."""
+    """Point by point, with the reason for each bad one (the running sums go on past it; a delta that is not
+    an integer from -MAX_DELTA to MAX_DELTA counts in neither)."""
     step_sum = time_sum = 0
     for j, raw_value in enumerate(values):
         raw_step = None if steps is None else steps[j]
         raw_ms = ms[j]
         problem = None
         step: Any = raw_step
-        if type(raw_ms) is int:
-            time_sum += raw_ms
-            time: Any = time_sum
-        else:
+        time: Any = raw_ms
+        if type(raw_ms) is not int:
             problem = f"ms must be an integer, got {type(raw_ms).__name__}"
-            time = raw_ms
+        elif not -MAX_DELTA <= raw_ms <= MAX_DELTA:
+            problem = f"ms delta must be an integer from {-MAX_DELTA} to {MAX_DELTA}, got {raw_ms}"
+        else:
+            time_sum += raw_ms
+            time = time_sum
         if raw_step is not None:
-            if type(raw_step) is int:
+            if type(raw_step) is not int:
+                problem = problem or f"step must be an integer, got {type(raw_step).__name__}"
+            elif not -MAX_DELTA <= raw_step <= MAX_DELTA:
+                problem = problem or f"step delta must be an integer from {-MAX_DELTA} to {MAX_DELTA}, got {raw_step}"
+            else:
                 step_sum += raw_step
                 step = step_sum
-            elif problem is None:
-                problem = f"step must be an integer, got {type(raw_step).__name__}"
         try:
             value = _value(raw_value, f32)
         except ValueError as e:

@@ -4,9 +4,10 @@ Most messages are v1 points and nothing else, every point valid. For those,
 :func:`decode` gives the envelope fields and the points as ``wire.Point``
 tuples, the points' types checked by msgspec's typed decoder and their ranges
 over whole columns, instead of one Python call per point. Anything else
-(events, v1.1 columns, a control message, one point that is not plainly
-valid, text msgspec reads differently) gives None, and ``wire.parse_message``
-takes its general path, which also says what is wrong with each bad point.
+(events, v1.1 columns, a control message, an unknown key, one point that is
+not plainly valid, text msgspec reads differently) gives None, and
+``wire.parse_message`` takes its general path, which also says what is wrong
+with each bad point.
 So a message's result never depends on which path read it
 (tests/trainguard/test_fast_points.py compares the two on random and hostile
 payloads).
@@ -17,9 +18,11 @@ Optional: the pipeline installs msgspec; a trainer install does without.
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Annotated, Any, Dict, List, Optional, Tuple
 
 import msgspec
+
+_MAX_INT64 = (1 << 63) - 1  # integers both JSON readers of the general path keep as ints (orjson: to 2**64 - 1)
 
 
 class _Point(msgspec.Struct, forbid_unknown_fields=True, gc=False):  # atoms only: no cycles to find
@@ -29,14 +32,21 @@ class _Point(msgspec.Struct, forbid_unknown_fields=True, gc=False):  # atoms onl
     step: Optional[int] = None
 
 
-class _Message(msgspec.Struct):
-    """The envelope as ``dict.get`` would read it (a missing field is None), the points typed."""
-    schema: Any = None
-    id: Any = None
-    test: Any = None
-    run: Any = None
-    rank: Any = None
-    world_size: Any = None
+class _Message(msgspec.Struct, forbid_unknown_fields=True):
+    """The envelope as ``dict.get`` would read it (a missing field is None), each field typed as a valid
+    message holds it.
+
+    A value of another type fails the decoding, and the general path says what is wrong with it in its own
+    words (orjson reads an integer past 64 bits as a float where msgspec reads an int: a reason quoting either
+    would differ). So does an unknown key: msgspec would skip it and its value unread, their UTF-8 and their
+    JSON unchecked, where the general path finds a byte that is not UTF-8 and dead-letters the whole line.
+    """
+    schema: Optional[str] = None
+    id: Optional[str] = None
+    test: Optional[str] = None
+    run: Optional[str] = None
+    rank: Optional[Annotated[int, msgspec.Meta(ge=0, le=_MAX_INT64)]] = None
+    world_size: Optional[Annotated[int, msgspec.Meta(ge=0, le=_MAX_INT64)]] = None
     points: Optional[List[_Point]] = None
     events: Any = None
     columns: Any = msgspec.UNSET

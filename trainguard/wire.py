@@ -68,8 +68,11 @@ MAX_EVENT_DATA_DEPTH = 32  # objects and lists inside event data; deeper nesting
 # Event times must be plausible unix seconds: after 2000-01-01, before 2200.
 MIN_TIME = 946684800.0
 MAX_TIME = 7258118400.0
-MAX_STEP = (1 << 63) - 1
+MAX_STEP = (1 << 63) - 1  # the store's BIGINT
 MAX_WORLD_SIZE = 1 << 20  # workers of one run
+# num_failures and restart_count: job_history.num_failures is a BIGINT, but 2**31 restarts is no real job, and a
+# count that fits 32 bits fits every reader of the table (an INT32, a JavaScript number) exactly.
+MAX_FAILURES = (1 << 31) - 1
 
 
 # A point is a plain tuple (tag, value, step, time): a million of them per replay
@@ -346,12 +349,14 @@ def _is_number(value: Any) -> bool:
 
 
 def _check_time(value: Any) -> float:
+    """A plausible time as a float. The range is checked before ``float()``: an int compares with a float
+    exactly at any size, while ``float()`` of an int past 1.8e308 raises OverflowError, which is no ValueError
+    and would dead-letter the whole message instead of this one item."""
     if not _is_number(value):
         raise ValueError(f"time must be a number, got {type(value).__name__}")
-    time = float(value)
-    if not MIN_TIME <= time < MAX_TIME:  # also rejects NaN
+    if not MIN_TIME <= value < MAX_TIME:  # also rejects NaN
         raise ValueError(f"time {value!r} is not plausible unix seconds")
-    return time
+    return float(value)
 
 
 _POINT_FIELDS = frozenset(("tag", "value", "step", "time"))
@@ -413,10 +418,18 @@ def _parse_event(raw: Any) -> Event:
         status = data.get("status")
         if status not in FINISHED_STATUSES:
             raise ValueError(f"run_finished status must be one of {list(FINISHED_STATUSES)}, got {status!r}")
-        failures = data.get("num_failures", 0)
-        if not isinstance(failures, int) or isinstance(failures, bool) or failures < 0:
-            raise ValueError(f"num_failures must be a non-negative integer, got {failures!r}")
+        _check_count(data.get("num_failures", 0), "num_failures")
+    elif event_type == ELASTIC_RESTART and "restart_count" in data:
+        _check_count(data["restart_count"], "restart_count")
     return Event(event_type, time, data)
+
+
+def _check_count(value: Any, field: str) -> int:
+    """A count of failures or restarts, from 0 to ``MAX_FAILURES``: the run's ``num_failures`` is the largest of
+    them, so one past the store's column would fail the run's row (and, in a replay, the whole replay)."""
+    if type(value) is not int or not 0 <= value <= MAX_FAILURES:
+        raise ValueError(f"{field} must be an integer from 0 to {MAX_FAILURES}, got {value!r}")
+    return value
 
 
 def new_message_id() -> str:

@@ -7,17 +7,17 @@ from typing import Optional
 import apache_beam as beam
 from apache_beam.coders import BooleanCoder
 from apache_beam.transforms.timeutil import TimeDomain
-from apache_beam.transforms.userstate import BagStateSpec, TimerSpec, on_timer
+from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.utils.timestamp import Duration
 
 from core.config import Configs
-from core.parse import ParsedMessage, RawMessage, summarize
-from core.records import dead_letter_row, failure_reason
+from core.parse import MessageSummary, ParsedMessage, RawMessage, content_digest, different_copy_reason, summarize
+from core.records import dead_letter_row, failure_reason, record_payload
 from core.schema import DEAD_LETTER, TRIAGE
 from core.triage import TriageItem
 from trainguard import wire
 from transforms import progress
-from transforms.coders import AnyRecord
+from transforms.coders import AnyRecord, RecordCoder
 
 
 class ParseMessageFn(beam.DoFn):
@@ -114,73 +114,151 @@ class SummarizeMessages(beam.PTransform):
         return outputs.summaries, outputs[DEAD_LETTER.name]
 
 
-class DeduplicateMessages(beam.PTransform):
-    """MessageSummary (or TriageItem) -> the same, each message id once within ``horizon_seconds`` of event time.
+DUPLICATE_OF_UNKNOWN = ("duplicate id (the copy taken came before this job compared copies: whether this one "
+                        "differs is not known)")
+"""The dead-letter reason of a later copy of an id that a streaming job took before it was updated to keep what
+it took (a day at most: ``RunLifecycle.dedup_horizon_seconds``)."""
 
-    Pub/Sub delivers at least once; a redelivered message carries the same id
-    and event time, so keying by id catches it wherever it lands in the stream.
-    ``forget=False`` (a bounded replay): each id once in the whole input. A
-    batch runner reads a bounded input whole before its event-time timers
-    fire, so forgetting ids would change nothing there but cost a timer per
-    message (8% of a replay).
+
+def copy_content(value) -> bytes:
+    """What tells copies of a message id apart: a message's payload bytes; a triage action's fields (all the
+    pipeline keeps of its payload), as JSON."""
+    if isinstance(value, MessageSummary):
+        return value.raw_payload()
+    return record_payload(value).encode("utf-8")
+
+
+def _copy_source(value) -> str:
+    """The dead-letter source of a copy: its run, or its test for a triage action."""
+    return f"run:{value.test}/{value.run}" if isinstance(value, MessageSummary) else f"triage:{value.test}"
+
+
+def _different_copy(value, taken: Optional[bytes], at: float):
+    """The dead letter of a copy that does not count: its content, and the ``content_digest`` of the copy taken."""
+    return beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
+        different_copy_reason(taken), copy_content(value), _copy_source(value), at))
+
+
+class DeduplicateMessages(beam.PTransform):
+    """MessageSummary (or TriageItem) -> (the same, each message id once; dead letters of copies that differ).
+
+    Pub/Sub delivers at least once; a redelivered message carries the same id and bytes, so keying by id
+    catches it wherever it lands in the stream, and it is nothing more. Copies of an id whose content differs
+    (``copy_content``) are not one message: one of them counts, never a mix, and each other one is a dead
+    letter (reason ``core.parse.DIFFERENT_COPY``, naming the copy taken by the start of its SHA-256).
+
+    Which one counts: in a streaming job (``forget=True``) the first one delivered, within
+    ``horizon_seconds`` of event time (``first_per_key_in_event_time``): it has gone on by the time another comes.
+    In a bounded replay (``forget=False``) the one whose content sorts first, whatever the order and the
+    bundles (``_FirstCopyFn``, after a ``GroupByKey``: a batch runner has every copy before it goes on), each
+    id once in the whole input; ``per_run``: once per (test, run), as the replay's run assembly takes them
+    (``AssembleRunPartsFn``), so that ``LiveWindows`` windows the copy its run counts.
     """
 
-    def __init__(self, horizon_seconds: float, forget: bool = True):
+    def __init__(self, horizon_seconds: float, forget: bool = True, per_run: bool = False):
         super().__init__()
         self.horizon_seconds = horizon_seconds
         self.forget = forget
+        self.per_run = per_run
 
     def expand(self, messages):
-        keyed = messages | "KeyById" >> beam.Map(lambda m: (m.id, m)).with_output_types(
-            beam.typehints.KV[str, AnyRecord])
-        first = (keyed | "FirstPerId" >> FirstPerKeyInEventTime(self.horizon_seconds) if self.forget
-                 else keyed | "FirstPerId" >> beam.ParDo(_FirstPerKeyEverFn()))
-        return first | "DropKey" >> beam.Values()
+        if self.forget:
+            keyed = messages | "KeyById" >> beam.Map(lambda m: (m.id, m)).with_output_types(
+                beam.typehints.KV[str, AnyRecord])
+            first = keyed | "FirstPerId" >> first_per_key_in_event_time(self.horizon_seconds)
+            return first.first | "DropKey" >> beam.Values(), first[DEAD_LETTER.name]
+        if self.per_run:
+            keyed = messages | "KeyByRunAndId" >> beam.Map(_keyed_in_run).with_output_types(
+                beam.typehints.KV[beam.typehints.Tuple[str, str, str], AnyRecord])
+        else:
+            keyed = messages | "KeyById" >> beam.Map(_keyed_by_id).with_output_types(
+                beam.typehints.KV[str, AnyRecord])
+        first = (keyed
+                 | "CopiesPerId" >> beam.GroupByKey()
+                 | "FirstCopy" >> beam.ParDo(_FirstCopyFn()).with_outputs(DEAD_LETTER.name, main="first"))
+        return first.first, first[DEAD_LETTER.name]
 
 
-class FirstPerKeyInEventTime(beam.PTransform):
-    """(key, value) -> the first (key, value) of each key, again once ``horizon_seconds`` of event time have passed.
+def _keyed_by_id(message, at=beam.DoFn.TimestampParam):
+    """(id, (message, its event time)): a ``GroupByKey`` keeps no element's own time."""
+    return message.id, (message, float(at))
+
+
+def _keyed_in_run(message, at=beam.DoFn.TimestampParam):
+    """((test, run, id), (message, its event time))."""
+    return (message.test, message.run, message.id), (message, float(at))
+
+
+class _FirstCopyFn(beam.DoFn):
+    """(key, [(copy, event time), ...]) -> the copy whose content sorts first, at its own time, and the dead
+    letters of the others whose content differs (each distinct content once)."""
+
+    def process(self, grouped):
+        _, copies = grouped
+        copies = list(copies)
+        if len(copies) == 1:
+            value, at = copies[0]
+            yield beam.window.TimestampedValue(value, at)
+            return
+        by_content = {}
+        for value, at in copies:
+            by_content.setdefault(copy_content(value), (value, at))
+        contents = sorted(by_content)
+        value, at = by_content[contents[0]]
+        yield beam.window.TimestampedValue(value, at)
+        taken = content_digest(contents[0])
+        for content in contents[1:]:
+            other, other_at = by_content[content]
+            yield _different_copy(other, taken, other_at)
+
+
+def first_per_key_in_event_time(horizon_seconds: float):
+    """(key, message) -> (``first``: the first (key, message) of each key, again once ``horizon_seconds`` of event
+    time have passed; ``dead_letter``: later copies whose content differs from it).
+
+    A later copy with the same content (``copy_content``) is a redelivery: nothing. One whose content differs is
+    a dead letter naming the copy taken, whose ``content_digest`` the key keeps (state ``taken_digest``, added
+    after ``seen``: a key ``seen`` says was taken, without a digest, was taken before the job was updated, and
+    a later copy of it is a dead letter of its own, ``DUPLICATE_OF_UNKNOWN``). A first copy costs a read of
+    ``seen`` and two writes (one before), a later one two reads.
 
     Beam's ``DeduplicatePerKey(event_time_duration=...)`` without its processing-time timer: that timer, declared
     even when unused, makes Beam's ``DirectRunner`` leave the FnApiRunner for the BundleBasedDirectRunner, whose
     user timers do not hold the watermark of the stages after them, so a replay named ``--runner=DirectRunner``
-    gave other rows. The step, state and timer names are Beam's, so that ``--update`` finds the running job's.
+    gave other rows. The step, state and timer names are Beam's, so that ``--update`` finds the running job's:
+    applied as ``"FirstPerId" >> ...``, the stateful step is ``FirstPerId/DeduplicateFn`` as it always was (a
+    composite around a multi-output ``ParDo`` would put it one level down).
     """
-
-    def __init__(self, horizon_seconds: float):
-        super().__init__()
-        self.horizon_seconds = horizon_seconds
-
-    def expand(self, keyed):
-        return keyed | "DeduplicateFn" >> beam.ParDo(_FirstPerKeyFn(Duration(seconds=self.horizon_seconds)))
+    pardo = beam.ParDo(_FirstPerKeyFn(Duration(seconds=horizon_seconds)))
+    pardo.label = "DeduplicateFn"
+    return pardo.with_outputs(DEAD_LETTER.name, main="first")
 
 
 class _FirstPerKeyFn(beam.DoFn):
     SEEN = BagStateSpec("seen", BooleanCoder())
+    TAKEN_DIGEST = ReadModifyWriteStateSpec("taken_digest", RecordCoder())
     FORGET = TimerSpec("event_timer", TimeDomain.WATERMARK)
 
     def __init__(self, horizon: Duration):
         self.horizon = horizon
 
     def process(self, keyed, at=beam.DoFn.TimestampParam, seen=beam.DoFn.StateParam(SEEN),
-                forget=beam.DoFn.TimerParam(FORGET)):
-        if True in seen.read():
+                taken_digest=beam.DoFn.StateParam(TAKEN_DIGEST), forget=beam.DoFn.TimerParam(FORGET)):
+        value = keyed[1]
+        if True not in seen.read():
+            forget.set(at + self.horizon)
+            seen.add(True)
+            taken_digest.write(content_digest(copy_content(value)))
+            yield keyed
             return
-        forget.set(at + self.horizon)
-        seen.add(True)
-        yield keyed
+        taken = taken_digest.read()
+        if taken is None:
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
+                DUPLICATE_OF_UNKNOWN, copy_content(value), _copy_source(value), float(at)))
+        elif taken != content_digest(copy_content(value)):
+            yield _different_copy(value, taken, float(at))
 
     @on_timer(FORGET)
-    def on_forget(self, seen=beam.DoFn.StateParam(SEEN)):
+    def on_forget(self, seen=beam.DoFn.StateParam(SEEN), taken_digest=beam.DoFn.StateParam(TAKEN_DIGEST)):
         seen.clear()
-
-
-class _FirstPerKeyEverFn(beam.DoFn):
-    """(key, value) -> the first (key, value) of each key."""
-    SEEN = _FirstPerKeyFn.SEEN
-
-    def process(self, keyed, seen=beam.DoFn.StateParam(SEEN)):
-        if True in seen.read():
-            return
-        seen.add(True)
-        yield keyed
+        taken_digest.clear()

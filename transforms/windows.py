@@ -326,8 +326,8 @@ class LiveWindows(beam.PTransform):
     window points and are dropped before the shuffle. ``deduplicate``: the
     summaries may hold a message twice (a bounded replay de-duplicates while
     assembling runs, ``AssembleRunPartsFn``), so those of windowed tests are
-    de-duplicated here first; a streaming job de-duplicates every message
-    before this.
+    de-duplicated here first, by the same rule (per run, the copy whose bytes
+    sort first); a streaming job de-duplicates every message before this.
     """
 
     def __init__(self, configs: Configs, lifecycle: RunLifecycle, seed, streaming: bool = False,
@@ -351,9 +351,9 @@ class LiveWindows(beam.PTransform):
             return not summary.rank or any(ranks_matter(config, tag) for tag in config.windows.tags)
 
         windowed = summaries | "OfWindowedTests" >> beam.Filter(windowed_rank)
-        if self.deduplicate:
-            windowed = windowed | "Deduplicate" >> DeduplicateMessages(self.fn.lifecycle.dedup_horizon_seconds,
-                                                                       forget=False)
+        if self.deduplicate:  # the copy its run counts; the run assembly dead-letters the others
+            windowed, _ = windowed | "Deduplicate" >> DeduplicateMessages(self.fn.lifecycle.dedup_horizon_seconds,
+                                                                          forget=False, per_run=True)
         windowed = (windowed
                     | "KeyByRun" >> beam.Map(lambda s: ((s.test, s.run, effective_rank(s.rank)), s)).with_output_types(
                         beam.typehints.KV[beam.typehints.Tuple[str, str, int], MessageSummary])

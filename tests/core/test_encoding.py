@@ -24,7 +24,8 @@ from core.history import JobHistory, MetricHistory, SeededState, StoredIndex
 from core.parse import FileSpan, MessageSummary
 from core.rank_windows import RankWindows
 from core.records import Alert, MetricObservation
-from core.runs import MetricValue, RankedEvent, RunAccumulator, RunPart, RunResult
+from core.run_parts import RunPart
+from core.runs import MetricValue, RankedEvent, RunAccumulator, RunResult
 from core.stalls import StallWatch
 from core.triage import AlertLedger, RaisedAlert, TriageItem
 from core.vocabulary import AlertKind, RunStatus
@@ -113,18 +114,19 @@ def run_accumulator(test, run, tags, events, first_time, world_size) -> RunAccum
     return accumulator
 
 
-def run_part(accumulator: RunAccumulator, taken: Dict[str, Tuple[Any, Optional[int]]]) -> RunPart:
-    part = RunPart(accumulator)
-    for message_id, (source, kept) in taken.items():
-        part.note_taken(message_id, source, kept)
+def run_part(accumulator: RunAccumulator, taken: Dict[str, Tuple[Any, Optional[int]]], others: list) -> RunPart:
+    part = RunPart(accumulator, others=others)
+    for message_id, (source, events) in taken.items():
+        part.note_taken(message_id, source, events)
     return part
 
 
 run_parts = st.builds(run_part, st.builds(
     run_accumulator, names, names, st.dictionaries(names, tag_aggregates, max_size=2),
     st.lists(ranked_events, max_size=2), floats, st.none() | st.integers(1, 8)),
-    st.dictionaries(names, st.tuples(file_spans | st.binary(max_size=8), st.none() | st.integers(0, 1000)),
-                    max_size=4))
+    st.dictionaries(names, st.tuples(file_spans | st.binary(max_size=8), st.none() | st.integers(0, 100)),
+                    max_size=4),
+    st.lists(st.tuples(names, file_spans | st.binary(max_size=8)), max_size=2))
 
 STRATEGIES: Dict[type, Any] = {
     WindowPoint: window_points,

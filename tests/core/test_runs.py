@@ -1,4 +1,3 @@
-import dataclasses
 import json
 import math
 
@@ -6,10 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.config import MetricCollectionConfig, TestConfig, TimeToAccuracy
-from core.encoding import decode, encode
-from core.parse import FileSpan, summarize
-from core.registry import REGISTRY
-from core.runs import RunAccumulator, RunLifecycle, RunPart
+from core.parse import summarize
+from core.runs import RankedEvent, RunAccumulator, RunLifecycle
 from core.stats import exact_batch_units, exact_mean, exact_units
 from core.vocabulary import RunStatus
 from tests.support import T0
@@ -115,6 +112,65 @@ def test_failed_run_keeps_status_and_failures():
     assert run.status == "failure" and run.num_failures == 3
 
 
+def test_a_run_over_its_events_limit_keeps_its_lifecycle_events_and_ends_on_its_own_run_finished():
+    """Before: the events after the first MAX_EVENTS to arrive were dropped, run_finished among them, and the run
+    ended as missing at its timeout."""
+    notes = [("note", T0 + 1 + i / 100, {"i": i}) for i in range(RunAccumulator.MAX_EVENTS + 250)]
+    messages = ([msg(events=notes[i:i + 100], mid=f"notes/{i}") for i in range(0, len(notes), 100)]
+                + [msg(events=[started(), finished(T0 + 100, "failure", 2)], mid="lifecycle")])
+    accumulator, over = RunAccumulator("t", "r"), []
+    for m in messages:
+        over += accumulator.add(summarize(m, b"", ALL))
+    run = accumulator.result(ALL, RunLifecycle(grace_seconds=60, timeout_seconds=3600))
+    assert (run.status, run.num_failures, run.end_time, run.finalized_at) == ("failure", 2, T0 + 100, T0 + 160)
+    assert [(e.type, e.time) for e in run.events if e.type != "note"] == [("run_started", T0),
+                                                                         ("run_finished", T0 + 100)]
+    # The first MAX_EVENTS other events in time are kept, whatever came when; the rest are returned once.
+    assert [e.data["i"] for e in run.events if e.type == "note"] == list(range(RunAccumulator.MAX_EVENTS))
+    assert sorted(e.data["i"] for e in over) == list(range(RunAccumulator.MAX_EVENTS, len(notes)))
+    assert accumulator.at_event_limit()
+
+
+class FewEvents(RunAccumulator):
+    MAX_EVENTS = 4
+
+
+def event_key(event: RankedEvent):
+    return event.time, event.type, event.rank if event.rank is not None else 0, json.dumps(event.data, sort_keys=True)
+
+
+events = st.tuples(st.sampled_from(["note", "epoch", "run_started", "run_finished"]),
+                   st.sampled_from([T0, T0 + 1, T0 + 2]),  # ties in time: then type, rank and data decide
+                   st.fixed_dictionaries({"status": st.just("success"), "k": st.integers(0, 2)}))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(events, max_size=30), st.randoms(use_true_random=False), st.integers(1, 6), st.integers(0, 30))
+def test_the_events_a_run_keeps_and_leaves_out_do_not_depend_on_order_batching_or_merging(items, rng, batch, cut):
+    def accumulate(messages):
+        accumulator, over = FewEvents("t", "r"), []
+        for m in messages:
+            over += accumulator.add(summarize(m, b"", ALL))
+        return accumulator, over
+
+    reference, reference_over = accumulate([msg(events=items[i:i + 1], mid=str(i)) for i in range(len(items))])
+    shuffled = list(items)
+    rng.shuffle(shuffled)
+    messages = [msg(events=shuffled[i:i + batch], mid=str(i)) for i in range(0, len(shuffled), batch)]
+    whole, over = accumulate(messages)
+    # Two accumulators of the run merged (a resumed run): the same again.
+    first, first_over = accumulate(messages[:cut])
+    second, second_over = accumulate(messages[cut:])
+    merged_over = first_over + second_over + first.absorb(second)
+    for kept, left_out in ((whole, over), (first, merged_over)):
+        assert sorted(map(event_key, kept.events)) == sorted(map(event_key, reference.events))
+        assert sorted(map(event_key, left_out)) == sorted(map(event_key, reference_over))
+    assert sum(1 for e in reference.events if e.type not in ("run_started", "run_finished")) == min(
+        4, sum(1 for e in items if e[0] not in ("run_started", "run_finished")))
+    assert sorted(map(event_key, reference.events + reference_over)) == sorted(
+        event_key(RankedEvent(*e)) for e in items)
+
+
 def test_events_are_kept_sorted_and_bounded():
     accumulator = RunAccumulator("t", "r")
     overflow = []
@@ -144,49 +200,3 @@ def test_result_is_identical_for_any_order_and_batching(points, rng, batch):
     assert shuffled == reference
     for m in shuffled.metrics:  # bit-identical, not merely close
         assert math.copysign(1, m.value) == math.copysign(1, dict((x.name, x.value) for x in reference.metrics)[m.name])
-
-
-def test_a_part_without_some_messages_is_the_part_of_the_others_keeping_no_more_events_than_it_did(monkeypatch):
-    monkeypatch.setattr(RunAccumulator, "MAX_EVENTS", 4)
-    messages = [msg([("loss", 3.0, 0, T0)], [started()], mid="a"),
-                msg([("loss", 1.0, 1, T0 + 1)], [("note", T0 + 1, {}), ("note", T0 + 2, {})], mid="b"),
-                msg([("loss", 2.0, 2, T0 + 2)], [("note", T0 + 3, {}), ("note", T0 + 4, {})], mid="c")]
-    payloads = {m.id: json.dumps(m.id).encode() for m in messages}  # a source: any bytes summary_of knows
-    by_payload = {payloads[m.id]: summarize(m, payloads[m.id], ALL) for m in messages}
-    part = RunPart(RunAccumulator("t", "r"))
-    overflow = [event for m in messages for event in part.take(by_payload[payloads[m.id]])]
-    assert [e.time for e in overflow] == [T0 + 4] and list(part.sources())[-1] == ("c", payloads["c"], 1)
-
-    rest, failed = part.without({"b"}, by_payload.__getitem__)
-    expected = RunPart(RunAccumulator("t", "r"))
-    expected.take(by_payload[payloads["a"]])
-    expected.take(dataclasses.replace(by_payload[payloads["c"]], events=by_payload[payloads["c"]].events[:1]))
-    assert failed == [] and rest.ids == ["a", "c"]
-    assert rest.accumulator.to_state() == expected.accumulator.to_state()
-    assert [e.time for e in rest.accumulator.events] == [T0, T0 + 3]  # c's second event was a dead letter already
-
-    unreadable, failed = part.without({"a"}, lambda source: by_payload[source] if source != payloads["b"] else 1 / 0)
-    assert unreadable.ids == ["c"] and [(s, type(e)) for s, e in failed] == [(payloads["b"],
-                                                                                          ZeroDivisionError)]
-
-
-def test_a_part_keeps_where_to_read_each_message_again_packed_and_in_order():
-    part = RunPart(RunAccumulator("t", "r"))
-    taken = [("a", FileSpan("/logs/a.jsonl", 0, 120), None), ("b", b"{\"id\": \"b\"}", 3),
-             ("c", FileSpan("/logs/b.jsonl", 7, 9), 0), ("d", FileSpan("/logs/a.jsonl", 121, 2 ** 40), None)]
-    for message_id, source, kept in taken:
-        part.note_taken(message_id, source, kept)
-    assert list(part.sources()) == taken and part.ids == ["a", "b", "c", "d"]
-    assert part.files == ["/logs/a.jsonl", "/logs/b.jsonl"]  # each path once
-    assert part.has("c") and not part.has("e")
-    decoded = decode(encode(part))
-    assert list(decoded.sources()) == taken and decoded.has("d")
-
-
-def test_a_version_1_part_is_read_as_version_2():
-    """RunPart's version 1 kept {id: (source, events kept)}; its bytes read as the packed columns."""
-    accumulator = RunAccumulator("t", "r")
-    v1 = {"accumulator": accumulator, "messages": {"a": (FileSpan("/logs/a.jsonl", 5, 6), None), "b": (b"x", 2)}}
-    upgraded = RunPart.from_state(REGISTRY.by_class[RunPart].upgrades[1](v1))
-    assert upgraded.accumulator is accumulator
-    assert list(upgraded.sources()) == [("a", FileSpan("/logs/a.jsonl", 5, 6), None), ("b", b"x", 2)]

@@ -45,7 +45,7 @@ def test_a_dashed_option_reaches_the_replay(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(["--input_files=" + os.path.join(REPO_ROOT, "data", "demo", "*.jsonl"),
                  "--alerts-file=x.jsonl", "--local-store=other.duckdb", "--report-dir="]) == 0
-    assert sorted(os.listdir(tmp_path)) == ["other.duckdb", "x.jsonl"]
+    assert sorted(os.listdir(tmp_path)) == ["other.duckdb", "other.duckdb.lock", "x.jsonl"]
     assert "store: other.duckdb   alerts: x.jsonl" in capsys.readouterr().out
 
 

@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import random
 
@@ -5,12 +6,14 @@ import apache_beam as beam
 import pytest
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Timestamp
 
 from core.history import HistorySeed, JobHistory, MetricHistory
-from core.parse import RawMessage
+from core.parse import RawMessage, content_digest, different_copy_reason
 from core.runs import RunLifecycle
 from core.schema import ALERTS, DEAD_LETTER, JOB_HISTORY, METRIC_HISTORY
+from core.triage import TriageItem
 from pipeline.graph import GraphSettings
 from tests.support import T0
 from tests.transforms.support import (
@@ -24,7 +27,7 @@ from tests.transforms.support import (
     started,
     streaming_pipeline,
 )
-from transforms.parse import DeduplicateMessages, ParseMessages, SummarizeMessages
+from transforms.parse import DeduplicateMessages, ParseMessages, SummarizeMessages, copy_content
 
 ALERTING = configs(cifar={"regression_test_config": {
     "metric_success_conditions": {"acc_final": {"comparison": "greater", "success_threshold": {"fixed_value": 50}}},
@@ -55,16 +58,42 @@ def test_dedup_passes_each_message_id_once():
         messages, _, _ = (p | beam.Create([raw("t", "r", "a", points=[("x", 1.0, 1, T0)])] * 3
                                           + [raw("t", "r", "b", points=[("x", 2.0, 2, T0)])]) | ParseMessages())
         summaries, _ = messages | SummarizeMessages(configs())
-        assert_that(summaries | DeduplicateMessages(3600) | beam.Map(lambda m: m.id), equal_to(["a", "b"]))
+        once, different = summaries | DeduplicateMessages(3600)
+        assert_that(once | beam.Map(lambda m: m.id), equal_to(["a", "b"]))
+        assert_that(different, equal_to([]), label="no dead letters")
 
 
 def test_a_bounded_replay_passes_each_message_id_once_however_far_apart_its_copies_are():
-    copies = [raw("t", "r", "a", points=[("x", 1.0, 1, T0 + days * 86400)]) for days in (0, 3, 30)]
+    copies = [raw("t", "r", "a", points=[("x", 1.0, 1, T0 + days * 86400)]) for days in (30, 0, 3)]
+    first, *others = sorted(copy.payload for copy in copies)
     with batch_pipeline() as p:
         messages, _, _ = p | beam.Create(copies + [raw("t", "r", "b", points=[("x", 2.0, 2, T0)])]) | ParseMessages()
         summaries, _ = messages | SummarizeMessages(configs())
-        assert_that(summaries | DeduplicateMessages(3600, forget=False) | beam.Map(lambda m: m.id),
-                    equal_to(["a", "b"]))
+        once, different = summaries | DeduplicateMessages(3600, forget=False)
+        assert_that(once | beam.Map(lambda m: (m.id, m.payload)),
+                    equal_to([("a", first), ("b", raw("t", "r", "b", points=[("x", 2.0, 2, T0)]).payload)]))
+        # Copies days apart differ (their times): the one whose bytes sort first counts, the others are dead letters.
+        assert_that(different | beam.Map(lambda row: (row["reason"], row["payload"].encode())), equal_to(
+            [(different_copy_reason(content_digest(first)), other) for other in others]), label="different copies")
+
+
+def test_copies_of_a_triage_action_with_different_fields_count_once_and_the_others_say_so():
+    mute = TriageItem("m", "cifar", "mute", T0, until=T0 + 3600, user="ana")
+    longer = dataclasses.replace(mute, until=T0 + 7200)
+    taken, other = sorted([mute, longer], key=copy_content)
+    dead = (different_copy_reason(content_digest(copy_content(taken))), copy_content(other).decode(), "triage:cifar")
+    with batch_pipeline() as p:  # a replay: the copy whose fields sort first, in any order
+        once, different = (p | beam.Create([longer, mute, longer]) | beam.Map(lambda a: TimestampedValue(a, a.time))
+                           | DeduplicateMessages(3600, forget=False))
+        assert_that(once, equal_to([taken]))
+        assert_that(different | beam.Map(lambda row: (row["reason"], row["payload"], row["source"])),
+                    equal_to([dead]), label="dead letter")
+    stream = TestStream().advance_watermark_to(at(T0)).add_elements([other]).add_elements([taken, other])
+    with streaming_pipeline() as p:  # a stream: the copy delivered first
+        once, different = p | stream.advance_watermark_to_infinity() | DeduplicateMessages(3600)
+        assert_that(once, equal_to([other]))
+        assert_that(different | beam.Map(lambda row: row["reason"]),
+                    equal_to([different_copy_reason(content_digest(copy_content(other)))]), label="dead letter")
 
 
 def history_input():

@@ -1,12 +1,15 @@
-"""Rows staged by any worker process reach the store and the alerts file once, in an order bundles do not set."""
+"""Rows staged by any worker process reach the store and the alerts file once, in an order bundles do not set,
+all tables of a commit in one transaction."""
 
 import json
 
 import apache_beam as beam
+import pytest
 
 from core.schema import ALERT_UPDATES, ALERTS, DEAD_LETTER
+from sinks.alerts_file import complete_alerts_file
 from sinks.duckdb_store import DuckDBStore
-from sinks.staging import StageRows, append_staged_alerts, load_staged_tables, staged_rows
+from sinks.staging import StageRows, commit_staged, recorded_alert_lines, staged_rows
 from tests.transforms.support import batch_pipeline
 
 
@@ -33,10 +36,10 @@ def test_a_bundle_written_twice_loads_once(tmp_path):
     stage(staging, DEAD_LETTER.name, rows[::-1])  # a retried bundle, in another order
     assert [r["reason"] for r in staged_rows(str(staging), DEAD_LETTER.name)] == ["a", "b"]
     (staging / DEAD_LETTER.name / "torn.partial").write_text("{not json")  # a bundle that died while writing
-    store_path = str(tmp_path / "s.duckdb")
-    DuckDBStore(store_path).ensure_schema()
-    assert load_staged_tables(str(staging), store_path)[DEAD_LETTER.name] == 2
-    assert load_staged_tables(str(staging), store_path)[DEAD_LETTER.name] == 0
+    store = DuckDBStore(str(tmp_path / "s.duckdb"))
+    store.ensure_schema()
+    assert commit_staged(str(staging), store)[DEAD_LETTER.name] == 2
+    assert commit_staged(str(staging), store)[DEAD_LETTER.name] == 0
 
 
 def test_alerts_are_appended_oldest_first_and_their_triage_updates_after_them(tmp_path):
@@ -44,8 +47,26 @@ def test_alerts_are_appended_oldest_first_and_their_triage_updates_after_them(tm
     stage(staging, ALERTS.name, [alert("late", "2025-11-21T00:00:00.000000Z"),
                                  alert("early", "2025-11-20T00:00:00.000000Z")])
     stage(staging, ALERT_UPDATES, [alert("early", "2025-11-20T00:00:00.000000Z", "dismissed")])
+    store = DuckDBStore(str(tmp_path / "s.duckdb"))
+    store.ensure_schema()
+    commit_staged(str(staging), store)
     alerts_file = tmp_path / "alerts.jsonl"
-    append_staged_alerts(str(staging), str(alerts_file))
+    assert complete_alerts_file(str(alerts_file), recorded_alert_lines(store)) == 3
     lines = [json.loads(line) for line in alerts_file.read_text().splitlines()]
     assert [(a["alert_id"], "dismissed" in a["details"]) for a in lines] == [
         ("early", False), ("late", False), ("early", True)]
+    assert complete_alerts_file(str(alerts_file), recorded_alert_lines(store)) == 0
+
+
+def test_a_commit_that_fails_half_way_leaves_no_table_changed(tmp_path):
+    staging = tmp_path / "staging"
+    stage(staging, DEAD_LETTER.name, [dead_letter("a")])
+    stage(staging, ALERTS.name, [alert("x", "2025-11-20T00:00:00.000000Z")])
+    stage(staging, "triage", [{"action_id": None, "action": "accept", "test_name": "t",  # NOT NULL: fails
+                               "created_at": "2025-11-20T00:00:00.000000Z"}])
+    store = DuckDBStore(str(tmp_path / "s.duckdb"))
+    store.ensure_schema()
+    with pytest.raises(Exception, match="NOT NULL"):
+        commit_staged(str(staging), store)
+    assert store.counts()[DEAD_LETTER.name] == 0 and store.counts()[ALERTS.name] == 0
+    assert recorded_alert_lines(store) == []

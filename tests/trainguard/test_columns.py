@@ -364,7 +364,11 @@ def test_a_column_decodes_its_deltas():
     ({**GOOD, "f32": True, "values": [1e39, 0.25]}, "out of float32 range"),
     ({**GOOD, "steps": [1.5, 11]}, "step must be an integer, got float"),  # the sum stays where it was
     ({**GOOD, "steps": [-1, 12]}, "step -1 is out of range"),
-    ({**GOOD, "steps": [wire.MAX_STEP + 1, -wire.MAX_STEP + 10]}, "out of range"),
+    ({**GOOD, "steps": [wire.MAX_STEP + 1, 11]},  # counts in no sum: a reader sums the deltas in int64
+     "step delta must be an integer from -9223372036854775807 to 9223372036854775807, got 9223372036854775808"),
+    ({**GOOD, "steps": [-(1 << 63), 11]}, "step delta must be an integer from"),
+    ({**GOOD, "ms": [1 << 63, T0_MS + 5]}, "ms delta must be an integer from -9223372036854775807 to"),
+    ({**GOOD, "ms": [10 ** 400, T0_MS + 5]}, "ms delta must be an integer from"),
     ({**GOOD, "ms": [12, T0_MS - 12 + 5]}, "not plausible"),
     ({**GOOD, "ms": [float(T0_MS), T0_MS + 5]}, "ms must be an integer, got float"),
     ({**GOOD, "ms": [None, T0_MS + 5]}, "ms must be an integer, got NoneType"),
@@ -377,6 +381,14 @@ def test_a_bad_point_is_rejected_alone(column, reason):
     context = json.loads(rejections[0].payload)
     assert context["id"] == "m1" and context["test"] == "t" and context["run"] == "r"
     assert context["point"]["tag"] == "loss"
+
+
+def test_a_running_step_past_int64_is_out_of_range_though_no_delta_is():
+    column = {"tag": "loss", "values": [1.0, 2.0, 3.0, 4.0], "steps": [wire.MAX_STEP, 0, 1, -2],
+              "ms": [T0_MS, 1, 1, 1]}
+    parsed, rejections = wire.parse_message(columns_message(column))
+    assert [point[2] for point in parsed.points] == [wire.MAX_STEP, wire.MAX_STEP, wire.MAX_STEP - 1]
+    assert [r.reason for r in rejections] == [f"invalid point [column 0, 2]: step {wire.MAX_STEP + 1} is out of range"]
 
 
 @pytest.mark.parametrize("column, reason", [

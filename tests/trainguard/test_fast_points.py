@@ -4,11 +4,13 @@ gives, for every payload: the same points (same types, same -0.0), the same reje
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.support import T0
 from trainguard import wire
 
 pytest.importorskip("msgspec")
@@ -135,6 +137,121 @@ def test_edge_cases(payload):
     check(payload)
 
 
+ONE_POINT = b'"points":[{"tag":"a","value":1.5,"time":1763596805}]'
+
+
+@pytest.mark.parametrize("extra", [
+    b'"x\xff":1', b'"x":"\xff"', b'"x":["\xc3"]', b'"x":{"a":"\xed\xa0\x80"}', b'"\xc0\x80":1',  # not UTF-8
+    b'"x":NaN', b'"x":"\\ud800"', b'"x":1e400', b'"x":' + b"9" * 400, b'"x":{"a":1,"a":[}',  # JSON only some read
+    b'"events":[{"type":"run_started","time":1763596805}],"events":[]',  # the last of a key counts, in each reader
+    b'"events":[],"events":[{"type":"run_started","time":1763596805}]',
+    b'"id":123456789012345678901234567890', b'"rank":18446744073709551616', b'"rank":9223372036854775808',
+    b'"rank":1048576', b'"rank":0,"world_size":0', b'"run":"\xe2\x82"', b'"\\u0072un":"s"',
+])
+def test_what_the_compiled_path_would_skip_or_read_otherwise_is_read_by_the_general_path(extra):
+    """An unknown key is skipped unread by msgspec (its UTF-8 unchecked), a big integer read as an int where orjson
+    reads a float: the compiled path leaves such a message to the general path, whose verdict it is."""
+    for payload in (b'{"schema":"trainguard/v1","id":"m","test":"t","run":"r",' + extra + b"," + ONE_POINT + b"}",
+                    b'{"schema":"trainguard/v1","id":"m","test":"t","run":"r",' + ONE_POINT + b"," + extra + b"}"):
+        check(payload)
+
+
+def test_a_line_whose_unknown_key_is_not_utf8_is_rejected_whole_not_read_without_it():
+    payload = (b'{"schema":"trainguard/v1","id":"m","test":"t","run":"r","ev\xe9nts":[{"type":"run_finished",'
+               b'"time":1763596900,"data":{"status":"failure"}}],' + ONE_POINT + b"}")
+    with pytest.raises(wire.InvalidMessage, match="not UTF-8"):
+        wire.parse_message(payload)
+
+
 def test_the_common_shape_takes_the_compiled_path():
     payload = wire.encode_message("t", "r", [wire.point_dict("loss", 0.5, 1763596805.0, 3)] * 3)
     assert wire._fast_decode(payload) is not None
+    body = json.loads(wire.encode_message("tëst", "r", [wire.point_dict("lôss/ü", 0.5, 1763596805.0, 3)] * 3,
+                                          rank=3, world_size=wire.MAX_WORLD_SIZE))
+    assert wire._fast_decode(json.dumps(body, ensure_ascii=False).encode("utf-8")) is not None  # UTF-8 read as such
+
+
+# -- raw bytes: valid messages mutated where JSON readers differ (UTF-8, keys, numbers, escapes, whitespace) --------
+
+TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?|[][{}:,]|true|false|null|\s+|.',
+                    re.DOTALL)
+NOT_UTF8 = [b"\x80", b"\xbf", b"\xc0", b"\xff", b"\xfe", b"\xc3", b"\xe2\x82", b"\xf0\x9f\x98", b"\xc3(",
+            b"\xc0\x80", b"\xe0\x80\xaf", b"\xed\xa0\x80", b"\xed\xbf\xbf", b"\xf4\x90\x80\x80", b"\xf8\x88\x80\x80\x80"]
+UTF8 = [b"\xc3\xa9", b"\xe2\x82\xac", b"\xf0\x9f\x98\x80", b"\xe2\x80\xa8", b"\xc2\xa0", b"\x7f"]
+ESCAPES = [rb"\ud800", rb"\udfff", rb"\udc00\ud800", rb"\ud83d\ude00", rb"\u0000", rb"\u00e9", rb"\u0041", rb"\/",
+           rb"\n", rb"\q", rb"\u12"]
+HUGE = [str(n).encode() for n in (2 ** 31 - 1, 2 ** 31, 2 ** 53 + 1, 2 ** 63 - 1, 2 ** 63, 2 ** 64 - 1, 2 ** 64,
+                                  -2 ** 63, -2 ** 63 - 1, -1, 0, 10 ** 30, -10 ** 30, 10 ** 308, 10 ** 309, 10 ** 400)]
+HUGE += [b"1e400", b"-1e400", b"1E-400", b"NaN", b"Infinity", b"-Infinity", b"-0", b"-0.0", b"1.5e300", b"007",
+         b"1" * 4301]
+WHITESPACE = [b" ", b"\t", b"\n", b"\r", b"\r\n", b"\x0c", b"\x0b", b"\x00", b"\xc2\xa0", b"\xe2\x80\xa8"]
+KEYS = [b'"schema"', b'"id"', b'"test"', b'"run"', b'"rank"', b'"world_size"', b'"points"', b'"events"',
+        b'"columns"', b'"triage"', b'"tag"', b'"value"', b'"time"', b'"step"', b'"x"', b'"Tag"', b'"po\\u0069nts"',
+        b'"\\u0072un"', b'"x\xff"', b'"\xc3"', b'"\\ud800"', b'"\xed\xa0\x80"', b'""']
+VALUES = [b"1", b"0", b"3", b"-1", b"1.5", b'"s"', b'"r"', b'"trainguard/v1"', b"null", b"true", b"[]", b"{}",
+          b'"\xff"', b'["\xc3"]', b'{"a":"\xed\xa0\x80"}', b"NaN", b'"\\ud800"', b'{"a":1,"a":NaN}',
+          b'[{"tag":"a","value":1.5,"time":1763596805}]', b'[{"tag":"a","value":1.5,"time":1763596805,"x\xff":1}]',
+          b'[{"type":"run_started","time":1763596805}]', *HUGE[:8]]
+
+
+@st.composite
+def valid_messages(draw) -> bytes:
+    """A valid message, mostly of the compiled path's shape (points only), spelled compactly or not."""
+    points = [wire.point_dict(draw(st.sampled_from(["loss", "acc", "é/ü", "\u2028", "a" * 256])),
+                              draw(st.sampled_from([0.5, -2, 0, -0.0, 1e300, 2 ** 63, 3.4028234663852886e38])),
+                              draw(st.sampled_from([T0, T0 + 0.125, 1763596806])),
+                              draw(st.sampled_from([None, 0, 7, wire.MAX_STEP])))
+              for _ in range(draw(st.integers(0, 4)))]
+    events = draw(st.sampled_from([[], [wire.event_dict(wire.RUN_STARTED, T0)],
+                                   [wire.event_dict(wire.RUN_FINISHED, T0, {"status": "success", "num_failures": 1})]]))
+    if not points and not events:
+        events = [wire.event_dict(wire.RUN_STARTED, T0)]
+    rank = draw(st.sampled_from([None, (0, None), (1, 2)]))
+    body = json.loads(wire.encode_message("t", draw(st.sampled_from(["r", "ré"])), points, events, "m1",
+                                          *(rank or (None, None)), schema=draw(st.sampled_from(wire.SCHEMAS))))
+    if draw(st.booleans()):
+        body["events"] = []
+    separators = draw(st.sampled_from([(",", ":"), (", ", ": ")]))
+    return json.dumps(body, separators=separators, ensure_ascii=draw(st.booleans())).encode("utf-8")
+
+
+@st.composite
+def mutated_messages(draw) -> bytes:
+    """A valid message with one to three edits: bytes that are not UTF-8 inside keys, values or between tokens,
+    unknown and duplicated keys (before the real one or after it), huge and non-finite numbers, escapes,
+    whitespace JSON does or does not allow, a cut."""
+    tokens = TOKENS.findall(draw(valid_messages()))
+    for _ in range(draw(st.integers(1, 3))):
+        strings = [i for i, t in enumerate(tokens) if t.startswith(b'"') and len(t) >= 2]
+        numbers = [i for i, t in enumerate(tokens) if t[:1] in b"-0123456789" and t]
+        opens = [i for i, t in enumerate(tokens) if t == b"{"]
+        closes = [i for i, t in enumerate(tokens) if t == b"}"]
+        action = draw(st.sampled_from(["bytes in a string", "bytes between tokens", "number", "key first",
+                                       "key last", "escape", "whitespace", "cut"]))
+        if action in ("bytes in a string", "escape") and strings:
+            i = draw(st.sampled_from(strings))
+            at = draw(st.integers(1, len(tokens[i]) - 1))
+            inserted = draw(st.sampled_from(NOT_UTF8 + UTF8 if action == "bytes in a string" else ESCAPES))
+            cut = draw(st.integers(0, 1)) if action == "bytes in a string" and at < len(tokens[i]) - 1 else 0
+            tokens[i] = tokens[i][:at] + inserted + tokens[i][at + cut:]
+        elif action == "bytes between tokens":
+            tokens.insert(draw(st.integers(0, len(tokens))), draw(st.sampled_from(NOT_UTF8 + UTF8)))
+        elif action == "number" and numbers:
+            tokens[draw(st.sampled_from(numbers))] = draw(st.sampled_from(HUGE))
+        elif action == "key first" and opens:
+            i = draw(st.sampled_from(opens))
+            tokens.insert(i + 1, draw(st.sampled_from(KEYS)) + b":" + draw(st.sampled_from(VALUES)) + b",")
+        elif action == "key last" and closes:
+            i = draw(st.sampled_from(closes))
+            tokens.insert(i, b"," + draw(st.sampled_from(KEYS)) + b":" + draw(st.sampled_from(VALUES)))
+        elif action == "whitespace":
+            tokens.insert(draw(st.integers(0, len(tokens))), draw(st.sampled_from(WHITESPACE)))
+        elif action == "cut":
+            tokens = tokens[:draw(st.integers(0, len(tokens)))]
+    return b"".join(tokens)
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mutated_messages())
+def test_both_paths_give_the_same_outcome_on_mutated_bytes(payload):
+    check(payload)

@@ -1,4 +1,5 @@
 import json
+import math
 
 import pytest
 from hypothesis import given, settings
@@ -176,7 +177,10 @@ def test_rank_and_world_size_are_optional_and_round_trip():
 
 
 @pytest.mark.parametrize("fields, reason", [
-    ({"rank": -1}, "rank must be an integer from 0"),
+    ({"rank": -1}, "rank must be an integer from 0 to 1048576, got -1"),
+    ({"rank": (1 << 20) + 1}, "rank must be an integer from 0 to 1048576, got 1048577"),
+    ({"rank": 1 << 63}, "rank must be an integer from 0 to 1048576, got 9223372036854775808"),
+    ({"rank": 0, "world_size": (1 << 20) + 1}, "world_size must be an integer from 1 to 1048576, got 1048577"),
     ({"rank": 1.0}, "rank must be an integer"),
     ({"rank": True}, "rank must be an integer"),
     ({"rank": 0, "world_size": 0}, "world_size must be an integer from 1"),
@@ -188,3 +192,125 @@ def test_invalid_ranks_reject_the_message(fields, reason):
                           "points": [wire.point_dict("loss", 1.0, T0)]}).encode()
     with pytest.raises(wire.InvalidMessage, match=reason):
         wire.parse_message(payload)
+
+
+BIG = 10 ** 400  # 401 digits: past the float range, so float() of it raises OverflowError
+
+
+def test_a_time_or_step_of_any_size_rejects_its_item_alone():
+    points = [{"tag": "ok", "value": 1.0, "time": T0, "step": 1}, {"tag": "x", "value": 1.0, "time": BIG},
+              {"tag": "x", "value": 1.0, "time": T0, "step": BIG}]
+    events = [{"type": "run_started", "time": T0}, {"type": "checkpoint_saved", "time": BIG}]
+    parsed, rejections = wire.parse_message(message(points=points, events=events))
+    assert parsed.points == (("ok", 1.0, 1, T0),) and parsed.events == (wire.Event("run_started", T0, {}),)
+    assert [r.reason for r in rejections] == [f"invalid point [1]: time {BIG} is not plausible unix seconds",
+                                              f"invalid point [2]: step {BIG} is out of range",
+                                              f"invalid event [1]: time {BIG} is not plausible unix seconds"]
+
+
+@pytest.mark.parametrize("triage", [{"action": "mute", "time": BIG, "until": T0},
+                                    {"action": "mute", "time": T0, "until": BIG},
+                                    {"action": "mute", "time": -BIG, "until": T0}])
+def test_a_triage_time_of_any_size_is_a_reason_not_a_crash(triage):
+    with pytest.raises(wire.InvalidMessage, match="is not plausible unix seconds"):
+        wire.parse_message(control(**triage))
+
+
+COUNT_REASON = "must be an integer from 0 to 2147483647, got "
+
+
+@pytest.mark.parametrize("event_type, field", [(wire.RUN_FINISHED, "num_failures"),
+                                               (wire.ELASTIC_RESTART, "restart_count")])
+@pytest.mark.parametrize("count, reason", [
+    (0, None), (2 ** 31 - 1, None), (2 ** 31, COUNT_REASON + "2147483648"),
+    (2 ** 63, COUNT_REASON + "9223372036854775808"), (-1, COUNT_REASON + "-1"), (True, COUNT_REASON + "True"),
+    (3.0, COUNT_REASON + "3.0"), ("3", COUNT_REASON + "'3'"), (None, COUNT_REASON + "None"),
+])
+def test_a_failure_count_the_store_cannot_hold_rejects_its_event_alone(event_type, field, count, reason):
+    data = {"status": "failure", field: count} if event_type == wire.RUN_FINISHED else {field: count}
+    parsed, rejections = wire.parse_message(message(events=[{"type": event_type, "time": T0, "data": data}]))
+    assert len(parsed.points) == 1
+    if reason is None:
+        assert rejections == [] and parsed.events == (wire.Event(event_type, T0, data),)
+    else:
+        assert parsed.events == () and [r.reason for r in rejections] == [f"invalid event [0]: {field} {reason}"]
+
+
+def test_a_restart_event_may_leave_its_count_out():
+    parsed, rejections = wire.parse_message(message(events=[{"type": wire.ELASTIC_RESTART, "time": T0}]))
+    assert rejections == [] and parsed.events == (wire.Event(wire.ELASTIC_RESTART, T0, {}),)
+
+
+# -- every integer of the contract, at any size --------------------------------------------------------------------
+
+T0_MS = int(T0 * 1000)
+EDGES = [2 ** 31 - 1, 2 ** 31, 2 ** 63 - 1, 2 ** 63, -1, 0, 1, 2 ** 20, 2 ** 20 + 1, 2 ** 64 - 1, 2 ** 64,
+         -(2 ** 63) + 1, -(2 ** 63), -(2 ** 63) - 1, 2 ** 70, -(2 ** 70), int(wire.MIN_TIME) - 1, int(wire.MIN_TIME),
+         int(T0), int(wire.MAX_TIME) - 1, int(wire.MAX_TIME), T0_MS, int(wire.MIN_TIME) * 1000 - 1,
+         int(wire.MAX_TIME) * 1000, 2 ** 1023, 2 ** 1024]
+
+
+def any_integer(low: int = -(2 ** 70), high: int = 2 ** 70):
+    """Integers anywhere from -2**70 to 2**70, the edges of every range of the contract, and ones from the
+    field's own valid range (so that the rest of the message is often valid and gets checked too)."""
+    return st.one_of(st.integers(-(2 ** 70), 2 ** 70), st.sampled_from(EDGES), st.integers(low, high))
+
+
+@st.composite
+def integer_messages(draw) -> bytes:
+    """A v1.1 message whose every integer field (points, columns, events, rank) is drawn by ``any_integer``."""
+    point = {"tag": "a", "value": draw(any_integer()), "time": draw(any_integer(int(T0), int(T0) + 9)),
+             "step": draw(any_integer(0, 9))}
+    ms = [draw(any_integer(T0_MS, T0_MS + 9))] + draw(st.lists(any_integer(-9, 9), max_size=3))
+    column = {"tag": "b", "values": [draw(any_integer()) for _ in ms], "ms": ms}
+    if draw(st.booleans()):
+        column["steps"] = [draw(st.one_of(st.none(), any_integer(0, 9))) for _ in ms]
+    events = [{"type": wire.RUN_FINISHED, "time": draw(any_integer(int(T0), int(T0) + 9)),
+               "data": {"status": "failure", "num_failures": draw(any_integer(0, 9))}},
+              {"type": wire.ELASTIC_RESTART, "time": draw(any_integer(int(T0), int(T0) + 9)),
+               "data": {"restart_count": draw(any_integer(0, 9))}}]
+    body = {"schema": wire.SCHEMA_V1_1, "id": "m", "test": "t", "run": "r", "points": [point], "columns": [column],
+            "events": events}
+    for field in draw(st.sampled_from([(), ("rank",), ("rank", "world_size")])):
+        body[field] = draw(any_integer(0, 9))
+    return json.dumps(body).encode()
+
+
+@st.composite
+def integer_triage(draw) -> bytes:
+    return control(action="mute", time=draw(any_integer(int(T0), int(T0) + 9)),
+                   until=draw(any_integer(int(T0) + 10, int(T0) + 19)))
+
+
+def assert_within_the_contract(parsed: wire.Message) -> None:
+    """What a valid message holds fits its column: BIGINT integers in their documented ranges, finite floats."""
+    def count(value):
+        return type(value) is int and 0 <= value < 2 ** 31
+
+    assert parsed.rank is None or type(parsed.rank) is int and 0 <= parsed.rank <= 2 ** 20
+    assert parsed.world_size is None or type(parsed.world_size) is int and 1 <= parsed.world_size <= 2 ** 20
+    for _tag, value, step, time in parsed.points:
+        assert type(value) is float and math.isfinite(value)
+        assert step is None or type(step) is int and 0 <= step <= 2 ** 63 - 1
+        assert type(time) is float and wire.MIN_TIME <= time < wire.MAX_TIME
+    for event in parsed.events:
+        assert type(event.time) is float and wire.MIN_TIME <= event.time < wire.MAX_TIME
+        if event.type == wire.RUN_FINISHED:
+            assert count(event.data.get("num_failures", 0))
+        if event.type == wire.ELASTIC_RESTART:
+            assert count(event.data.get("restart_count", 0))
+    if parsed.triage is not None:
+        for time in (parsed.triage.time, parsed.triage.until):
+            assert type(time) is float and wire.MIN_TIME <= time < wire.MAX_TIME
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.one_of(integer_messages(), integer_triage()))
+def test_every_integer_of_the_contract_is_taken_within_its_documented_range_or_rejected(payload):
+    try:
+        parsed, rejections = wire.parse_message(payload)  # anything but InvalidMessage fails the test
+    except wire.InvalidMessage as e:
+        assert str(e)
+        return
+    assert_within_the_contract(parsed)
+    assert all(r.reason for r in rejections)

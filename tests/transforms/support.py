@@ -62,6 +62,7 @@ def _gather_into(element, key):
 
 def gather(pcoll, label: str) -> list:
     """A list that fills with ``pcoll``'s elements when the pipeline runs (in-process runners only)."""
-    sink = _GATHERED.setdefault(f"{id(pcoll.pipeline)}/{label}", [])
+    # A new list each time: a pipeline of an earlier test may have had the same id (its memory reused).
+    sink = _GATHERED[f"{id(pcoll.pipeline)}/{label}"] = []
     pcoll | f"Gather_{label}" >> beam.Map(_gather_into, f"{id(pcoll.pipeline)}/{label}")
     return sink

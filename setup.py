@@ -43,6 +43,9 @@ REPORT = [
     "matplotlib>=3.8",
     "tqdm>=4.60",
 ]
+BENCH = [
+    "ruptures>=1.1",  # the change-point reference detector of bench/bench_detection.py (KernelCPD, in C)
+]
 TEST = [
     "pytest>=8",
     "hypothesis>=6.100",
@@ -70,7 +73,8 @@ setup(
         "email": EMAIL,
         "test": TEST + SHIPPER + SYSTEM,
         "report": REPORT,
-        "all": PIPELINE + EMAIL + SHIPPER + SYSTEM + REPORT + TEST,
+        "bench": BENCH,
+        "all": PIPELINE + EMAIL + SHIPPER + SYSTEM + REPORT + TEST + BENCH,
     },
     entry_points={
         "console_scripts": [

@@ -1,0 +1,150 @@
+"""The benchmark's run: each suite scored for every detector, then pooled per noise family and written out.
+
+:func:`evaluate_suite` is one (seed, noise family): generate, replay through
+trainguard at every operating point, run every reference detector, score them
+all with :func:`~bench.detection.scoring.score`. It returns plain data, so that
+suites can run in worker processes (:func:`evaluate_all`, ``jobs``).
+:func:`report` pools the suites of a family (counts add up) into the rows of
+the table, the matched comparison, and trainguard's bound distances.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import multiprocessing
+import os
+import time
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from bench.detection import anchors as anchor_detectors
+from bench.detection import trainguard_path
+from bench.detection.scoring import Counts, Row, matched, pool, rows_as_dicts, score
+from bench.detection.suite import FaultKind, SuiteSpec, generate
+
+TRAINGUARD = "trainguard"
+LIVE_KINDS = (FaultKind.DIVERGENCE, FaultKind.SLOWDOWN_115, FaultKind.SLOWDOWN_160)  # mid-run faults
+
+
+@dataclasses.dataclass(frozen=True)
+class SuiteResult:
+    """Everything one suite gave, as plain data."""
+    spec: SuiteSpec
+    rows: Tuple[Tuple[str, str, bool], ...]  #: (detector, operating point, is trainguard's default), in table order
+    counts: Dict[Tuple[str, str], Counts]
+    distances: Dict[float, Dict[str, List[float]]]  #: rate -> metric -> each stored bound's distance in σ
+    live: Dict[float, Dict[str, Tuple[int, int]]]  #: rate -> fault kind -> (alerted live, faults)
+    seconds: Dict[str, float]  #: wall: generate, trainguard (the replay alone), anchors; cpu: all of it
+
+
+def rate_label(rate: float) -> str:
+    return f"false_alert_rate {rate:g}"
+
+
+def evaluate_suite(spec: SuiteSpec, workdir: str, rates: Sequence[float] = trainguard_path.FALSE_ALERT_RATES,
+                   with_change_points: bool = True) -> SuiteResult:
+    started, cpu = time.monotonic(), time.process_time()
+    suite = generate(spec)
+    seconds = {"generate": time.monotonic() - started}
+    rows: List[Tuple[str, str, bool]] = []
+    counts: Dict[Tuple[str, str], Counts] = {}
+    distances: Dict[float, Dict[str, List[float]]] = {}
+    live: Dict[float, Dict[str, Tuple[int, int]]] = {}
+    result = trainguard_path.run_trainguard(suite, os.path.join(workdir, f"{spec.noise}-seed{spec.seed}"), rates)
+    seconds["trainguard"] = result.seconds
+    for point, rate in sorted(enumerate(rates), key=lambda item: -item[1]):
+        key = (TRAINGUARD, rate_label(rate))
+        rows.append((*key, rate == trainguard_path.DEFAULT_FALSE_ALERT_RATE))
+        counts[key] = score(suite, result.alerts[point])
+        distances[rate] = trainguard_path.bound_distances(suite, result.bounds[point])
+        alerted = {(a.test, a.run) for a in result.live[point]}
+        live[rate] = {kind.value: (sum(1 for p in suite.plans for run, f in p.faults.items()
+                                       if f.kind is kind and (p.index, run) in alerted),
+                                   sum(1 for p in suite.plans for f in p.faults.values() if f.kind is kind))
+                      for kind in LIVE_KINDS}
+    started = time.monotonic()
+    for anchor in anchor_detectors.anchors(with_change_points=with_change_points):
+        key = (anchor.detector, anchor.point)
+        rows.append((*key, False))
+        counts[key] = score(suite, anchor_detectors.detect_suite(suite, anchor.detect))
+    seconds["anchors"] = time.monotonic() - started
+    seconds["cpu"] = time.process_time() - cpu  # this process's, all of the suite's work: load on the cores aside
+    return SuiteResult(spec, tuple(rows), counts, distances, live, seconds)
+
+
+def _evaluate(args: Tuple[SuiteSpec, str, Tuple[float, ...], bool]) -> SuiteResult:
+    return evaluate_suite(*args)
+
+
+def evaluate_all(specs: Sequence[SuiteSpec], workdir: str, rates: Sequence[float] = trainguard_path.FALSE_ALERT_RATES,
+                 with_change_points: bool = True, jobs: int = 1) -> List[SuiteResult]:
+    """Every suite, ``jobs`` at a time in fresh processes (each replay is one process's work)."""
+    work = [(spec, workdir, tuple(rates), with_change_points) for spec in specs]
+    if jobs <= 1 or len(work) == 1:
+        return [_evaluate(w) for w in work]
+    with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool_:
+        return list(pool_.map(_evaluate, work))
+
+
+@dataclasses.dataclass(frozen=True)
+class FamilyReport:
+    """One noise family, pooled over its seeds."""
+    noise: str
+    seeds: Tuple[int, ...]
+    rows: Tuple[Row, ...]
+    per_seed: Dict[int, Tuple[Row, ...]]
+    distances: Dict[float, Dict[str, Dict[str, Optional[float]]]]
+    live: Dict[float, Dict[str, Tuple[int, int]]]
+
+    @property
+    def matched(self) -> List[Row]:
+        return matched(self.rows)
+
+
+def report(results: Sequence[SuiteResult]) -> List[FamilyReport]:
+    families = []
+    for noise in dict.fromkeys(r.spec.noise for r in results):
+        mine = [r for r in results if r.spec.noise == noise]
+        order = mine[0].rows
+        rows = tuple(Row(d, p, pool(r.counts[(d, p)] for r in mine), default) for d, p, default in order)
+        per_seed = {r.spec.seed: tuple(Row(d, p, r.counts[(d, p)], default) for d, p, default in order)
+                    for r in mine}
+        rates = list(mine[0].distances)
+        distances = {rate: trainguard_path.summarize_distances(
+            {metric: [d for r in mine for d in r.distances[rate][metric]] for metric in mine[0].distances[rate]})
+            for rate in rates}
+        live = {rate: {kind: (sum(r.live[rate][kind][0] for r in mine), sum(r.live[rate][kind][1] for r in mine))
+                       for kind in mine[0].live[rate]} for rate in rates}
+        families.append(FamilyReport(noise, tuple(r.spec.seed for r in mine), rows, per_seed, distances, live))
+    return families
+
+
+def distances_table(family: FamilyReport) -> str:
+    lines = ["| trainguard's stored bounds, distance from the true centre in σ of the noise | bounds | median | p90 "
+             "| max | beyond 12σ |", "|---|---|---|---|---|---|"]
+    for rate, per_metric in family.distances.items():
+        for metric, s in per_metric.items():
+            cells = [str(s["n"])] + ["–" if s[k] is None else f"{s[k]:.1f}" for k in ("median", "p90", "max")]
+            share = "–" if s["beyond_12"] is None else f"{100 * s['beyond_12']:.0f}%"
+            lines.append(f"| {rate_label(rate)}: {metric} | " + " | ".join(cells + [share]) + " |")
+    return "\n".join(lines)
+
+
+def live_line(family: FamilyReport) -> str:
+    parts = []
+    for rate, kinds in family.live.items():
+        parts.append(f"{rate_label(rate)}: " + ", ".join(f"{kind} {alerted}/{faults}"
+                                                        for kind, (alerted, faults) in kinds.items()))
+    return "trainguard, mid-run faults alerted live (a window alert before the run ended): " + "; ".join(parts)
+
+
+def as_json(families: Sequence[FamilyReport]) -> Dict[str, object]:
+    return {f.noise: {
+        "seeds": list(f.seeds), "rows": rows_as_dicts(f.rows), "matched": rows_as_dicts(f.matched),
+        "per_seed": {seed: [{"detector": r.detector, "point": r.point, "recall": r.counts.recall,
+                             "false_alerts_per_100_healthy_runs": r.counts.false_alerts_per_100}
+                            for r in rows] for seed, rows in f.per_seed.items()},
+        "bound_distances_in_sigma": {rate_label(rate): d for rate, d in f.distances.items()},
+        "live": {rate_label(rate): {k: {"alerted_live": a, "faults": n} for k, (a, n) in kinds.items()}
+                 for rate, kinds in f.live.items()},
+    } for f in families}

@@ -17,7 +17,7 @@ import glob
 import json
 import os
 import uuid
-from typing import Dict, List, Sequence, Union
+from typing import Dict, List
 
 import apache_beam as beam
 
@@ -66,14 +66,12 @@ class _WriteShardFn(beam.DoFn):
         self.rows = []
 
 
-def staged_rows(directories: Union[str, Sequence[str]], name: str) -> List[dict]:
-    """Every complete shard's rows of ``name`` under one staging directory or several, distinct, in canonical
-    order."""
+def staged_rows(directory: str, name: str) -> List[dict]:
+    """Every complete shard's rows of ``name`` under a staging directory, distinct, in canonical order."""
     lines = set()
-    for directory in [directories] if isinstance(directories, str) else directories:
-        for path in glob.glob(os.path.join(directory, name, "*.jsonl")):
-            with open(path, encoding="utf-8") as f:
-                lines.update(line.rstrip("\n") for line in f if line.strip())
+    for path in glob.glob(os.path.join(directory, name, "*.jsonl")):
+        with open(path, encoding="utf-8") as f:
+            lines.update(line.rstrip("\n") for line in f if line.strip())
     return [json.loads(line) for line in sorted(lines)]
 
 

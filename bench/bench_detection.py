@@ -8,7 +8,7 @@ one-off faults after a 12-run warm-up (accuracy 2σ / 3σ / 6σ lower, loss
 divergence and step time x1.15 / x1.6 from mid-run, crashes), with a constant
 metric. trainguard runs for real: the suite's wire-format lines replayed
 through the pipeline (``pipeline.replay``, FnApiRunner, a fresh DuckDB store)
-with the issue's config at three ``false_alert_rate`` values, live windows
+with the issue's config at three false-alert budgets (``false_alerts_per_100_runs``), live windows
 included; the alerts and stored bounds are read back from the store. The
 reference detectors (median ± k·MAD, mean ± k·σ, change points by ruptures at
 each run; three operating points each) see the same runs' run-level values.
@@ -61,7 +61,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     specs = [SuiteSpec(tests=args.tests, runs=args.runs, seed=seed, noise=noise)
              for noise in families for seed in args.seeds]
     with_change_points = anchors.change_points_available()
-    results = harness.evaluate_all(specs, args.workdir, trainguard_path.FALSE_ALERT_RATES, with_change_points,
+    results = harness.evaluate_all(specs, args.workdir, trainguard_path.BUDGETS, with_change_points,
                                    args.jobs)
     reports = harness.report(results)
     seconds = time.monotonic() - started

@@ -7,7 +7,8 @@ The value alerts (``metric_out_of_bounds``, ``baseline_shifted``, ``window_out_o
   scale of its kind (population standard deviation, 1.4826·MAD, 2.2219·Qn). For ``stddevs_from_mean`` and
   ``mads_from_median`` the multiplier is k and the scale is the margin over k, so it includes the widening
   of a re-baselined history's warm-up (``scale_from``: ``"previous_level"``); for ``false_alert_rate`` the
-  scale is the history's and the multiplier the calibrated one. All None for a fixed value;
+  scale is the history's, or for a young level the one pooled with the level before it (``scale_from``:
+  ``"pooled_levels"``), and the multiplier the calibrated one. All None for a fixed value;
 - ``change_pct`` (relative to the centre, or to the fixed value) and ``change_in_scales``;
 - ``previous_value`` and ``previous_run``: the value compared last (the metric's previous successful run,
   the same-step window of the latest compared run, the previous window of the run); not for stragglers;
@@ -26,19 +27,20 @@ import dataclasses
 import math
 from typing import Any, Dict, Mapping, Optional, Sequence
 
-from core.bounds import Bounds, minimum_history
+from core.bounds import Bounds, minimum_history, pooled_scale, pools_levels
 from core.config import SuccessCondition, TestConfig
 from core.records import Alert
 from core.stats import false_alert_scale, mean_and_pstdev, median, robust_scale
 from core.triage import triage_commands
 from core.vocabulary import AlertKind
 
-VALUE_ALERT_KINDS = frozenset((AlertKind.METRIC_OUT_OF_BOUNDS, AlertKind.BASELINE_SHIFTED,
+VALUE_ALERT_KINDS = frozenset((AlertKind.METRIC_OUT_OF_BOUNDS, AlertKind.BASELINE_SHIFTED, AlertKind.METRIC_SHIFTED,
                                AlertKind.WINDOW_OUT_OF_BOUNDS, AlertKind.RANK_STRAGGLER))
 CENTRE_NAMES = {"stddevs_from_mean": "mean", "mads_from_median": "median", "false_alert_rate": "median"}
 SCALE_NAMES = {"stddevs_from_mean": "stddev", "mads_from_median": "robust scale",
                "false_alert_rate": "robust scale (Qn)"}
 PREVIOUS_LEVEL = "previous_level"
+POOLED_LEVELS = "pooled_levels"
 MINUS = "\u2212"  # −
 TIMES = "\u00d7"  # ×
 
@@ -61,13 +63,16 @@ def threshold_facts(condition: SuccessCondition, bounds: Bounds, history: Sequen
     margin = abs(bound - bounds.centre)
     needed = max(condition.wait_for_n_points_of_history, minimum_history(condition))
     bridged = len(history) < needed and len(previous) >= needed
+    pooled = pools_levels(condition, history, previous)
     if kind != "false_alert_rate" and k > 0:
         scale, multiplier = margin / k, k
     else:
-        scale = _scale(kind, previous if bridged else history)
+        scale = pooled_scale(history, previous) if pooled else _scale(kind, previous if bridged else history)
         multiplier = margin / scale if scale > 0 else (0.0 if kind == "false_alert_rate" else k)
     facts.update(scale=scale, multiplier=multiplier)
-    if bridged:
+    if pooled:
+        facts["scale_from"] = POOLED_LEVELS
+    elif bridged:
         facts["scale_from"] = PREVIOUS_LEVEL
     return facts
 
@@ -169,6 +174,8 @@ def threshold_text(kind: str, details: Mapping[str, Any], lower: Optional[float]
     text += f" {basis}" if basis else ""
     if details.get("scale_from") == PREVIOUS_LEVEL:
         text += ", the scale from before the baseline moved"
+    elif details.get("scale_from") == POOLED_LEVELS:
+        text += ", the scale pooled with the level before the baseline moved"
     return text
 
 
@@ -218,6 +225,17 @@ def describe(alert: Alert, unit: Optional[str] = None) -> str:
                 f"{with_unit(_float(details, 'new_centre'), unit)} in {count} runs in a row from run "
                 f"{details.get('first_run')}; its baseline now follows the new level. This run: {value}, "
                 f"outside the old bounds {bounds}: {how}{tail}")
+    if alert.kind == AlertKind.METRIC_SHIFTED:
+        runs = details.get("runs")
+        count = len(runs) if isinstance(runs, list) else 0
+        size, statistic, threshold = (_float(details, key) for key in ("size_in_scales", "statistic", "shift_threshold"))
+        return (f"{alert.metric} shifted worse in the {count} runs from run {details.get('first_run')}: their mean "
+                f"{with_unit(_float(details, 'shifted_mean'), unit)} against the median "
+                f"{with_unit(_float(details, 'old_centre'), unit)} {basis_text(alert.kind, details)} "
+                f"({number(size)} robust scales of {with_unit(_float(details, 'scale'), unit)}; shift statistic "
+                f"{number(statistic)} over {number(threshold)}, false alert rate "
+                f"{number(_float(details, 'false_alert_rate'))}), though no run was out of bounds. This run: "
+                f"{value}{tail}")
     if alert.kind == AlertKind.RANK_STRAGGLER:
         host = details.get("host")
         where = f"rank {details.get('rank')}" + (f" on {host}" if isinstance(host, str) and host else "")

@@ -237,6 +237,8 @@ def alert_problem(kind: str, alerts: Sequence[AlertRecord]) -> str:
         return f"{_names(metrics)} window out of bounds"
     if kind == "baseline_shifted":
         return f"{_names(metrics)} moved to a new level (baseline follows)"
+    if kind == "metric_shifted":
+        return f"{_names(metrics)} shifted worse over the last runs"
     if kind == "config_rejected":
         files = [posixpath.basename(f) for f in (a.details.get("file") for a in alerts) if isinstance(f, str) and f]
         return f"config {_names(files)} rejected" if files else "config rejected"

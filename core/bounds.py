@@ -7,8 +7,9 @@ One condition language for run-level conditions and window checks:
 ``mads_from_median`` k:   centre = median, scale = 1.4826*MAD (``core.stats.robust_scale``)
 ``false_alert_rate`` p:   centre = median, scale = 2.2219·Qn (``core.stats.false_alert_scale``, a robust
                           scale twice as efficient as the MAD); the multiplier is calibrated for the history
-                          size n so that a healthy value passes the cutoff with probability p
-                          (``false_alert_multiplier``)
+                          size n so that a healthy value of heavy-tailed noise passes the cutoff with
+                          probability p (``false_alert_multiplier``); a young level pools its scale with
+                          the level before it (``compute_bounds``)
 
 Within bounds is strict (lo < x < hi) unless the comparison contains ``equal``,
 which makes it inclusive. A value equal to the centre of a statistical
@@ -25,11 +26,11 @@ import bisect
 import collections
 import dataclasses
 import math
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from core import false_alert_calibration as calibration
 from core.config import SuccessCondition
-from core.stats import false_alert_scale, mean_and_pstdev, median, robust_scale, tail_weight
+from core.stats import false_alert_scale, mean_and_pstdev, median, robust_scale
 
 # a calibrated cutoff needs at least this many values
 MIN_FALSE_ALERT_HISTORY = min(calibration.N_GRID_ODD[0], calibration.N_GRID_EVEN[0])
@@ -40,6 +41,8 @@ class Bounds:
     lower: Optional[float]  # None: unbounded below
     upper: Optional[float]  # None: unbounded above
     centre: Optional[float] = None  # the centre of a statistical threshold; None for fixed values
+    # A one-sided statistical threshold's mirror: beyond it a value is an improvement (``stored_bounds``).
+    improvement: Optional[float] = None
 
 
 def compute_bounds(condition: SuccessCondition, history: Sequence[float],
@@ -47,10 +50,14 @@ def compute_bounds(condition: SuccessCondition, history: Sequence[float],
     """Bounds for the next value, or None while the history is too short to judge.
 
     ``previous`` is the history before the metric's baseline last moved
-    (``core.history``): while ``history`` is still shorter than the condition
-    needs, the centre comes from ``history`` and the scale from ``previous``,
-    widened for the centre's own uncertainty, so that a re-baselined metric is
-    checked from the first run after the change instead of after a new warm-up.
+    (``core.history``). For ``false_alert_rate``, while ``history`` holds fewer
+    than ``POOLED_BELOW`` values the scale is pooled from both levels' deviations
+    from their own medians (:func:`_pooled_margin`), so a re-baselined or accepted
+    metric is checked from the first run after the change with the precision of
+    its whole past, not of a few values. For the other thresholds, while
+    ``history`` is still shorter than the condition needs, the centre comes from
+    ``history`` and the scale from ``previous``, widened for the centre's own
+    uncertainty.
     """
     comparison = condition.comparison
     greater = comparison.startswith("greater")
@@ -62,7 +69,10 @@ def compute_bounds(condition: SuccessCondition, history: Sequence[float],
             return Bounds(v, v)
         return Bounds(v, None) if greater else Bounds(None, v)
     needed = max(condition.wait_for_n_points_of_history, minimum_history(condition))
-    if len(history) >= needed:
+    if condition.false_alert_rate is not None and pools_levels(condition, history, previous):
+        centre = median(history)
+        margin = _pooled_margin(condition.false_alert_rate, history, centre, previous)
+    elif len(history) >= needed:
         centre, margin = _centre_and_margin(condition, history)
     elif history and len(previous) >= needed:
         _, previous_margin = _centre_and_margin(condition, previous)
@@ -71,9 +81,49 @@ def compute_bounds(condition: SuccessCondition, history: Sequence[float],
     else:
         return None
     bound = centre - margin if greater else centre + margin
+    mirror = centre + margin if greater else centre - margin
     if not math.isfinite(bound):
         return None  # k scales of a history near the top of the float range: not a bound, so unchecked
-    return Bounds(bound, None, centre) if greater else Bounds(None, bound, centre)
+    return Bounds(bound, None, centre, mirror) if greater else Bounds(None, bound, centre, mirror)
+
+
+def stored_bounds(bounds: Optional[Bounds]) -> Tuple[Optional[float], Optional[float]]:
+    """(lower, upper) as a metric's history row stores them: a one-sided statistical threshold's free side
+    holds its improvement bound (the mirror of its cutoff), which the history follows (``core.history``)."""
+    if bounds is None:
+        return None, None
+    if bounds.improvement is None or not math.isfinite(bounds.improvement):
+        return bounds.lower, bounds.upper
+    return (bounds.lower, bounds.improvement) if bounds.upper is None else (bounds.improvement, bounds.upper)
+
+
+def is_improvement(value: float, stored: Tuple[Optional[float], Optional[float]], upward: Optional[bool]) -> bool:
+    """Whether a value lies beyond the improvement side of its stored (lower, upper): above ``upper`` when a
+    higher value is better (``upward``), below ``lower`` when a lower one is, never for a two-sided check
+    (None). Decided from the stored pair alone, so the seed decides it as the running check did."""
+    lower, upper = stored
+    if upward is None:
+        return False
+    return upper is not None and value > upper if upward else lower is not None and value < lower
+
+
+POOLED_BELOW = 30  # a false_alert_rate history shorter than this borrows the scale of the level before it
+POOLED_LEVEL_RATIO = 2.0  # the older level's deviations follow the level's size within this factor
+MEDIAN_VARIANCE = math.pi / 2  # the median of m values varies about this / m times as much as one value
+OWN_SPREAD_FROM = 3  # a young level's own deviations join the pooled scale from this many values on
+
+
+def pools_levels(condition: SuccessCondition, history: Sequence[float], previous: Sequence[float]) -> bool:
+    """Whether a ``false_alert_rate`` cutoff measures its scale on both levels (``pooled_deviations``)."""
+    needed = max(condition.wait_for_n_points_of_history, minimum_history(condition))
+    pooled = (len(history) if len(history) >= OWN_SPREAD_FROM else 0) + len(previous)
+    return (condition.false_alert_rate is not None and bool(history) and bool(previous)
+            and len(history) < POOLED_BELOW and pooled >= needed)
+
+
+def pooled_scale(history: Sequence[float], previous: Sequence[float]) -> float:
+    """The scale of a young level measured with the one before it (see ``pooled_deviations``)."""
+    return false_alert_scale(pooled_deviations(history, median(history), previous), 0.0)
 
 
 def minimum_history(condition: SuccessCondition) -> int:
@@ -88,7 +138,7 @@ def centre_of(condition: SuccessCondition, values: Sequence[float]) -> float:
 
 def _centre_variance(condition: SuccessCondition) -> float:
     """The variance of the centre of m values is about this / m times the noise's (mean: 1, median: pi/2)."""
-    return 1.0 if condition.stddevs_from_mean is not None else math.pi / 2
+    return 1.0 if condition.stddevs_from_mean is not None else MEDIAN_VARIANCE
 
 
 def _centre_and_margin(condition: SuccessCondition, history: Sequence[float]) -> Tuple[float, float]:
@@ -102,9 +152,34 @@ def _centre_and_margin(condition: SuccessCondition, history: Sequence[float]) ->
     scale = false_alert_scale(history, centre)
     if scale == 0:
         return centre, 0.0
-    weight = tail_weight(history, centre, scale)
-    margin = false_alert_multiplier(len(history), condition.false_alert_rate, weight) * scale
+    margin = false_alert_multiplier(len(history), condition.false_alert_rate) * scale
     return centre, max(margin, _range_floor(history, centre, condition.false_alert_rate))
+
+
+def pooled_deviations(history: Sequence[float], centre: float, previous: Sequence[float]) -> List[float]:
+    """The deviations a young level's scale is measured on: its own from its median (from ``OWN_SPREAD_FROM``
+    values on: fewer say little of the spread) and the older level's from its median, in proportion to the two levels' sizes
+    (noise that scales with the level, as loss and step time do, keeps its relative size across a change;
+    the proportion is held within ``POOLED_LEVEL_RATIO``)."""
+    previous_centre = median(previous)
+    ratio = 1.0
+    if centre and previous_centre and (centre > 0) == (previous_centre > 0):
+        ratio = min(POOLED_LEVEL_RATIO, max(1 / POOLED_LEVEL_RATIO, centre / previous_centre))
+    own = [value - centre for value in history] if len(history) >= OWN_SPREAD_FROM else []
+    return own + [(value - previous_centre) * ratio for value in previous]
+
+
+def _pooled_margin(rate: float, history: Sequence[float], centre: float, previous: Sequence[float]) -> float:
+    """The margin of a young level (see ``compute_bounds``): the calibrated multiplier of the pooled count
+    times the pooled scale, widened for the young centre's own uncertainty."""
+    deviations = pooled_deviations(history, centre, previous)
+    scale = false_alert_scale(deviations, 0.0)
+    if scale == 0:
+        return _range_floor(history, centre, rate)
+    n = len(deviations)
+    widening = math.sqrt((1 + MEDIAN_VARIANCE / len(history)) / (1 + MEDIAN_VARIANCE / n))
+    margin = false_alert_multiplier(n, rate) * scale * widening
+    return max(margin, _range_floor(history, centre, rate))
 
 
 def _range_floor(history: Sequence[float], centre: float, rate: float) -> float:
@@ -129,31 +204,29 @@ def _range_floor(history: Sequence[float], centre: float, rate: float) -> float:
 RANGE_FLOOR_SLACK = 1e-9  # strictly beyond: a value equal to the second most extreme one stays within
 
 
-def false_alert_multiplier(n: int, rate: float, tail_weight: float) -> float:
-    """How many scales (``core.stats.false_alert_scale``) from the median the cutoff lies, for a one-sided
-    false alert ``rate``.
-
-    ``tail_weight`` is ``core.stats.tail_weight`` of the history (larger for heavy tails;
-    one wild value does not move it). For each fitted (n, p) the multiplier is
-    exp(a + b_lo·min(0, r − r0) + b_hi·max(0, r − r0)) with the coefficients
-    fitted by ``scripts/calibrate_false_alert_rate.py`` so that the rate, averaged over
-    histories of n values, is ``rate`` for normal and for Student-t (3 degrees of freedom)
-    noise; between the fitted n (of the same parity) and p the coefficients are interpolated in
-    log n and log p,
-    beyond them the nearest fitted value is used (for n, the largest fitted n is slightly
-    conservative).
-    """
-    a, b_lo, b_hi, r0 = _interpolated(n % 2, math.log(n), math.log(rate))
-    return math.exp(a + b_lo * min(0.0, tail_weight - r0) + b_hi * max(0.0, tail_weight - r0))
+def false_alert_multiplier(n: int, rate: float) -> float:
+    """How many scales (``core.stats.false_alert_scale``) from the median the cutoff of a history of ``n``
+    values lies, for a one-sided false alert ``rate``: calibrated by ``scripts/calibrate_false_alert_rate.py``
+    so that heavy-tailed (Student t, 3 degrees of freedom) noise passes it with probability ``rate``, averaged
+    over histories; normal noise less often. Between the fitted n (of the same parity) and p, ln c is
+    interpolated in ln n and ln p; beyond them the nearest fitted value is used (for n above the largest, that
+    is slightly conservative)."""
+    i0, i1, wn = grid_bracket(_LOG_N[n % 2], math.log(n))
+    j0, j1, wp = grid_bracket(_LOG_P, math.log(rate))
+    table = _LOG_C[n % 2]
+    low = table[i0][j0] * (1 - wp) + table[i0][j1] * wp
+    high = table[i1][j0] * (1 - wp) + table[i1][j1] * wp
+    return math.exp(low * (1 - wn) + high * wn)
 
 
 # Per parity of n (0: even, 1: odd): the median and Qn of odd and even counts behave differently.
 _LOG_N = ([math.log(n) for n in calibration.N_GRID_EVEN], [math.log(n) for n in calibration.N_GRID_ODD])
-_TABLES = (calibration.COEFFICIENTS_EVEN, calibration.COEFFICIENTS_ODD)
+_LOG_C = tuple([[math.log(c) for c in row] for row in table]
+               for table in (calibration.MULTIPLIERS_EVEN, calibration.MULTIPLIERS_ODD))
 _LOG_P = [math.log(p) for p in calibration.P_GRID]
 
 
-def _bracket(grid: Sequence[float], x: float) -> Tuple[int, int, float]:
+def grid_bracket(grid: Sequence[float], x: float) -> Tuple[int, int, float]:
     """Indices around x in an ascending grid and x's weight towards the upper one (clamped at the ends)."""
     if x <= grid[0]:
         return 0, 0, 0.0
@@ -163,20 +236,6 @@ def _bracket(grid: Sequence[float], x: float) -> Tuple[int, int, float]:
     upper = bisect.bisect_right(grid, x)
     lower = upper - 1
     return lower, upper, (x - grid[lower]) / (grid[upper] - grid[lower])
-
-
-def _interpolated(parity: int, log_n: float, log_p: float) -> Tuple[float, float, float, float]:
-    """(a, b_lo, b_hi, r0), bilinear in log n and log p between the fitted cells of n's parity."""
-    i0, i1, wn = _bracket(_LOG_N[parity], log_n)
-    j0, j1, wp = _bracket(_LOG_P, log_p)
-    table = _TABLES[parity]
-
-    def blend(k: int) -> float:
-        low = table[i0][j0][k] * (1 - wp) + table[i0][j1][k] * wp
-        high = table[i1][j0][k] * (1 - wp) + table[i1][j1][k] * wp
-        return low * (1 - wn) + high * wn
-
-    return blend(0), blend(1), blend(2), blend(3)
 
 
 def is_within(value: float, bounds: Bounds, comparison: str) -> bool:

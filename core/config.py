@@ -37,6 +37,7 @@ UNIT_MAX_CHARS = 40
 REPORT_URL_PLACEHOLDERS = ("test", "run")
 DEFAULT_HISTORY_MAX_POINTS = 100  # values of history a condition compares with, unless it says otherwise
 DEFAULT_REBASELINE_AFTER = 3
+DEFAULT_FALSE_ALERTS_PER_100_RUNS = 1.0  # a test's false-alert budget, split over its checks without a threshold
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +62,8 @@ class SuccessCondition:
     history_max_points: int = DEFAULT_HISTORY_MAX_POINTS
     min_effect_abs: float = 0.0    # out of bounds only counts when this far from the reference...
     min_effect_rel: float = 0.0    # ...and this far relative to it
+    # The threshold is the test's false-alert budget's share (``false_alert_rate`` set from it at parse time).
+    from_budget: bool = False
 
     @property
     def threshold(self) -> Tuple[str, float]:
@@ -115,6 +118,15 @@ class RegressionTestConfig:
     rebaseline_after: int = DEFAULT_REBASELINE_AFTER
     # The run's page of an outside report, e.g. "https://reports.example/{test}/{run}.html" (None: no link).
     report_url_pattern: Optional[str] = None
+    # False alerts a test may raise per 100 healthy runs, split over its checks that give no threshold.
+    false_alerts_per_100_runs: float = DEFAULT_FALSE_ALERTS_PER_100_RUNS
+    # Each one-sided false_alert_rate condition also looks for small persistent shifts (core.shifts).
+    detect_shifts: bool = True
+
+    def checks_shifts(self, condition: SuccessCondition) -> bool:
+        """Whether a metric with ``condition`` gets the persistent-shift check: a one-sided ``false_alert_rate``
+        condition of a test that detects shifts."""
+        return self.detect_shifts and condition.false_alert_rate is not None and condition.comparison != "equal"
 
     def condition_for(self, metric: str) -> Optional[SuccessCondition]:
         conditions = self.metric_success_conditions
@@ -227,6 +239,7 @@ def parse_test_config(raw: Any, source: str) -> TestConfig:
     collection = _parse_collection(reader, top.get("metric_collection_config", {}))
     regression = _parse_regression(reader, top.get("regression_test_config", {}))
     windows = _parse_windows(reader, top.get("window_config", {}))
+    regression, windows = _spend_budget(regression, windows)
     tta = collection.time_to_accuracy
     if tta is not None and tta.accuracy_tag in collection.tags_to_ignore:
         reader.fail("metric_collection_config.time_to_accuracy.accuracy_tag",
@@ -305,7 +318,8 @@ def _parse_regression(reader: StrictReader, raw: Any) -> RegressionTestConfig:
     where = "regression_test_config"
     obj = reader.object(raw, where, {"metric_success_conditions", "metric_subset_to_alert", "required_metrics",
                                   "alert_for_oob_metrics", "alert_for_failed_jobs",
-                                  "alert_after_second_test_failure", "rebaseline_after", "report_url_pattern"})
+                                  "alert_after_second_test_failure", "rebaseline_after", "report_url_pattern",
+                                  "false_alerts_per_100_runs", "detect_shifts"})
     conditions_where = f"{where}.metric_success_conditions"
     conditions_raw = reader.object(obj.get("metric_success_conditions", {}), conditions_where)
     conditions = {metric: _parse_condition(reader, value, f"{conditions_where}.{metric}")
@@ -324,9 +338,55 @@ def _parse_regression(reader: StrictReader, raw: Any) -> RegressionTestConfig:
                                                        f"{where}.alert_after_second_test_failure"),
         rebaseline_after=reader.integer(obj.get("rebaseline_after", DEFAULT_REBASELINE_AFTER),
                                         f"{where}.rebaseline_after", minimum=0),
+        detect_shifts=reader.boolean(obj.get("detect_shifts", True), f"{where}.detect_shifts"),
+        false_alerts_per_100_runs=_budget(reader, obj.get("false_alerts_per_100_runs",
+                                                          DEFAULT_FALSE_ALERTS_PER_100_RUNS),
+                                          f"{where}.false_alerts_per_100_runs"),
         report_url_pattern=None if obj.get("report_url_pattern") is None else _report_url_pattern(
             reader, obj["report_url_pattern"], f"{where}.report_url_pattern"),
     )
+
+
+def _budget(reader: StrictReader, value: Any, key: str) -> float:
+    budget = reader.number(value, key)
+    if not 0 < budget <= MAX_FALSE_ALERTS_PER_100_RUNS:
+        reader.fail(key, f"must be more than 0 and at most {MAX_FALSE_ALERTS_PER_100_RUNS:g}, got {value!r}")
+    return budget
+
+
+MAX_FALSE_ALERTS_PER_100_RUNS = 20.0  # beyond this a check alerts on one healthy run in five: no longer a check
+
+
+def budget_shares(config: RegressionTestConfig, windows: WindowConfig) -> int:
+    """How many checks share the test's false-alert budget: each metric condition and each window check that
+    gives no ``success_threshold``, and the shift check of each such metric condition (``detect_shifts``; the
+    ``default`` condition counts once, rank checks are not history checks). A window check that alerts on two
+    or more out-of-bounds windows (its debounce) takes the same rate without a share: its chance of a false
+    alert per run is about windows × (ways to pick them) × rate², far below one share."""
+    budgeted = [c for c in config.metric_success_conditions.values() if c.from_budget]
+    shifts = sum(c.comparison != "equal" for c in budgeted) if config.detect_shifts else 0
+    return (len(budgeted) + shifts
+            + sum(check.condition.from_budget and check.debounce_out_of_bounds < 2
+                  for tag in windows.tags.values() for check in tag.checks))
+
+
+def _spend_budget(config: RegressionTestConfig, windows: WindowConfig) -> Tuple[RegressionTestConfig, WindowConfig]:
+    """Sets the ``false_alert_rate`` of every check without a threshold: the test's budget split evenly over
+    ``budget_shares``. A run-level check's rate is per run, a window check's per window."""
+    shares = budget_shares(config, windows)
+    if not shares:
+        return config, windows
+    rate = config.false_alerts_per_100_runs / 100 / shares
+
+    def spent(condition: SuccessCondition) -> SuccessCondition:
+        return dataclasses.replace(condition, false_alert_rate=rate) if condition.from_budget else condition
+
+    conditions = {metric: spent(c) for metric, c in config.metric_success_conditions.items()}
+    tags = {tag: dataclasses.replace(t, checks=tuple(dataclasses.replace(check, condition=spent(check.condition))
+                                                    for check in t.checks))
+            for tag, t in windows.tags.items()}
+    return (dataclasses.replace(config, metric_success_conditions=conditions),
+            dataclasses.replace(windows, tags=tags))
 
 
 def _parse_condition(reader: StrictReader, raw: Any, where: str,
@@ -334,17 +394,20 @@ def _parse_condition(reader: StrictReader, raw: Any, where: str,
     """A success condition; ``min_effect`` holds a window check's own min_effect_* keys, if any."""
     obj = reader.object(raw, where, {"comparison", "success_threshold", "wait_for_n_points_of_history",
                                      "history_max_points", "min_effect_abs", "min_effect_rel"},
-                        required=("comparison", "success_threshold"))
+                        required=("comparison",))
     comparison = reader.string(obj["comparison"], f"{where}.comparison")
     if comparison not in COMPARISONS:
         reader.fail(f"{where}.comparison", f"{comparison!r} is not one of {list(COMPARISONS)}")
     threshold_where = f"{where}.success_threshold"
-    threshold = reader.object(obj["success_threshold"], threshold_where)
-    kinds = list(threshold)
-    if len(kinds) != 1 or kinds[0] not in THRESHOLD_KINDS:
-        reader.fail(threshold_where, f"must hold exactly one of {', '.join(repr(k) for k in THRESHOLD_KINDS)}")
-    kind = kinds[0]
-    value = reader.number(threshold[kind], f"{threshold_where}.{kind}")
+    if "success_threshold" in obj:
+        threshold = reader.object(obj["success_threshold"], threshold_where)
+        kinds = list(threshold)
+        if len(kinds) != 1 or kinds[0] not in THRESHOLD_KINDS:
+            reader.fail(threshold_where, f"must hold exactly one of {', '.join(repr(k) for k in THRESHOLD_KINDS)}")
+        kind = kinds[0]
+        value = reader.number(threshold[kind], f"{threshold_where}.{kind}")
+    else:  # the test's false-alert budget's share, set by _spend_budget once every check is known
+        kind, value = "false_alert_rate", BUDGET_PLACEHOLDER
     if kind in STATISTICAL_THRESHOLDS and comparison == "equal":
         reader.fail(threshold_where, f"'equal' cannot be combined with {kind!r}")
     if kind in ("stddevs_from_mean", "mads_from_median") and value < 0:
@@ -360,6 +423,7 @@ def _parse_condition(reader: StrictReader, raw: Any, where: str,
     return SuccessCondition(
         comparison=comparison,
         **{kind: value},
+        from_budget="success_threshold" not in obj,
         wait_for_n_points_of_history=reader.integer(obj.get("wait_for_n_points_of_history", 0),
                                                     f"{where}.wait_for_n_points_of_history", minimum=0),
         history_max_points=reader.integer(obj.get("history_max_points", DEFAULT_HISTORY_MAX_POINTS),
@@ -367,6 +431,9 @@ def _parse_condition(reader: StrictReader, raw: Any, where: str,
         min_effect_abs=reader.number(effects.get("min_effect_abs", 0), f"{where}.min_effect_abs", minimum=0),
         min_effect_rel=reader.number(effects.get("min_effect_rel", 0), f"{where}.min_effect_rel", minimum=0),
     )
+
+
+BUDGET_PLACEHOLDER = 0.01  # replaced by _spend_budget before any check sees it
 
 
 def _parse_windows(reader: StrictReader, raw: Any) -> WindowConfig:
@@ -441,6 +508,9 @@ def _parse_rank_check(reader: StrictReader, raw: Any, where: str, aggregations: 
         reader.fail(f"{where}.condition", "is required")
     effects: Dict[str, Any] = {key: obj[key] for key in ("min_effect_abs", "min_effect_rel") if key in obj}
     condition = _parse_condition(reader, obj["condition"], f"{where}.condition", effects)
+    if condition.from_budget:  # ranks of one window, not a history of runs: no share of a per-run budget
+        reader.fail(f"{where}.condition.success_threshold", "is required: a rank check compares ranks with "
+                                                            "each other, e.g. {\"mads_from_median\": 4}")
     if condition.fixed_value is not None:
         reader.fail(f"{where}.condition.success_threshold", "compares ranks with each other: use a statistical "
                                                             "threshold such as mads_from_median")

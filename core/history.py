@@ -10,23 +10,41 @@ continues across invocations.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Tuple
 
 from core.alert_details import change_facts, describe, previous_facts, threshold_facts
-from core.bounds import centre_of, compute_bounds, judge, reference, threshold_details
-from core.config import DEFAULT_HISTORY_MAX_POINTS, TIME_TO_ACCURACY_METRIC, RegressionTestConfig, TestConfig
+from core.bounds import (
+    centre_of,
+    compute_bounds,
+    is_improvement,
+    judge,
+    reference,
+    stored_bounds,
+    threshold_details,
+)
+from core.config import (
+    DEFAULT_HISTORY_MAX_POINTS,
+    TIME_TO_ACCURACY_METRIC,
+    RegressionTestConfig,
+    SuccessCondition,
+    TestConfig,
+)
 from core.records import Alert, MetricObservation, metric_history_row
 from core.registry import record
 from core.runs import RunAccumulator, RunResult
+from core.shifts import RECENT, find_shift
 from core.triage import AlertLedger, TriageItem
 from core.vocabulary import AlertKind, RunStatus, TriageAction
 
 
 @dataclasses.dataclass(frozen=True)
 class HistoryPolicy:
-    """How one (test, metric)'s history is kept: its size, and when its baseline moves (0: never)."""
+    """How one (test, metric)'s history is kept: its size, when its baseline moves (0: never), and which way
+    is better for a one-sided check (True: higher; None: two-sided or fixed, no improvements to follow)."""
     max_points: int = DEFAULT_HISTORY_MAX_POINTS
     rebaseline_after: int = 0
+    improves_upward: Optional[bool] = None
 
 
 def history_policy(config: RegressionTestConfig, metric: str) -> HistoryPolicy:
@@ -35,7 +53,8 @@ def history_policy(config: RegressionTestConfig, metric: str) -> HistoryPolicy:
         return HistoryPolicy()
     # A fixed value is not a baseline: it never moves.
     moves = condition.fixed_value is None
-    return HistoryPolicy(condition.history_max_points, config.rebaseline_after if moves else 0)
+    upward = None if not moves or condition.comparison == "equal" else condition.comparison.startswith("greater")
+    return HistoryPolicy(condition.history_max_points, config.rebaseline_after if moves else 0, upward)
 
 
 @record("MetricHistory")
@@ -52,8 +71,14 @@ class MetricHistory:
     moved for good, the history restarts from those runs, and the old values stay
     in ``previous``, whose scale bridges the new one's warm-up
     (``core.bounds.compute_bounds``). One bad run among healthy ones only starts
-    a streak, which the next healthy run ends. Entries older than the oldest of
-    the last ``max_points`` counted values are forgotten.
+    a streak, which the next healthy run ends (one healthy run between two
+    bad ones does not: see ``streak``). An improvement that stays moves the
+    baseline the same way, without an alert: ``improving`` counts the successful
+    runs in a row beyond a one-sided check's improvement bound
+    (``core.bounds.is_improvement``), and at ``rebaseline_after`` the history
+    restarts from them, so a faster step time is not judged against a history
+    holding both levels. Entries older than the oldest of the last
+    ``max_points`` counted values are forgotten.
 
     Triage (``core.triage``) acts on the entries: ``accept`` restarts the history
     at a run (``pending_accept`` when that run has not been seen yet), ``dismiss``
@@ -64,6 +89,7 @@ class MetricHistory:
     last_out_of_bounds: Optional[bool] = None
     previous: List[float] = dataclasses.field(default_factory=list)
     pending_accept: Optional[str] = None
+    improving: int = 0  # successful runs in a row, at the end, beyond the improvement bound
 
     @property
     def values(self) -> List[float]:
@@ -71,17 +97,35 @@ class MetricHistory:
 
     @property
     def streak(self) -> List[Tuple[str, float]]:
-        """The successful runs in a row, at the end, whose values did not count (out of bounds)."""
-        streak: List[Tuple[str, float]] = []
-        for run, value, counted in reversed(self.entries):
-            if counted:
+        """The successful runs at the end whose values did not count (out of bounds), in a row but for at most
+        one run in bounds between two of them (see ``_streak_bounds``)."""
+        return [(run, value) for run, value, counted in self.entries[self._streak_bounds()[0]:] if not counted]
+
+    def _streak_bounds(self) -> Tuple[int, int]:
+        """(start, restart): where the streak starts, and where a new level that it completes starts.
+
+        The streak is the uncounted entries at the end, where one counted entry between two uncounted ones does
+        not end it: a change that stays, one run of which happened to fall back within the old bounds, moves
+        the baseline after ``rebaseline_after`` runs out of bounds, not after a new streak (that cost an
+        accepted change extra alerts). A counted entry at the end ends it, as does a second counted one. The
+        new level starts after the counted entry, if any: the runs before it may be a one-off fault that the
+        change happened to follow, and the run in bounds is at the old level."""
+        start = restart = len(self.entries)
+        gap = False
+        for index in range(len(self.entries) - 1, -1, -1):
+            if not self.entries[index][2]:
+                start = index
+                restart = index if not gap else restart
+            elif gap or start == len(self.entries):
                 break
-            streak.append((run, value))
-        return streak[::-1]
+            else:
+                gap = True
+        return start, restart
 
     def record(self, run: str, value: float, status: str, within: Optional[bool],
-               policy: HistoryPolicy) -> List[Tuple[str, float]]:
-        """Adds one run's value; returns the streak's runs when this run moves the baseline, else []."""
+               policy: HistoryPolicy, improved: bool = False) -> List[Tuple[str, float]]:
+        """Adds one run's value; returns the streak's runs when this run moves the baseline out of bounds, else
+        [] (also when an improvement moves it: that is no alert)."""
         if status != RunStatus.SUCCESS:
             return []
         if self.pending_accept == run:
@@ -92,11 +136,16 @@ class MetricHistory:
         counted = within is not False
         self.entries.append((run, value, counted))
         self.last_out_of_bounds = not counted
+        self.improving = self.improving + 1 if counted and improved else 0
+        if self.improving and policy.rebaseline_after and self.improving >= policy.rebaseline_after:
+            self._restart(len(self.entries) - self.improving)
+            self._forget(policy.max_points)
+            return []
         if not counted:
             streak = self.streak
             if not policy.rebaseline_after or len(streak) < policy.rebaseline_after:
                 return []
-            self._restart(len(self.entries) - len(streak))
+            self._restart(self._streak_bounds()[1])
             self._forget(policy.max_points)
             return streak
         self._forget(policy.max_points)
@@ -132,6 +181,7 @@ class MetricHistory:
             self.previous = before
         self.entries = [(run, value, True) for run, value, _ in self.entries[start:]]
         self.last_out_of_bounds = False  # the latest run is at the new level: in bounds of the new baseline
+        self.improving = 0
 
     def _forget(self, max_points: int) -> None:
         counted = [i for i, entry in enumerate(self.entries) if entry[2]]
@@ -156,9 +206,11 @@ def check_metric(history: MetricHistory, observation: MetricObservation,
     """Bounds one metric value against its history; returns its row and any alert.
 
     The alert is ``metric_out_of_bounds``, or ``baseline_shifted`` for the run
-    that completes a streak of ``rebaseline_after`` out-of-bounds runs. Its
-    details say how the bounds were computed, the change and the previous
-    successful value (``core.alert_details``).
+    that completes a streak of ``rebaseline_after`` out-of-bounds runs, or, for a
+    value within bounds, ``metric_shifted`` when the last few runs show a small
+    persistent shift (``core.shifts``). Its details say how the bounds were
+    computed, the change and the previous successful value
+    (``core.alert_details``).
     """
     metric = observation.metric
     condition = config.condition_for(metric)
@@ -169,12 +221,17 @@ def check_metric(history: MetricHistory, observation: MetricObservation,
     previous_out_of_bounds = history.last_out_of_bounds
     earlier = history.entries[-1:]  # the previous successful run, counted or not
     accepted = history.pending_accept == observation.run  # the user accepted this run's level beforehand
-    shifted = history.record(observation.run, observation.value, observation.status, within,
-                             history_policy(config, metric))
-    row = metric_history_row(observation, bounds.lower if bounds else None,
-                             bounds.upper if bounds else None, within)
-    if (within is not False or bounds is None or condition is None or observation.status != RunStatus.SUCCESS
+    policy = history_policy(config, metric)
+    stored = stored_bounds(bounds)
+    shifted = history.record(observation.run, observation.value, observation.status, within, policy,
+                             is_improvement(observation.value, stored, policy.improves_upward))
+    row = metric_history_row(observation, *stored, within)
+    if (bounds is None or condition is None or observation.status != RunStatus.SUCCESS
             or accepted or not config.alert_for_oob_metrics or not config.may_alert_on(metric)):
+        return row, None
+    if within is True:
+        return row, _shift_alert(history, observation, condition, config, policy)
+    if within is not False:
         return row, None
     facts = threshold_facts(condition, bounds, values, previous)
     details = {"comparison": condition.comparison, "history_size": earlier_runs,
@@ -199,6 +256,33 @@ def check_metric(history: MetricHistory, observation: MetricObservation,
         value=observation.value, lower_bound=bounds.lower, upper_bound=bounds.upper,
         created_at=observation.finalized_at, message="", details=details)
     return row, dataclasses.replace(alert, message=describe(alert))
+
+
+def _shift_alert(history: MetricHistory, observation: MetricObservation, condition: SuccessCondition,
+                 config: RegressionTestConfig, policy: HistoryPolicy) -> Optional[Alert]:
+    """``metric_shifted`` when the history, this run's value included, ends in a persistent shift."""
+    if not config.checks_shifts(condition) or policy.improves_upward is None:
+        return None
+    assert condition.false_alert_rate is not None
+    counted = [(run, value) for run, value, counted in history.entries if counted]
+    shift = find_shift([value for _, value in counted], -1 if policy.improves_upward else 1,
+                       condition.false_alert_rate)
+    if shift is None:
+        return None
+    window = counted[-shift.runs:]
+    mean = math.fsum(value for _, value in window) / shift.runs
+    alert = Alert(
+        kind=AlertKind.METRIC_SHIFTED, test=observation.test, run=observation.run, metric=observation.metric,
+        value=observation.value, created_at=observation.finalized_at, message="",
+        details={"comparison": condition.comparison, "history_size": len(counted) - RECENT,
+                 "threshold": "false_alert_rate", "false_alert_rate": condition.false_alert_rate,
+                 "first_run": window[0][0], "runs": [run for run, _ in window],
+                 "values": [value for _, value in window], "old_centre": shift.centre, "shifted_mean": mean,
+                 "scale": shift.scale, "size_in_scales": shift.size_in_scales, "statistic": shift.statistic,
+                 "shift_threshold": shift.threshold, **change_facts(mean, shift.centre, shift.scale),
+                 "step": observation.step, "run_data": observation.run_data,
+                 **out_of_order(observation.out_of_order)})
+    return dataclasses.replace(alert, message=describe(alert))
 
 
 def check_job(history: JobHistory, run: RunResult, config: TestConfig) -> List[Alert]:
@@ -243,10 +327,10 @@ def apply_metric_triage(history: MetricHistory, item: TriageItem, policy: Histor
         history.dismiss(item.run, policy)
 
 
-def seed_metric_history(rows: Iterable[Tuple[float, str, float, Optional[bool], str]],
+def seed_metric_history(rows: Iterable[Tuple[Any, ...]],
                         policy: HistoryPolicy, actions: Iterable[TriageItem] = ()) -> MetricHistory:
-    """Rebuilds one metric's history from stored (finalized_at, run, value, within, status) rows and the
-    stored triage actions of that metric, in the event-time order the pipeline applied them."""
+    """Rebuilds one metric's history from stored (finalized_at, run, value, within, status[, lower, upper]) rows
+    and the stored triage actions of that metric, in the event-time order the pipeline applied them."""
     history = MetricHistory()
     items: List[Tuple[Tuple[Any, ...], Any]] = [((r[0], r[1]), r) for r in rows]
     items += [(action.order, action) for action in actions]
@@ -254,8 +338,9 @@ def seed_metric_history(rows: Iterable[Tuple[float, str, float, Optional[bool], 
         if isinstance(item, TriageItem):
             apply_metric_triage(history, item, policy)
         else:
-            _, run, value, within, status = item
-            history.record(run, value, status, within, policy)
+            _, run, value, within, status, *stored = item
+            improved = is_improvement(value, tuple(stored) if stored else (None, None), policy.improves_upward)
+            history.record(run, value, status, within, policy, improved)
     return history
 
 

@@ -15,7 +15,7 @@ from typing import List, Sequence
 from trainguard.stats_math import mean_and_pstdev, percentile
 
 __all__ = ["exact_batch_units", "exact_mean", "exact_units", "false_alert_scale", "mean_and_pstdev", "median",
-           "percentile", "qn_scale", "robust_scale", "tail_weight"]
+           "percentile", "qn_scale", "robust_scale"]
 
 # Every finite double is an integer multiple of 2**-1074.
 _SUM_SHIFT = 1074
@@ -111,25 +111,3 @@ def false_alert_scale(values: Sequence[float], centre: float) -> float:
     value equals the centre."""
     scale = qn_scale(values)
     return scale if scale > 0 else robust_scale(values, centre)
-
-
-TAIL_WEIGHT_RANGE = (0.5, 8.0)  # beyond these the statistic says nothing more, so it is clamped
-TAIL_SHARE = 0.3  # tail_weight looks at this share of the largest deviations (at least 3), the largest left out
-
-
-def tail_weight(values: Sequence[float], centre: float, scale: float) -> float:
-    """How heavy the tails of ``values`` look: the root mean square of the largest deviations from
-    ``centre`` (the top ``TAIL_SHARE`` of them, at least 3) over ``scale``, leaving out the largest
-    one. Larger for heavy tails; it grows slowly with n, which the per-n calibration absorbs. Looking
-    at the upper deviations only tells normal from heavy-tailed noise apart better in short histories
-    than a mean over all of them; one wild value (a regression that slipped into the history) does not
-    move it. Clamped to ``TAIL_WEIGHT_RANGE``; 1 when ``scale`` is 0."""
-    if scale <= 0:
-        return 1.0
-    deviations = sorted(abs(v - centre) for v in values)
-    n = len(deviations)
-    k = max(3, math.ceil(TAIL_SHARE * n))
-    kept = deviations[max(0, n - 1 - k):n - 1] or deviations
-    rms = math.sqrt(math.fsum(d * d for d in kept) / len(kept))
-    low, high = TAIL_WEIGHT_RANGE
-    return min(high, max(low, rms / scale))

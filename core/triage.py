@@ -34,7 +34,8 @@ from core.vocabulary import AlertKind, AlertState, TriageAction
 from trainguard import wire
 
 # Alerts whose value comes from a metric's history: a dismiss lets the value into it, an accept covers them.
-METRIC_ALERT_KINDS = frozenset((AlertKind.METRIC_OUT_OF_BOUNDS, AlertKind.BASELINE_SHIFTED))
+METRIC_ALERT_KINDS = frozenset((AlertKind.METRIC_OUT_OF_BOUNDS, AlertKind.BASELINE_SHIFTED, AlertKind.METRIC_SHIFTED))
+FIRST_RUN_ALERT_KINDS = frozenset((AlertKind.BASELINE_SHIFTED, AlertKind.METRIC_SHIFTED))  # details name first_run
 WINDOW_ALERT_KINDS = frozenset((AlertKind.WINDOW_OUT_OF_BOUNDS,))
 MAX_RECENT_ALERTS = 1000  # per test: the alerts a later dismiss or accept can still re-announce
 TRIAGE_PROG = "trainguard-triage"  # ``pipeline/triage.py``
@@ -134,7 +135,7 @@ def triage_commands(alert: Alert) -> List[str]:
     """
     commands = [_command("dismiss", [alert.alert_id[:ALERT_ID_PREFIX_CHARS]], [])]
     if alert.metric is not None and alert.kind in METRIC_ALERT_KINDS | WINDOW_ALERT_KINDS:
-        first_run = alert.details.get("first_run") if alert.kind == AlertKind.BASELINE_SHIFTED else None
+        first_run = alert.details.get("first_run") if alert.kind in FIRST_RUN_ALERT_KINDS else None
         from_run = first_run if isinstance(first_run, str) and first_run else alert.run
         commands.append(_command("accept", [alert.test, alert.metric], [("--from_run", from_run)]))
     mute_options = [("--metric", alert.metric)] if alert.metric is not None else []

@@ -50,6 +50,7 @@ class AlertKind(StrEnum):
     WINDOW_OUT_OF_BOUNDS = "window_out_of_bounds"
     RANK_STRAGGLER = "rank_straggler"  # one worker of a distributed run is out of line with the others
     BASELINE_SHIFTED = "baseline_shifted"  # a metric moved for good and its history restarted from the new level
+    METRIC_SHIFTED = "metric_shifted"  # a metric's last few runs all a little worse, none out of bounds (core.shifts)
     CONFIG_REJECTED = "config_rejected"  # a running job read a config file it cannot use (core.config_versions)
 
     @property

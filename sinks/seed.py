@@ -141,7 +141,8 @@ def read_history_seed(configs: ConfigSet, query: Query, sql: SqlDialect, workers
         runs_by_test[job.test].append((job.finalized_at, job.run, job.status))
     rows_by_metric = collections.defaultdict(list)
     for m in metric_rows:
-        rows_by_metric[(m.test, m.metric)].append((m.finalized_at, m.run, m.value, m.within, m.status))
+        rows_by_metric[(m.test, m.metric)].append((m.finalized_at, m.run, m.value, m.within, m.status,
+                                                   m.lower, m.upper))
     metric_actions = collections.defaultdict(list)
     for action in actions:
         key = (action.test, action.metric)
@@ -206,6 +207,8 @@ class MetricRow(NamedTuple):
     within: Optional[bool]
     status: str
     step: Optional[int]
+    lower: Optional[float] = None
+    upper: Optional[float] = None
 
 
 def one_per_key(sql: SqlDialect, table: Table, columns: Sequence[str], latest: Optional[str] = None,
@@ -304,7 +307,7 @@ def read_metric_rows(query: Query, sql: SqlDialect, scope: Optional[KeyScope] = 
     """
     q, epoch = sql.quote, sql.epoch_seconds
     metrics = one_per_key(sql, METRIC_HISTORY, ("test_name", "run_id", "metric_name", "metric_value",
-                                                "within_bounds", "step"),
+                                                "within_bounds", "step", "metric_lower_bound", "metric_upper_bound"),
                           where="TRUE" if scope is None else f"({scope_condition(sql, scope, 'test_name', 'metric_name')})")
     jobs = ended_runs(sql, ("test_name", "run_id", "job_status", "processed_at"))
     limit = ""
@@ -315,7 +318,8 @@ def read_metric_rows(query: Query, sql: SqlDialect, scope: Optional[KeyScope] = 
                  f"ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) < {int(scope.depth)}")
     rows = query(
         f"SELECT m.{q('test_name')}, m.{q('metric_name')}, m.{q('run_id')}, {epoch('j.' + q('processed_at'))}, "
-        f"m.{q('metric_value')}, m.{q('within_bounds')}, j.{q('job_status')}, m.{q('step')} "
+        f"m.{q('metric_value')}, m.{q('within_bounds')}, j.{q('job_status')}, m.{q('step')}, "
+        f"m.{q('metric_lower_bound')}, m.{q('metric_upper_bound')} "
         f"FROM {metrics} m JOIN {jobs} j USING ({q('test_name')}, {q('run_id')}) WHERE TRUE{limit}")
     return [MetricRow(*row) for row in rows]
 

@@ -32,16 +32,16 @@ class SuiteResult:
     spec: SuiteSpec
     rows: Tuple[Tuple[str, str, bool], ...]  #: (detector, operating point, is trainguard's default), in table order
     counts: Dict[Tuple[str, str], Counts]
-    distances: Dict[float, Dict[str, List[float]]]  #: rate -> metric -> each stored bound's distance in σ
-    live: Dict[float, Dict[str, Tuple[int, int]]]  #: rate -> fault kind -> (alerted live, faults)
+    distances: Dict[float, Dict[str, List[float]]]  #: budget -> metric -> each stored bound's distance in σ
+    live: Dict[float, Dict[str, Tuple[int, int]]]  #: budget -> fault kind -> (alerted live, faults)
     seconds: Dict[str, float]  #: wall: generate, trainguard (the replay alone), anchors; cpu: all of it
 
 
-def rate_label(rate: float) -> str:
-    return f"false_alert_rate {rate:g}"
+def budget_label(budget: float) -> str:
+    return f"false_alerts_per_100_runs {budget:g}"
 
 
-def evaluate_suite(spec: SuiteSpec, workdir: str, rates: Sequence[float] = trainguard_path.FALSE_ALERT_RATES,
+def evaluate_suite(spec: SuiteSpec, workdir: str, budgets: Sequence[float] = trainguard_path.BUDGETS,
                    with_change_points: bool = True) -> SuiteResult:
     started, cpu = time.monotonic(), time.process_time()
     suite = generate(spec)
@@ -50,15 +50,15 @@ def evaluate_suite(spec: SuiteSpec, workdir: str, rates: Sequence[float] = train
     counts: Dict[Tuple[str, str], Counts] = {}
     distances: Dict[float, Dict[str, List[float]]] = {}
     live: Dict[float, Dict[str, Tuple[int, int]]] = {}
-    result = trainguard_path.run_trainguard(suite, os.path.join(workdir, f"{spec.noise}-seed{spec.seed}"), rates)
+    result = trainguard_path.run_trainguard(suite, os.path.join(workdir, f"{spec.noise}-seed{spec.seed}"), budgets)
     seconds["trainguard"] = result.seconds
-    for point, rate in sorted(enumerate(rates), key=lambda item: -item[1]):
-        key = (TRAINGUARD, rate_label(rate))
-        rows.append((*key, rate == trainguard_path.DEFAULT_FALSE_ALERT_RATE))
+    for point, budget in sorted(enumerate(budgets), key=lambda item: -item[1]):
+        key = (TRAINGUARD, budget_label(budget))
+        rows.append((*key, budget == trainguard_path.DEFAULT_BUDGET))
         counts[key] = score(suite, result.alerts[point])
-        distances[rate] = trainguard_path.bound_distances(suite, result.bounds[point])
+        distances[budget] = trainguard_path.bound_distances(suite, result.bounds[point])
         alerted = {(a.test, a.run) for a in result.live[point]}
-        live[rate] = {kind.value: (sum(1 for p in suite.plans for run, f in p.faults.items()
+        live[budget] = {kind.value: (sum(1 for p in suite.plans for run, f in p.faults.items()
                                        if f.kind is kind and (p.index, run) in alerted),
                                    sum(1 for p in suite.plans for f in p.faults.values() if f.kind is kind))
                       for kind in LIVE_KINDS}
@@ -76,10 +76,10 @@ def _evaluate(args: Tuple[SuiteSpec, str, Tuple[float, ...], bool]) -> SuiteResu
     return evaluate_suite(*args)
 
 
-def evaluate_all(specs: Sequence[SuiteSpec], workdir: str, rates: Sequence[float] = trainguard_path.FALSE_ALERT_RATES,
+def evaluate_all(specs: Sequence[SuiteSpec], workdir: str, budgets: Sequence[float] = trainguard_path.BUDGETS,
                  with_change_points: bool = True, jobs: int = 1) -> List[SuiteResult]:
     """Every suite, ``jobs`` at a time in fresh processes (each replay is one process's work)."""
-    work = [(spec, workdir, tuple(rates), with_change_points) for spec in specs]
+    work = [(spec, workdir, tuple(budgets), with_change_points) for spec in specs]
     if jobs <= 1 or len(work) == 1:
         return [_evaluate(w) for w in work]
     with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool_:
@@ -109,12 +109,12 @@ def report(results: Sequence[SuiteResult]) -> List[FamilyReport]:
         rows = tuple(Row(d, p, pool(r.counts[(d, p)] for r in mine), default) for d, p, default in order)
         per_seed = {r.spec.seed: tuple(Row(d, p, r.counts[(d, p)], default) for d, p, default in order)
                     for r in mine}
-        rates = list(mine[0].distances)
-        distances = {rate: trainguard_path.summarize_distances(
-            {metric: [d for r in mine for d in r.distances[rate][metric]] for metric in mine[0].distances[rate]})
-            for rate in rates}
-        live = {rate: {kind: (sum(r.live[rate][kind][0] for r in mine), sum(r.live[rate][kind][1] for r in mine))
-                       for kind in mine[0].live[rate]} for rate in rates}
+        budgets = list(mine[0].distances)
+        distances = {budget: trainguard_path.summarize_distances(
+            {metric: [d for r in mine for d in r.distances[budget][metric]] for metric in mine[0].distances[budget]})
+            for budget in budgets}
+        live = {budget: {kind: (sum(r.live[budget][kind][0] for r in mine), sum(r.live[budget][kind][1] for r in mine))
+                       for kind in mine[0].live[budget]} for budget in budgets}
         families.append(FamilyReport(noise, tuple(r.spec.seed for r in mine), rows, per_seed, distances, live))
     return families
 
@@ -122,18 +122,18 @@ def report(results: Sequence[SuiteResult]) -> List[FamilyReport]:
 def distances_table(family: FamilyReport) -> str:
     lines = ["| trainguard's stored bounds, distance from the true centre in σ of the noise | bounds | median | p90 "
              "| max | beyond 12σ |", "|---|---|---|---|---|---|"]
-    for rate, per_metric in family.distances.items():
+    for budget, per_metric in family.distances.items():
         for metric, s in per_metric.items():
             cells = [str(s["n"])] + ["–" if s[k] is None else f"{s[k]:.1f}" for k in ("median", "p90", "max")]
             share = "–" if s["beyond_12"] is None else f"{100 * s['beyond_12']:.0f}%"
-            lines.append(f"| {rate_label(rate)}: {metric} | " + " | ".join(cells + [share]) + " |")
+            lines.append(f"| {budget_label(budget)}: {metric} | " + " | ".join(cells + [share]) + " |")
     return "\n".join(lines)
 
 
 def live_line(family: FamilyReport) -> str:
     parts = []
-    for rate, kinds in family.live.items():
-        parts.append(f"{rate_label(rate)}: " + ", ".join(f"{kind} {alerted}/{faults}"
+    for budget, kinds in family.live.items():
+        parts.append(f"{budget_label(budget)}: " + ", ".join(f"{kind} {alerted}/{faults}"
                                                         for kind, (alerted, faults) in kinds.items()))
     return "trainguard, mid-run faults alerted live (a window alert before the run ended): " + "; ".join(parts)
 
@@ -144,7 +144,7 @@ def as_json(families: Sequence[FamilyReport]) -> Dict[str, object]:
         "per_seed": {seed: [{"detector": r.detector, "point": r.point, "recall": r.counts.recall,
                              "false_alerts_per_100_healthy_runs": r.counts.false_alerts_per_100}
                             for r in rows] for seed, rows in f.per_seed.items()},
-        "bound_distances_in_sigma": {rate_label(rate): d for rate, d in f.distances.items()},
-        "live": {rate_label(rate): {k: {"alerted_live": a, "faults": n} for k, (a, n) in kinds.items()}
-                 for rate, kinds in f.live.items()},
+        "bound_distances_in_sigma": {budget_label(budget): d for budget, d in f.distances.items()},
+        "live": {budget_label(budget): {k: {"alerted_live": a, "faults": n} for k, (a, n) in kinds.items()}
+                 for budget, kinds in f.live.items()},
     } for f in families}

@@ -1,7 +1,8 @@
 """trainguard on the suite: the real pipeline on the generated wire-format lines, read back from its store.
 
-Every operating point (a ``false_alert_rate``) is the issue's config with that
-rate in each check, run-level and live (:func:`config`). One replay takes all of
+Every operating point is the issue's config at one false-alert budget
+(``false_alerts_per_100_runs``, which the config splits over its checks, run-level
+and live; :func:`config`). One replay takes all of
 a suite's operating points at once, each as its own copy of every test
 (``det03-op1``, with a config file of its own): tests share no state, so this
 is the same as one replay per point, without paying the replay's fixed cost
@@ -39,8 +40,8 @@ from bench.detection.suite import (
 )
 from trainguard import wire
 
-FALSE_ALERT_RATES = (0.0005, 0.002, 0.0001)  # the first is the default; the others its operating curve
-DEFAULT_FALSE_ALERT_RATE = FALSE_ALERT_RATES[0]
+BUDGETS = (1.0, 3.0, 0.3)  # false_alerts_per_100_runs: the first is the default; the others its operating curve
+DEFAULT_BUDGET = BUDGETS[0]
 WAIT = 10  # the issue's wait_for_n_points_of_history
 MIN_EFFECT_REL = 0.005
 POINTS_PER_MESSAGE = 100
@@ -48,18 +49,20 @@ LIVE_TAGS = ("loss", "step_time")  # live count windows, checked step-aligned
 WINDOW_RUNS = 20  # the same steps of the last 20 successful runs (as bench_alert_quality)
 
 
-def config(false_alert_rate: float) -> Dict[str, object]:
-    """The issue's config at one false-alert rate: 4 run-level metrics, live windows on loss and step time."""
-    condition = {"success_threshold": {"false_alert_rate": false_alert_rate}, "min_effect_rel": MIN_EFFECT_REL}
+def config(budget: float) -> Dict[str, object]:
+    """The issue's config at one false-alert budget: 4 run-level metrics, live windows on loss and step time,
+    every check's threshold the budget's share (no ``success_threshold``)."""
+    condition = {"min_effect_rel": MIN_EFFECT_REL}
     window = {"count": 10, "aggregations": ["mean"], "checks": [{
         "aggregation": "mean", "history": "step_aligned", "history_runs": WINDOW_RUNS,
         "condition": {"comparison": "less", **condition}, "debounce": {"windows": 3, "out_of_bounds": 2}}]}
     return {
-        "//": f"bench/bench_detection.py: the issue's config at false_alert_rate {false_alert_rate}",
+        "//": f"bench/bench_detection.py: the issue's config at {budget:g} false alerts per 100 runs",
         "metric_collection_config": {"default_aggregation_strategies": ["final"],
                                      "metric_to_aggregation_strategies": {"step_time": ["average"]}},
         "regression_test_config": {
             "alert_after_second_test_failure": False, "rebaseline_after": REBASELINE_AFTER,
+            "false_alerts_per_100_runs": budget,
             "metric_success_conditions": {
                 m.name: {"comparison": m.comparison, "wait_for_n_points_of_history": WAIT, **condition}
                 for m in METRICS}},
@@ -94,17 +97,17 @@ def messages(run: RunRecord, test: str) -> Iterator[bytes]:
                               message_id=f"{run_id}/end")
 
 
-def write_inputs(workdir: str, suite: Suite, rates: Sequence[float]) -> Tuple[str, str]:
+def write_inputs(workdir: str, suite: Suite, budgets: Sequence[float]) -> Tuple[str, str]:
     """The suite's lines for every operating point and a config file per test copy: (input file, config dir)."""
     configs = os.path.join(workdir, "configs")
     os.makedirs(configs, exist_ok=True)
     path = os.path.join(workdir, "suite.jsonl")
     with open(path, "wb") as f:
-        for point, rate in enumerate(rates):
+        for point, budget in enumerate(budgets):
             for plan, runs in zip(suite.plans, suite.runs):
                 test = replay_test_name(plan.name, point)
                 with open(os.path.join(configs, f"{test}.json"), "w") as c:
-                    json.dump(config(rate), c, indent=1)
+                    json.dump(config(budget), c, indent=1)
                 for run in runs:
                     f.writelines(line + b"\n" for line in messages(run, test))
     return path, configs
@@ -121,29 +124,29 @@ class StoredBound:
 
 @dataclasses.dataclass(frozen=True)
 class TrainguardResult:
-    """What one replay of a suite gave, per operating point (index into the rates)."""
+    """What one replay of a suite gave, per operating point (index into the budgets)."""
     alerts: Dict[int, List[Alert]]
     bounds: Dict[int, List[StoredBound]]
     live: Dict[int, List[Alert]]  #: the window alerts raised before their run ended
     seconds: float
 
 
-def run_trainguard(suite: Suite, workdir: str, rates: Sequence[float] = FALSE_ALERT_RATES) -> TrainguardResult:
-    """Replays the suite at every rate into a fresh store under ``workdir`` and reads what it wrote."""
+def run_trainguard(suite: Suite, workdir: str, budgets: Sequence[float] = BUDGETS) -> TrainguardResult:
+    """Replays the suite at every budget into a fresh store under ``workdir`` and reads what it wrote."""
     import duckdb
 
     from pipeline.replay import run as replay
 
     shutil.rmtree(workdir, ignore_errors=True)
-    path, configs = write_inputs(workdir, suite, rates)
+    path, configs = write_inputs(workdir, suite, budgets)
     store = os.path.join(workdir, "store.duckdb")
     summary = replay([f"--input_files={path}", f"--config_dir={configs}", f"--local_store={store}",
                       f"--alerts_file={os.path.join(workdir, 'alerts.jsonl')}", "--no_progress"])
-    names = {replay_test_name(p.name, point): (point, p.index) for point in range(len(rates)) for p in suite.plans}
+    names = {replay_test_name(p.name, point): (point, p.index) for point in range(len(budgets)) for p in suite.plans}
     ends = {(p.index, r.index): r.end for p, runs in zip(suite.plans, suite.runs) for r in runs}
-    alerts: Dict[int, List[Alert]] = {point: [] for point in range(len(rates))}
-    live: Dict[int, List[Alert]] = {point: [] for point in range(len(rates))}
-    bounds: Dict[int, List[StoredBound]] = {point: [] for point in range(len(rates))}
+    alerts: Dict[int, List[Alert]] = {point: [] for point in range(len(budgets))}
+    live: Dict[int, List[Alert]] = {point: [] for point in range(len(budgets))}
+    bounds: Dict[int, List[StoredBound]] = {point: [] for point in range(len(budgets))}
     with duckdb.connect(store, read_only=True) as db:
         for test, run_id, metric, kind, created in db.execute(
                 "SELECT test_name, run_id, metric_name, kind, epoch(created_at) FROM alerts").fetchall():

@@ -204,9 +204,9 @@ def test_the_benchmark_command_runs_trainguard_end_to_end_on_a_tiny_suite(tmp_pa
     out = json.loads(capsys.readouterr().out)
     family = out["families"]["t3"]
     points = [(r["detector"], r["point"], r["default"]) for r in family["rows"]]
-    assert points[:3] == [(harness.TRAINGUARD, "false_alert_rate 0.002", False),
-                          (harness.TRAINGUARD, "false_alert_rate 0.0005", True),
-                          (harness.TRAINGUARD, "false_alert_rate 0.0001", False)]
+    assert points[:3] == [(harness.TRAINGUARD, "false_alerts_per_100_runs 3", False),
+                          (harness.TRAINGUARD, "false_alerts_per_100_runs 1", True),
+                          (harness.TRAINGUARD, "false_alerts_per_100_runs 0.3", False)]
     assert len(points) == 3 + len(anchors.anchors(with_change_points=out["change_points"]))
     suite = gen.generate(gen.SuiteSpec(tests=3, runs=30, seed=1, noise="t3"))
     for row in family["rows"]:  # every detector scored on the same faults
@@ -214,7 +214,7 @@ def test_the_benchmark_command_runs_trainguard_end_to_end_on_a_tiny_suite(tmp_pa
     trainguard = family["rows"][1]
     assert trainguard["caught"]["crash"] == trainguard["faults"]["crash"]  # job_failed, read back from the store
     assert trainguard["change_alerts"] > 0  # the loss x1.5 changes alert before the baseline moves
-    bounds = family["bound_distances_in_sigma"]["false_alert_rate 0.0005"]
+    bounds = family["bound_distances_in_sigma"]["false_alerts_per_100_runs 1"]
     assert bounds[gen.ACCURACY.name]["n"] > 0 and bounds[gen.ACCURACY.name]["median"] > 0
     with duckdb.connect(str(workdir / "t3-seed1" / "store.duckdb"), read_only=True) as db:
         assert db.execute("SELECT count(*) FROM dead_letter").fetchone() == (0,)  # every line was valid
@@ -223,12 +223,12 @@ def test_the_benchmark_command_runs_trainguard_end_to_end_on_a_tiny_suite(tmp_pa
 
 def test_the_benchmark_prints_its_tables(monkeypatch, capsys, tiny):
     result = harness.SuiteResult(
-        TINY, (("trainguard", "false_alert_rate 0.0005", True),),
-        {("trainguard", "false_alert_rate 0.0005"): scoring.score(tiny, [])},
-        {0.0005: {gen.ACCURACY.name: [1.0, 3.0]}}, {0.0005: {"crash": (0, 1)}},
+        TINY, (("trainguard", "false_alerts_per_100_runs 1", True),),
+        {("trainguard", "false_alerts_per_100_runs 1"): scoring.score(tiny, [])},
+        {1.0: {gen.ACCURACY.name: [1.0, 3.0]}}, {1.0: {"crash": (0, 1)}},
         {"generate": 0.0, "trainguard": 0.0, "anchors": 0.0})
     monkeypatch.setattr(harness, "evaluate_all", lambda *args: [result])
     assert bench_detection.main(["--seeds", "1", "--noise", "normal"]) == 0
     out = capsys.readouterr().out
-    assert "| trainguard, false_alert_rate 0.0005 (default) | 0.00 | 0.00 |" in out
-    assert "| false_alert_rate 0.0005: Accuracy/test_final | 2 | 2.0 | 2.8 | 3.0 | 0% |" in out
+    assert "| trainguard, false_alerts_per_100_runs 1 (default) | 0.00 | 0.00 |" in out
+    assert "| false_alerts_per_100_runs 1: Accuracy/test_final | 2 | 2.0 | 2.8 | 3.0 | 0% |" in out

@@ -227,6 +227,20 @@ def test_a_re_baselined_history_borrows_its_scale_from_the_previous_level_and_sa
     assert "the scale from before the baseline moved" in finish_alert(alert, config()).message
 
 
+def test_a_young_level_pools_its_scale_with_the_level_before_and_says_so():
+    condition = SuccessCondition("less", false_alert_rate=0.002)
+    previous = [1.0 + 0.01 * ((i * 7) % 11) for i in range(30)]
+    history = [2.0, 2.05, 1.98, 2.02]
+    bounds = compute_bounds(condition, history, previous)
+    facts = threshold_facts(condition, bounds, history, previous)
+    assert facts["scale_from"] == "pooled_levels"
+    assert facts["multiplier"] * facts["scale"] == pytest.approx(bounds.upper - bounds.centre)
+    alert = Alert(kind="metric_out_of_bounds", test="t", run="r", metric="m", value=3.0, upper_bound=bounds.upper,
+                  message="", created_at=0.0,
+                  details={"threshold": "false_alert_rate", "false_alert_rate": 0.002, "history_size": 4, **facts})
+    assert "the scale pooled with the level before the baseline moved" in finish_alert(alert, config()).message
+
+
 def test_finishing_again_gives_the_same_alert():
     test_config = config({"acc": "%"}, "https://r.example/{test}/{run}", **{"acc_final": MADS})
     [alert] = alerts_of(test_config, "acc_final", ACCURACY + [70.1])

@@ -1,5 +1,6 @@
 import math
 
+import numpy as np
 import pytest
 
 from core.bounds import Bounds, compute_bounds, false_alert_multiplier, is_within, judge
@@ -25,8 +26,8 @@ def test_fixed_value_bounds(comparison, expected):
 def test_stddev_bounds_use_population_stddev():
     history = [2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]  # mean 5, population std 2
     assert mean_and_pstdev(history) == (5.0, 2.0)
-    assert compute_bounds(stddevs("greater", 1.5), history) == Bounds(2.0, None, 5.0)
-    assert compute_bounds(stddevs("less_or_equal", 1.5), history) == Bounds(None, 8.0, 5.0)
+    assert compute_bounds(stddevs("greater", 1.5), history) == Bounds(2.0, None, 5.0, 8.0)
+    assert compute_bounds(stddevs("less_or_equal", 1.5), history) == Bounds(None, 8.0, 5.0, 2.0)
 
 
 def test_no_history_no_stddev_bounds():
@@ -55,7 +56,7 @@ def test_within_is_strict_unless_equal(value, bounds, comparison, within):
 
 def test_zero_deviation_is_never_out_of_bounds_even_for_a_constant_history():
     bounds = compute_bounds(stddevs("less", 3), [90.0, 90.0, 90.0])
-    assert bounds == Bounds(None, 90.0, 90.0)
+    assert bounds == Bounds(None, 90.0, 90.0, 90.0)
     assert is_within(90.0, bounds, "less") and is_within(90.0, bounds, "greater")
     assert not is_within(90.5, bounds, "less")  # a constant that moves is a change
     assert is_within(10.0, compute_bounds(stddevs("less", 0), [9.0, 10.0, 11.0]), "less")  # k = 0: the mean
@@ -67,14 +68,14 @@ def mads(comparison, k, wait=0, **effects):
 
 def test_mads_from_median_centre_on_the_median_with_1_4826_mad():
     history = [1.0, 2.0, 3.0, 4.0, 100.0]  # median 3, MAD 1: the outlier moves neither
-    assert compute_bounds(mads("less", 2), history) == Bounds(None, 3.0 + 2 * 1.4826, 3.0)
-    assert compute_bounds(mads("greater", 2), history) == Bounds(3.0 - 2 * 1.4826, None, 3.0)
+    assert compute_bounds(mads("less", 2), history) == Bounds(None, 3.0 + 2 * 1.4826, 3.0, 3.0 - 2 * 1.4826)
+    assert compute_bounds(mads("greater", 2), history) == Bounds(3.0 - 2 * 1.4826, None, 3.0, 3.0 + 2 * 1.4826)
 
 
 def test_a_mostly_constant_history_falls_back_to_the_mean_absolute_deviation():
     history = [100.0] * 8 + [101.0, 99.0]  # MAD 0: the two different seconds still give a scale
     bounds = compute_bounds(mads("less", 3), history)
-    assert bounds == Bounds(None, 100.0 + 3 * 1.2533 * 0.2, 100.0)
+    assert bounds == Bounds(None, 100.0 + 3 * 1.2533 * 0.2, 100.0, 100.0 - 3 * 1.2533 * 0.2)
     assert is_within(100.7, bounds, "less") and not is_within(101.0, bounds, "less")
 
 
@@ -97,13 +98,44 @@ def test_fixed_values_have_no_centre_and_keep_their_strict_meaning():
 def test_false_alert_rate_needs_a_minimum_history_and_widens_for_small_ones():
     condition = SuccessCondition("less", false_alert_rate=0.001)
     assert compute_bounds(condition, [1.0, 2.0, 3.0]) is None
-    history = [float(i % 7) for i in range(200)]
+    history = np.random.default_rng(2).standard_normal(200).tolist()
     narrow = compute_bounds(condition, history).upper
     wide = compute_bounds(condition, history[:10]).upper
     assert wide > narrow > max(history)
 
 
-def test_false_alert_multiplier_grows_with_heavier_tails_and_rarer_alerts():
-    assert false_alert_multiplier(30, 0.001, 1.5) > false_alert_multiplier(30, 0.001, 1.0)
-    assert false_alert_multiplier(30, 0.0001, 1.0) > false_alert_multiplier(30, 0.001, 1.0)
-    assert false_alert_multiplier(1000, 0.001, 1.0) == false_alert_multiplier(200, 0.001, 1.0)
+def test_false_alert_multiplier_grows_with_rarer_alerts_and_shorter_histories():
+    assert false_alert_multiplier(30, 0.0001) > false_alert_multiplier(30, 0.001)
+    assert false_alert_multiplier(12, 0.001) > false_alert_multiplier(30, 0.001)
+    assert false_alert_multiplier(1000, 0.001) == false_alert_multiplier(200, 0.001)
+
+
+def test_no_history_size_makes_a_false_alert_cutoff_blind():
+    """At most 12 noise scales for the 5 to 200 values a history holds, at a budget's usual rates (the
+    tail-weighted fit this replaced reached hundreds at n = 12)."""
+    for n in range(10, 201):
+        for rate in (0.0003, 0.001, 0.002, 0.005):
+            assert false_alert_multiplier(n, rate) < 12 * (1 + 10 / n), (n, rate)
+
+
+def test_a_young_level_borrows_the_scale_of_the_level_before_it():
+    condition = SuccessCondition("greater", false_alert_rate=0.002, wait_for_n_points_of_history=10)
+    rng = np.random.default_rng(5)
+    older = (100 + rng.standard_normal(40)).tolist()
+    young = (90 + rng.standard_normal(3)).tolist()
+    bounds = compute_bounds(condition, young, older)
+    assert bounds.centre == sorted(young)[1]
+    assert 4 < bounds.centre - bounds.lower < 12  # a few values alone would need tens of noise scales
+    alone = compute_bounds(condition, (90 + rng.standard_normal(10)).tolist())
+    pooled = compute_bounds(condition, (90 + rng.standard_normal(10)).tolist(), older)
+    assert pooled.centre - pooled.lower < alone.centre - alone.lower
+
+
+def test_a_pooled_scale_follows_the_level_of_noise_that_scales_with_it():
+    condition = SuccessCondition("less", false_alert_rate=0.002)
+    rng = np.random.default_rng(6)
+    older = (1.0 + 0.02 * rng.standard_normal(40)).tolist()
+    young = (1.5 + 0.03 * rng.standard_normal(5)).tolist()
+    bounds = compute_bounds(condition, young, older)
+    same_scale = compute_bounds(condition, young, [v * 1.5 for v in older])
+    assert bounds.upper == pytest.approx(same_scale.upper, rel=0.05)

@@ -86,8 +86,12 @@ def test_booleans_accept_json_and_strings(text, expected):
     ({"regression_test_config": {"metric_success_conditions": {"m": {
         "comparison": "less", "success_threshold": {"fixed_value": 1}, "wait_for_n_points_of_history": -1}}}},
      "regression_test_config.metric_success_conditions.m.wait_for_n_points_of_history"),
-    ({"regression_test_config": {"metric_success_conditions": {"m": {"comparison": "less"}}}},
-     "regression_test_config.metric_success_conditions.m.success_threshold"),
+    ({"regression_test_config": {"false_alerts_per_100_runs": 0}}, "regression_test_config.false_alerts_per_100_runs"),
+    ({"regression_test_config": {"false_alerts_per_100_runs": 25}},
+     "regression_test_config.false_alerts_per_100_runs"),
+    ({"window_config": {"tags": {"loss": {"count": 5, "aggregations": ["mean"], "rank_check": {
+        "aggregation": "mean", "condition": {"comparison": "less"}}}}}},
+     "window_config.tags.loss.rank_check.condition.success_threshold"),
     ({"regression_test_config": {"required_metrics": "acc_final"}}, "regression_test_config.required_metrics"),
     ({"regression_test_config": {"metric_success_conditions": {"m": {
         "comparison": "less", "success_threshold": {"false_alert_rate": 0.5}}}}},
@@ -214,3 +218,29 @@ def test_bad_rank_checks_name_the_key(rank_check, reason):
     raw = {"window_config": {"tags": {"step_time": {"count": 10, "aggregations": ["mean"], "rank_check": rank_check}}}}
     with pytest.raises(ConfigError, match=reason):
         parse_test_config(raw, "t.json")
+
+
+def test_checks_without_a_threshold_share_the_tests_false_alert_budget():
+    condition = {"comparison": "less"}
+    raw = {"regression_test_config": {"metric_success_conditions": {
+        "loss_final": condition, "acc_final": {"comparison": "greater"},
+        "epochs_final": {"comparison": "less", "success_threshold": {"fixed_value": 90}},
+        "step_time_average": {"comparison": "less", "success_threshold": {"false_alert_rate": 0.0001}}}},
+        "window_config": {"tags": {"loss": {"count": 10, "aggregations": ["mean"], "checks": [
+            {"aggregation": "mean", "condition": condition},
+            {"aggregation": "mean", "condition": condition, "debounce": {"windows": 3, "out_of_bounds": 2}}]}}}}
+    config = parse_test_config(raw, "t.json")
+    conditions = config.regression_test.metric_success_conditions
+    # the default budget, 1 per 100 runs, over the three checks that give no threshold and the shift checks of
+    # the two run-level ones
+    assert conditions["loss_final"].false_alert_rate == pytest.approx(0.01 / 5)
+    assert conditions["acc_final"].false_alert_rate == pytest.approx(0.01 / 5)
+    assert config.windows.tags["loss"].checks[0].condition.false_alert_rate == pytest.approx(0.01 / 5)
+    # a debounced window check (2 of its last 3 windows) takes the rate without a share
+    assert config.windows.tags["loss"].checks[1].condition.false_alert_rate == pytest.approx(0.01 / 5)
+    assert conditions["step_time_average"].false_alert_rate == 0.0001  # an expert's own rate stays
+    assert conditions["epochs_final"].false_alert_rate is None
+    raw["regression_test_config"]["false_alerts_per_100_runs"] = 3
+    tripled = parse_test_config(raw, "t.json").regression_test.metric_success_conditions
+    assert tripled["loss_final"].false_alert_rate == pytest.approx(0.03 / 5)
+    assert tripled["loss_final"].threshold == ("false_alert_rate", pytest.approx(0.006))

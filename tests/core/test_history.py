@@ -1,3 +1,5 @@
+import random
+
 import pytest
 
 from core.config import MetricCollectionConfig, RegressionTestConfig, SuccessCondition, TestConfig, TimeToAccuracy
@@ -43,7 +45,7 @@ def test_bounds_need_warm_up_then_apply():
     assert rows[2]["metric_lower_bound"] == pytest.approx(10.2 - 2 * 0.2)
     mean, std = 10.2, (0.08 / 3) ** 0.5
     assert rows[3]["metric_lower_bound"] == pytest.approx(mean - 2 * std)
-    assert rows[3]["metric_upper_bound"] is None
+    assert rows[3]["metric_upper_bound"] == pytest.approx(mean + 2 * std)  # the improvement bound
     assert alerts[:3] == [None] * 3
     alert = alerts[3]
     assert alert.kind == "metric_out_of_bounds" and alert.value == 5.0 and alert.details["history_size"] == 3
@@ -137,9 +139,10 @@ def test_after_a_move_later_regressions_are_judged_against_the_new_level_from_th
 
 @pytest.mark.parametrize("values", [
     HEALTHY + [2.0, 1.0, 2.0, 1.01, 2.0, 0.99, 2.0],   # bad runs among healthy ones
-    HEALTHY + [2.0, 2.0, 1.0, 2.0, 2.0, 1.0],          # streaks shorter than 3
+    HEALTHY + [2.0, 2.0, 1.0, 1.0, 2.0, 2.0, 1.0],     # streaks shorter than 3, two healthy runs between
 ])
 def test_bad_runs_among_healthy_ones_never_move_the_baseline(values):
+    """Also with one healthy run between bad ones allowed (next test): never two healthy runs in a row."""
     history = MetricHistory()
     _, alerts = observe(history, values, loss_config())
     assert "baseline_shifted" not in shown(alerts)
@@ -179,7 +182,7 @@ def test_seeded_history_equals_stepped_history_across_a_move():
 
 def test_history_policy_follows_the_condition():
     config = loss_config(rebaseline_after=4)
-    assert history_policy(config, "acc") == HistoryPolicy(100, 4)
+    assert history_policy(config, "acc") == HistoryPolicy(100, 4, False)
     assert history_policy(config, "other") == HistoryPolicy()
     fixed = regression(metric_success_conditions={"acc": SuccessCondition("less", fixed_value=1, history_max_points=7)})
     assert history_policy(fixed, "acc") == HistoryPolicy(7, 0)
@@ -236,3 +239,45 @@ def test_alert_ids_are_deterministic_and_distinct():
 def test_seed_job_history_takes_the_latest_run():
     assert seed_job_history([(T0 + 2, "b", "failure"), (T0 + 1, "a", "success")]).last_status == "failure"
     assert seed_job_history([]).last_status is None
+
+
+def test_an_improvement_that_stays_moves_the_baseline_without_an_alert():
+    """Step time 20% faster for good: after rebaseline_after runs beyond the improvement bound the history
+    restarts there, so a slowdown back towards the old level is caught, and the seed rebuilds the same state
+    from the stored rows (the improvement bound sits in the free column of a one-sided check)."""
+    condition = SuccessCondition("less", false_alert_rate=0.002, wait_for_n_points_of_history=10)
+    config = regression(metric_success_conditions={"acc": condition}, rebaseline_after=3,
+                        alert_after_second_test_failure=False)
+    rng = random.Random(3)
+    values = [10 + rng.gauss(0, 0.1) for _ in range(30)] + [8 + rng.gauss(0, 0.08) for _ in range(6)] + [9.0]
+    history = MetricHistory()
+    rows, alerts = observe(history, values, config)
+    assert alerts[:-1] == [None] * (len(values) - 1)  # an improvement is no alert
+    assert history.previous[:2] == values[:2] and len(history.values) == 6
+    assert rows[-2]["within_bounds"] is True and rows[-2]["metric_upper_bound"] < 9.0
+    assert alerts[-1].kind == "metric_out_of_bounds"  # 9.0: slower than the new level, faster than the old
+    stored = [(T0 + i, f"r{i}", v, r["within_bounds"], "success", r["metric_lower_bound"], r["metric_upper_bound"])
+              for i, (v, r) in enumerate(zip(values, rows))]
+    assert seed_metric_history(reversed(stored), history_policy(config, "acc")) == history
+
+
+def test_one_run_back_at_the_old_level_ends_an_improvement_streak():
+    condition = SuccessCondition("greater", false_alert_rate=0.002)
+    config = regression(metric_success_conditions={"acc": condition}, rebaseline_after=3)
+    rng = random.Random(4)
+    values = [70 + rng.gauss(0, 0.3) for _ in range(30)] + [75.0, 75.1, 70.0, 75.2, 74.9]
+    history = MetricHistory()
+    observe(history, values, config)
+    assert len(history.values) == len(values) and history.improving == 2
+
+
+def test_a_change_with_one_run_back_at_the_old_level_still_moves_after_rebaseline_after_runs_out():
+    """Loss x2 for good, one run of which fell back within the old bounds: the baseline moves at the third run
+    out of bounds (3 alerts, as without the run back), not after a new streak of 3 (5 alerts)."""
+    history = MetricHistory()
+    _, alerts = observe(history, HEALTHY + [2.0, 1.0, 2.01, 1.99], loss_config(alert_after_second_test_failure=False))
+    assert shown(alerts[len(HEALTHY):]) == ["metric_out_of_bounds", None, "metric_out_of_bounds", "baseline_shifted"]
+    shifted = alerts[-1]
+    assert shifted.details["runs"] == [f"r{len(HEALTHY)}", f"r{len(HEALTHY) + 2}", f"r{len(HEALTHY) + 3}"]
+    # the new level starts after the run back at the old level, which joins the old level
+    assert history.values == [2.01, 1.99] and history.previous == HEALTHY + [1.0]

@@ -1,0 +1,102 @@
+"""Small persistent shifts: a metric whose last few runs all sit a little on the bad side of its history.
+
+One run 1–2σ worse than usual is noise; three to five of them in a row are a
+regression a one-run cutoff cannot see at any sane false-alert rate. The
+statistic (:func:`shift_statistic`) looks at the last ``k`` counted values for
+k = 2 … 5, each as its deviation from the median of the values before the last
+five, in robust scales (1.4826·MAD of those, ``core.stats.robust_scale``),
+capped at ±``CAP`` so that one heavy-tailed value cannot carry it alone, signed
+so that worse is positive. S = max over k of (the sum of the k deviations) / √k,
+the best-placed window's standardized mean: a CUSUM over the last five runs,
+restarted at each possible first run of the new level.
+
+The threshold for a false-alert rate p and n values before the window is
+calibrated by ``scripts/calibrate_false_alert_rate.py`` like the one-run
+cutoff: Student-t noise with 3 degrees of freedom exceeds it with probability
+p (``shift_threshold``). A shift is reported once, at the run where S first
+exceeds it (:func:`find_shift`: not while the statistic of the same history one
+to four runs shorter already did), as a ``metric_shifted`` alert naming the
+first run of the best window, its size and how far S went beyond the
+threshold. It is a pure function of the counted values, so a seeded history
+decides it exactly as the running one did. The history itself is not
+restarted: the median follows the new level as it fills the history, and
+``trainguard-triage accept`` from the named run moves it at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional, Sequence, Tuple
+
+from core import false_alert_calibration as calibration
+from core.bounds import grid_bracket
+from core.stats import median, robust_scale
+
+WINDOWS = (2, 3, 4, 5)  # the last k runs a new level may have started at
+RECENT = max(WINDOWS)  # the values compared with the ones before them
+CAP = 3.0  # a value counts at most this many scales
+MIN_BASE = 10  # values before the window, at least: fewer cannot place a level 1σ away
+RECROSS = RECENT - 1  # the statistic of the history this many runs shorter must not have been beyond already
+
+
+@dataclasses.dataclass(frozen=True)
+class Shift:
+    """A persistent shift found at the end of a history of counted values."""
+    runs: int  #: how many of the last counted values are at the new level (the best window)
+    size_in_scales: float  #: their mean deviation from the old median, in scales, worse positive (uncapped)
+    centre: float  #: the old level: the median of the values before the last ``RECENT``
+    scale: float  #: 1.4826·MAD of those
+    statistic: float
+    threshold: float
+
+
+def shift_statistic(values: Sequence[float], worse: int) -> Optional[Tuple[float, int, float, float]]:
+    """(S, best k, centre, scale) of the values' end (see the module), or None without ``MIN_BASE`` values
+    before the last ``RECENT`` or without spread. ``worse`` is +1 when higher is worse, -1 when lower is."""
+    base = values[:-RECENT]
+    if len(base) < MIN_BASE:
+        return None
+    centre = median(base)
+    scale = robust_scale(base, centre)
+    if not scale > 0 or not math.isfinite(scale):
+        return None
+    capped = [max(-CAP, min(CAP, worse * (value - centre) / scale)) for value in values[-RECENT:]]
+    best, best_k = -math.inf, 0
+    for k in WINDOWS:
+        statistic = math.fsum(capped[-k:]) / math.sqrt(k)
+        if statistic > best:
+            best, best_k = statistic, k
+    return best, best_k, centre, scale
+
+
+def find_shift(values: Sequence[float], worse: int, rate: float) -> Optional[Shift]:
+    """The shift the end of ``values`` shows, when its statistic first crosses the threshold for ``rate``."""
+    found = shift_statistic(values, worse)
+    if found is None:
+        return None
+    statistic, runs, centre, scale = found
+    threshold = shift_threshold(len(values) - RECENT, rate)
+    if statistic <= threshold:
+        return None
+    for shorter in range(1, RECROSS + 1):
+        earlier = shift_statistic(values[:-shorter], worse)
+        if earlier is not None and earlier[0] > shift_threshold(len(values) - shorter - RECENT, rate):
+            return None  # already beyond a run ago: reported then
+    size = worse * (math.fsum(values[-runs:]) / runs - centre) / scale
+    return Shift(runs, size, centre, scale, statistic, threshold)
+
+
+def shift_threshold(base: int, rate: float) -> float:
+    """The statistic's threshold for ``base`` values before the window and a false-alert ``rate``: linear in
+    ln n and ln p between the calibrated cells, the nearest beyond them."""
+    i0, i1, wn = grid_bracket(_LOG_BASE, math.log(base))
+    j0, j1, wp = grid_bracket(_LOG_P, math.log(rate))
+    table = calibration.SHIFT_THRESHOLDS
+    low = table[i0][j0] * (1 - wp) + table[i0][j1] * wp
+    high = table[i1][j0] * (1 - wp) + table[i1][j1] * wp
+    return low * (1 - wn) + high * wn
+
+
+_LOG_BASE = [math.log(n) for n in calibration.SHIFT_BASE_GRID]
+_LOG_P = [math.log(p) for p in calibration.P_GRID]

@@ -7,15 +7,18 @@ k = 2 … 5, each as its deviation from the median of the values before the last
 five, in robust scales (1.4826·MAD of those, ``core.stats.robust_scale``),
 capped at ±``CAP`` so that one heavy-tailed value cannot carry it alone, signed
 so that worse is positive. S = max over k of (the sum of the k deviations) / √k,
-the best-placed window's standardized mean: a CUSUM over the last five runs,
-restarted at each possible first run of the new level.
+over the windows whose every value is worse than that median (a new level is
+worse in each of its runs; two one-off faults with a healthy run between them
+are not a level): the best-placed window's standardized mean, a CUSUM over the
+last five runs restarted at each possible first run of the new level.
 
 The threshold for a false-alert rate p and n values before the window is
 calibrated by ``scripts/calibrate_false_alert_rate.py`` like the one-run
 cutoff: Student-t noise with 3 degrees of freedom exceeds it with probability
 p (``shift_threshold``). A shift is reported once, at the run where S first
 exceeds it (:func:`find_shift`: not while the statistic of the same history one
-to four runs shorter already did), as a ``metric_shifted`` alert naming the
+to ``QUIET`` runs shorter already did, so a level that keeps crossing is one
+alert), as a ``metric_shifted`` alert naming the
 first run of the best window, its size and how far S went beyond the
 threshold. It is a pure function of the counted values, so a seeded history
 decides it exactly as the running one did. The history itself is not
@@ -37,7 +40,7 @@ WINDOWS = (2, 3, 4, 5)  # the last k runs a new level may have started at
 RECENT = max(WINDOWS)  # the values compared with the ones before them
 CAP = 3.0  # a value counts at most this many scales
 MIN_BASE = 10  # values before the window, at least: fewer cannot place a level 1σ away
-RECROSS = RECENT - 1  # the statistic of the history this many runs shorter must not have been beyond already
+QUIET = 2 * RECENT  # a shift is reported when none of the histories up to this many runs shorter crossed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,8 +65,10 @@ def shift_statistic(values: Sequence[float], worse: int) -> Optional[Tuple[float
     if not scale > 0 or not math.isfinite(scale):
         return None
     capped = [max(-CAP, min(CAP, worse * (value - centre) / scale)) for value in values[-RECENT:]]
-    best, best_k = -math.inf, 0
+    best, best_k = 0.0, 0
     for k in WINDOWS:
+        if min(capped[-k:]) <= 0:
+            break  # a new level is worse in every one of its runs; longer windows hold this run too
         statistic = math.fsum(capped[-k:]) / math.sqrt(k)
         if statistic > best:
             best, best_k = statistic, k
@@ -79,7 +84,7 @@ def find_shift(values: Sequence[float], worse: int, rate: float) -> Optional[Shi
     threshold = shift_threshold(len(values) - RECENT, rate)
     if statistic <= threshold:
         return None
-    for shorter in range(1, RECROSS + 1):
+    for shorter in range(1, QUIET + 1):
         earlier = shift_statistic(values[:-shorter], worse)
         if earlier is not None and earlier[0] > shift_threshold(len(values) - shorter - RECENT, rate):
             return None  # already beyond a run ago: reported then

@@ -110,7 +110,8 @@ def shift_statistics(x: np.ndarray) -> np.ndarray:
     scale = MAD_TO_SIGMA * np.median(deviation, axis=1)
     scale = np.where(scale > 0, scale, MEAN_AD_TO_SIGMA * deviation.mean(axis=1))
     capped = np.clip((recent - centre[:, None]) / scale[:, None], -CAP, CAP)
-    return np.max([capped[:, -k:].sum(axis=1) / math.sqrt(k) for k in WINDOWS], axis=0)
+    return np.max([np.where(capped[:, -k:].min(axis=1) > 0, capped[:, -k:].sum(axis=1) / math.sqrt(k), 0.0)
+                   for k in WINDOWS], axis=0)
 
 
 def shift_row(n: int) -> List[float]:

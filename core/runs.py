@@ -77,6 +77,18 @@ class RunLifecycle:
         """
         return finalized_at > now + self.clock_skew_seconds
 
+    def stall_fired_by_drain(self, detected_at: float, now: float, stall_seconds: float) -> bool:
+        """Whether a streaming job's stall found at event time ``detected_at`` (the silence's start plus
+        ``stall_seconds``), with the wall clock at ``now``, is one the job's drain fired rather than a silence.
+
+        As for ``interrupted``: a live job's stall timer fires once the watermark, which senders' clocks may
+        put a little ahead of the wall clock, has passed the silence; a drain fires it at once. A silence
+        ending further ahead of the wall clock than the skew allows, or than half the stall (so that a stall
+        shorter than the skew is told apart from a drain too), has not happened yet: the drain fired it. A run
+        already silent for more than half its stall when the job drains is reported as stalled.
+        """
+        return detected_at > now + min(self.clock_skew_seconds, stall_seconds / 2)
+
     def backfilled(self, first_message_time: float, now: float) -> bool:
         """Whether a streaming job's run whose first message has event time ``first_message_time``, with the wall
         clock at ``now``, is a back-fill (old logs sent now) rather than a live run.

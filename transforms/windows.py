@@ -223,6 +223,9 @@ class WindowRunFn(beam.DoFn):
             detected = gap_start + run_windows.stalls.stall_seconds
             if detected >= self._finalized_at(run_windows):
                 continue  # the run had ended by then: silence after the end is no stall
+            if self.incremental and self.lifecycle.stall_fired_by_drain(detected, self.clock(),
+                                                                        run_windows.stalls.stall_seconds):
+                continue  # a drain fired every timer at once: this silence has not happened
             yield beam.pvalue.TaggedOutput(ALERTS.name, Alert(
                 kind=AlertKind.RUN_STALLED, test=test, run=run, created_at=detected, instance=repr(gap_start),
                 message=f"run {run} sent nothing for {run_windows.stalls.stall_seconds:g} s of event time "

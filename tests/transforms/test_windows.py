@@ -1,6 +1,7 @@
 import dataclasses
 import json
 import random
+import time
 
 import apache_beam as beam
 from apache_beam.testing.test_stream import TestStream
@@ -116,6 +117,26 @@ def test_streaming_stall_alert_is_driven_by_the_watermark():
         outputs = detect(p | stream, STREAMING)
         assert_that(outputs[ALERTS.name] | beam.Map(lambda a: (a["kind"], a["created_at"])),
                     equal_to([("run_stalled", "2025-11-20T00:05:01.000000Z")]), label="stall")
+
+
+def test_a_drain_raises_no_stall_for_a_run_that_was_still_sending():
+    """A drain moves the watermark to the end of time and fires every stall timer at once. A run that sent its
+    last point a moment ago has not been silent: no ``run_stalled`` (its close finishes the stall check too).
+    One that had already been silent for more than half its stall (300 s) when the job drained is reported."""
+    now = float(int(time.time()))  # TestStream watermarks are whole milliseconds
+    live = [raw("cifar", "live", "live-s", events=[started(now - 60)], points=[("loss", 1.0, 0, now - 5)])]
+    quiet = [raw("cifar", "quiet", "quiet-s", events=[started(now - 600)], points=[("loss", 1.0, 0, now - 200)])]
+    stream = (TestStream()
+              .advance_watermark_to(at(now - 700))
+              .add_elements(live + quiet)
+              # the drain: the watermark jumps past every timer while the wall clock reads now (a finite jump
+              # first, so that what the timers emit is not late for the assertion's window)
+              .advance_watermark_to(at(now + 86400))
+              .advance_watermark_to_infinity())
+    with streaming_pipeline() as p:
+        outputs = detect(p | stream, STREAMING)
+        stalls = outputs[ALERTS.name] | beam.Filter(lambda a: a["kind"] == "run_stalled")
+        assert_that(stalls | beam.Map(lambda a: a["run_id"]), equal_to(["quiet"]))
 
 
 def test_replay_finds_a_mid_run_stall_once_like_the_stream_would():

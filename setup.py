@@ -20,7 +20,9 @@ WORKER = [
     "msgspec>=0.18",  # the compiled path of message parsing (trainguard/_fast_points.py); not in the SDK container
 ]
 PIPELINE = [
-    "apache-beam[gcp]>=2.60,<3",
+    # Exactly: a running Dataflow job is updated in place (--update) against the step names of the graph this
+    # SDK expands (tests/pipeline/step_names.txt), and Beam renames its own steps between versions.
+    "apache-beam[gcp]==2.77.0",
     "google-cloud-pubsub>=2.18,<3",
     "numpy>=1.24",
     "duckdb>=1.1",

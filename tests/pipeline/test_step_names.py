@@ -68,3 +68,14 @@ def test_the_mapping_names_steps_that_exist(names):
     with open(MAPPING_FILE, encoding="utf-8") as f:
         mapping = json.load(f)
     assert all(any(n == new or n.startswith(new + "/") for n in names) for new in mapping.values()), mapping
+
+
+def test_the_committed_names_are_those_of_the_pinned_beam():
+    """Beam renames its own steps between versions: setup.py pins it exactly, and the committed names are this
+    version's (a Beam upgrade regenerates them and maps what moved)."""
+    import apache_beam
+
+    with open(os.path.join(REPO_ROOT, "setup.py"), encoding="utf-8") as f:
+        pinned = re.search(r'"apache-beam\[gcp\]==([0-9.]+)"', f.read())
+    assert pinned, "setup.py must pin apache-beam[gcp] to one version"
+    assert apache_beam.__version__ == pinned.group(1)

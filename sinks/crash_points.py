@@ -4,8 +4,8 @@ Internal, for tests. ``TRAINGUARD_CRASH_AT=name#n`` sends SIGKILL to this proces
 ``#n`` is left out) it reaches :func:`crash_point` ``(name)``; ``TRAINGUARD_CRASH_TRACE=path`` appends the name
 of every instant reached to ``path``, one a line, so that a test can list the instants of a clean run and then
 kill a run at each of them (``tests/pipeline/test_kills.py``). A kill, not an exception: nothing of the
-process's own clean-up runs, as when the OOM killer or a pre-empted machine ends it. Unset, each call is one
-dictionary look-up.
+process's own clean-up runs, as when the OOM killer or a pre-empted machine ends it. Unset, each call is two
+environment look-ups.
 """
 
 from __future__ import annotations

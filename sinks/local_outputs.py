@@ -24,7 +24,7 @@ import os
 import shutil
 import stat
 import tempfile
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from sinks.alerts_file import AlertsFileDamaged, complete_alerts_file, cut_torn_tail, read_alert_keys
 from sinks.crash_points import crash_point
@@ -144,13 +144,15 @@ class LocalOutputs:
         self._store = DuckDBStore(self.store_path)
         self._store.ensure_schema()
 
-    def _staging_glob(self) -> str:
+    def _staging_place(self) -> Tuple[str, str]:
+        """(directory, name prefix) of this store's staging directories: beside it, named after it."""
         directory, name = os.path.split(os.path.abspath(self.store_path))
-        return os.path.join(directory, f"{STAGING_PREFIX}{name}-*")
+        return directory, f"{STAGING_PREFIX}{name}-"
 
     def _remove_stale_staging(self) -> None:
         """Staging directories of this store that are not ours are a killed run's: we hold the lock."""
-        stale = glob.glob(self._staging_glob())
+        directory, prefix = self._staging_place()
+        stale = glob.glob(os.path.join(directory, f"{prefix}*"))
         for directory in stale:
             shutil.rmtree(directory, ignore_errors=True)
         if stale:
@@ -159,8 +161,8 @@ class LocalOutputs:
 
     def new_staging_dir(self) -> str:
         """A new, empty staging directory for one pipeline run's rows."""
-        directory, name = os.path.split(os.path.abspath(self.store_path))
-        self._staging_dirs.append(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{name}-", dir=directory))
+        directory, prefix = self._staging_place()
+        self._staging_dirs.append(tempfile.mkdtemp(prefix=prefix, dir=directory))
         return self._staging_dirs[-1]
 
     def commit(self, staging_dir: str) -> Dict[str, int]:

@@ -75,12 +75,12 @@ def staged_rows(directory: str, name: str) -> List[dict]:
     return [json.loads(line) for line in sorted(lines)]
 
 
-def alert_line_records(directory: str) -> List[List[dict]]:
+def alert_line_records(raised: List[dict], updates: List[dict]) -> List[List[dict]]:
     """The ``alert_lines`` rows of the staged alerts: as raised (section 0), then announced again with a triage
     state (section 1); within each, one row per alert id and state, the last staged copy winning."""
     sections = []
-    for section, name in enumerate((ALERTS.name, ALERT_UPDATES)):
-        by_key = {line_key(row): row for row in staged_rows(directory, name)}
+    for section, rows in enumerate((raised, updates)):
+        by_key = {line_key(row): row for row in rows}
         sections.append([{"alert_id": alert_id, "state": state, "section": section, "created_at": row["created_at"],
                           "line": alert_json(row)} for (alert_id, state), row in by_key.items()])
     return sections
@@ -91,14 +91,18 @@ def commit_staged(directory: str, store: DuckDBStore) -> Dict[str, int]:
     store in one transaction; returns the rows inserted per table. A kill before the commit leaves the store as
     it was; after it, everything is there (``sinks.crash_points`` names the instants in between)."""
     inserted = {}
+    raised: List[dict] = []
     crash_point("commit.begin")
     with store.transaction() as transaction:
         for name, table in TABLES.items():
             rows = staged_rows(directory, name)
+            if name == ALERTS.name:
+                raised = rows  # read once: the alerts table and the alerts file's record
             inserted[name] = sum(store.insert(table, rows[i:i + LOAD_CHUNK_ROWS], transaction)
                                  for i in range(0, len(rows), LOAD_CHUNK_ROWS))
             crash_point(f"commit.{name}")
-        for section in alert_line_records(directory):  # the raised lines first: an update never shadows them
+        records = alert_line_records(raised, staged_rows(directory, ALERT_UPDATES))
+        for section in records:  # the raised lines first: an update never shadows them
             store.insert(ALERT_LINES, section, transaction)
         crash_point("commit.alert_lines")
     crash_point("commit.done")

@@ -133,6 +133,16 @@ def _fast_points(tag: str, values: list, steps: Optional[list], ms: list, f32: b
     return list(zip(repeat(tag), floats, absolute, map(operator.truediv, times, repeat(1000))))
 
 
+def _delta_problem(raw: Any, field: str) -> Optional[str]:
+    """What is wrong with one delta of ``steps`` or ``ms`` (``field``), or None: an integer from -MAX_DELTA to
+    MAX_DELTA, which counts in its running sum."""
+    if type(raw) is not int:
+        return f"{field} must be an integer, got {type(raw).__name__}"
+    if not -MAX_DELTA <= raw <= MAX_DELTA:
+        return f"{field} delta must be an integer from {-MAX_DELTA} to {MAX_DELTA}, got {raw}"
+    return None
+
+
 def _each_point(index: int, tag: str, values: list, steps: Optional[list], ms: list, f32: bool,
                 context: Tuple[str, str, str], rejections: List[wire.Rejection], points: List[wire.Point]) -> None:
     """Point by point, with the reason for each bad one (the running sums go on past it; a delta that is not
@@ -144,21 +154,16 @@ def _each_point(index: int, tag: str, values: list, steps: Optional[list], ms: l
         problem = None
         step: Any = raw_step
         time: Any = raw_ms
-        if type(raw_ms) is not int:
-            problem = f"ms must be an integer, got {type(raw_ms).__name__}"
-        elif not -MAX_DELTA <= raw_ms <= MAX_DELTA:
-            problem = f"ms delta must be an integer from {-MAX_DELTA} to {MAX_DELTA}, got {raw_ms}"
-        else:
+        problem = _delta_problem(raw_ms, "ms")
+        if problem is None:
             time_sum += raw_ms
             time = time_sum
         if raw_step is not None:
-            if type(raw_step) is not int:
-                problem = problem or f"step must be an integer, got {type(raw_step).__name__}"
-            elif not -MAX_DELTA <= raw_step <= MAX_DELTA:
-                problem = problem or f"step delta must be an integer from {-MAX_DELTA} to {MAX_DELTA}, got {raw_step}"
-            else:
+            step_problem = _delta_problem(raw_step, "step")
+            if step_problem is None:
                 step_sum += raw_step
                 step = step_sum
+            problem = problem or step_problem
         try:
             value = _value(raw_value, f32)
         except ValueError as e:

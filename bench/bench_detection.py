@@ -9,13 +9,14 @@ divergence and step time x1.15 / x1.6 from mid-run, crashes), with a constant
 metric. trainguard runs for real: the suite's wire-format lines replayed
 through the pipeline (``pipeline.replay``, FnApiRunner, a fresh DuckDB store)
 with the issue's config at three false-alert budgets (``false_alerts_per_100_runs``), live windows
-included; the alerts and stored bounds are read back from the store. The
+included, and a baseline of step time per machine type (``history_by``: every run's ``run_started``
+says its type; ``--history_by=`` for one history); the alerts and stored bounds are read back from the store. The
 reference detectors (median ± k·MAD, mean ± k·σ, change points by ruptures at
 each run; three operating points each) see the same runs' run-level values.
 One scorer counts every detector's alerts (``bench/detection/scoring.py``).
 
     python bench/bench_detection.py [--seeds 1,2,3] [--noise t3|normal|both] [--tests 12] [--runs 60]
-        [--jobs 2] [--workdir bench/out/detection] [--json]
+        [--jobs 2] [--workdir bench/out/detection] [--history_by accelerator] [--json]
 
 Prints per noise family, pooled over the seeds: the table (every detector at
 every operating point), the matched comparison (each detector at its best
@@ -46,6 +47,10 @@ def _seeds(text: str) -> List[int]:
     return [int(part) for part in text.split(",") if part.strip()]
 
 
+def _keys(text: str) -> List[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = StrictArgumentParser(description=__doc__.split("\n\n")[0], epilog=DASHES_NOTE)
     parser.add_argument("--seeds", type=_seeds, default=[1, 2, 3], help="comma-separated seeds, one suite each")
@@ -54,6 +59,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--runs", type=int, default=60, help="runs per test")
     parser.add_argument("--jobs", type=int, default=2, help="suites evaluated at once, each in its own process")
     parser.add_argument("--workdir", default="bench/out/detection", help="where the suites' inputs and stores go")
+    parser.add_argument("--history_by", type=_keys, default=list(trainguard_path.HISTORY_BY),
+                        help="trainguard's history_by on step time: each machine type the runs report keeps "
+                             "its own baseline (--history_by= for one history, as the reference detectors have)")
     parser.add_argument("--json", action="store_true", help="print the results as one JSON object")
     args = parser.parse_args(argv)
     started = time.monotonic()
@@ -62,11 +70,12 @@ def main(argv: Optional[List[str]] = None) -> int:
              for noise in families for seed in args.seeds]
     with_change_points = anchors.change_points_available()
     results = harness.evaluate_all(specs, args.workdir, trainguard_path.BUDGETS, with_change_points,
-                                   args.jobs)
+                                   args.jobs, args.history_by)
     reports = harness.report(results)
     seconds = time.monotonic() - started
     if args.json:
-        print(json.dumps({"tests": args.tests, "runs": args.runs, "seeds": args.seeds, "seconds": seconds,
+        print(json.dumps({"tests": args.tests, "runs": args.runs, "seeds": args.seeds, "history_by": args.history_by,
+                          "seconds": seconds,
                           "suite_seconds": [{"noise": r.spec.noise, "seed": r.spec.seed, **r.seconds} for r in results],
                           "change_points": with_change_points, "families": harness.as_json(reports)}, indent=1))
         return 0

@@ -151,7 +151,8 @@ def basis_text(kind: str, details: Mapping[str, Any]) -> str:
         if details.get("history") == "trailing":
             return f"from the {_plural(size, 'previous window')} of this run"
         return f"from the same-step windows of {_plural(size, 'earlier run')}"
-    return f"from {_plural(size, 'earlier run')}"
+    segment = details.get("history_segment")
+    return f"from {_plural(size, 'earlier run')}" + (f" with {segment}" if isinstance(segment, str) and segment else "")
 
 
 def threshold_text(kind: str, details: Mapping[str, Any], lower: Optional[float], upper: Optional[float],

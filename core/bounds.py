@@ -46,7 +46,7 @@ class Bounds:
 
 
 def compute_bounds(condition: SuccessCondition, history: Sequence[float],
-                   previous: Sequence[float] = ()) -> Optional[Bounds]:
+                   previous: Sequence[float] = (), recent: Sequence[Tuple[float, bool]] = ()) -> Optional[Bounds]:
     """Bounds for the next value, or None while the history is too short to judge.
 
     ``previous`` is the history before the metric's baseline last moved
@@ -57,7 +57,8 @@ def compute_bounds(condition: SuccessCondition, history: Sequence[float],
     its whole past, not of a few values. For the other thresholds, while
     ``history`` is still shorter than the condition needs, the centre comes from
     ``history`` and the scale from ``previous``, widened for the centre's own
-    uncertainty.
+    uncertainty. ``recent``: the level's latest values as (value, counted), also those left out of
+    ``history`` for being out of bounds, which only tell a second mode (:func:`_beyond_second_mode`).
     """
     comparison = condition.comparison
     greater = comparison.startswith("greater")
@@ -80,11 +81,49 @@ def compute_bounds(condition: SuccessCondition, history: Sequence[float],
         margin = previous_margin * math.sqrt(1 + _centre_variance(condition) / len(history))
     else:
         return None
-    bound = centre - margin if greater else centre + margin
     mirror = centre + margin if greater else centre - margin
+    if condition.stddevs_from_mean is None:
+        margin = _beyond_second_mode(condition, history, recent, centre, margin)
+    bound = centre - margin if greater else centre + margin
     if not math.isfinite(bound):
         return None  # k scales of a history near the top of the float range: not a bound, so unchecked
     return Bounds(bound, None, centre, mirror) if greater else Bounds(None, bound, centre, mirror)
+
+
+MODE_SHARE = 0.1  # a share of the history this large beyond a cutoff, or beyond an improvement, is a mode
+MODE_SHARE_RECENT = 0.2  # ... or this share of the latest values, those out of bounds included
+MODE_RECENT = 20  # ... of this many
+MODE_MIN_VALUES = 3  # ... and at least this many values
+
+
+def _beyond_second_mode(condition: SuccessCondition, history: Sequence[float],
+                        recent: Sequence[Tuple[float, bool]], centre: float, margin: float) -> float:
+    """The margin of a median-centred cutoff, widened past a second mode of the history on the bad side.
+
+    A test whose runs land on two machine types has a two-mode history; its median sits in whichever mode
+    holds more of the latest runs and flips when the other does, and the cutoff around it would then put a
+    whole mode out of bounds. It is a mode when ``MODE_SHARE`` of the history (and at least four times the
+    false-alert rate: so many healthy values pass a loose cutoff by design) already lies beyond the cutoff,
+    or ``MODE_SHARE_RECENT`` times ``MODE_RECENT`` of the level's latest ``MODE_RECENT`` values, those out of
+    bounds included but for the ones in a row at the end (a mode the warm-up missed is out of bounds from its
+    first run and would never join the history; a fault in fewer of the latest runs than that stays an alert
+    each time, and a streak is a change, for ``rebaseline_after``). The cutoff is then measured from the
+    median of the mode's values instead of the history's. A one-mode history of healthy runs never holds so
+    many values beyond its own cutoff, so this costs no power there."""
+    greater = condition.comparison.startswith("greater")
+
+    def beyond(value: float) -> bool:
+        return value < centre - margin if greater else value > centre + margin
+    latest = list(recent[-MODE_RECENT:])
+    while latest and not latest[-1][1]:
+        latest.pop()  # the runs out of bounds in a row at the end are a change, if anything (rebaseline_after)
+    mode = [value for value in history if beyond(value)]
+    excluded = [value for value, counted in latest if not counted and beyond(value)]
+    share = max(MODE_SHARE, 4 * (condition.false_alert_rate or 0.0))
+    if not (len(mode) >= max(MODE_MIN_VALUES, share * len(history))
+            or sum(beyond(value) for value, _ in latest) >= MODE_SHARE_RECENT * MODE_RECENT):
+        return margin
+    return abs(median(mode + excluded) - centre) + margin
 
 
 def stored_bounds(bounds: Optional[Bounds]) -> Tuple[Optional[float], Optional[float]]:

@@ -64,6 +64,8 @@ class SuccessCondition:
     min_effect_rel: float = 0.0    # ...and this far relative to it
     # The threshold is the test's false-alert budget's share (``false_alert_rate`` set from it at parse time).
     from_budget: bool = False
+    # A run-level condition's own history_by (None: the test's; (): one history for this metric).
+    history_by: Optional[Tuple[str, ...]] = None
 
     @property
     def threshold(self) -> Tuple[str, float]:
@@ -122,6 +124,9 @@ class RegressionTestConfig:
     false_alerts_per_100_runs: float = DEFAULT_FALSE_ALERTS_PER_100_RUNS
     # Each one-sided false_alert_rate condition also looks for small persistent shifts (core.shifts).
     detect_shifts: bool = True
+    # Keys of a run's data (run_started/run_finished) whose values pick its baseline: one history per value,
+    # e.g. ("accelerator",) for a test whose runs land on different machine types (() : one per metric).
+    history_by: Tuple[str, ...] = ()
 
     def checks_shifts(self, condition: SuccessCondition) -> bool:
         """Whether a metric with ``condition`` gets the persistent-shift check: a one-sided ``false_alert_rate``
@@ -131,6 +136,11 @@ class RegressionTestConfig:
     def condition_for(self, metric: str) -> Optional[SuccessCondition]:
         conditions = self.metric_success_conditions
         return conditions.get(metric, conditions.get(DEFAULT_CONFIG_NAME))
+
+    def history_by_for(self, metric: str) -> Tuple[str, ...]:
+        """The run-data keys whose values split ``metric``'s history: its condition's, else the test's."""
+        condition = self.condition_for(metric)
+        return self.history_by if condition is None or condition.history_by is None else condition.history_by
 
     def may_alert_on(self, metric: str) -> bool:
         return self.metric_subset_to_alert is None or metric in self.metric_subset_to_alert
@@ -319,10 +329,10 @@ def _parse_regression(reader: StrictReader, raw: Any) -> RegressionTestConfig:
     obj = reader.object(raw, where, {"metric_success_conditions", "metric_subset_to_alert", "required_metrics",
                                   "alert_for_oob_metrics", "alert_for_failed_jobs",
                                   "alert_after_second_test_failure", "rebaseline_after", "report_url_pattern",
-                                  "false_alerts_per_100_runs", "detect_shifts"})
+                                  "false_alerts_per_100_runs", "detect_shifts", "history_by"})
     conditions_where = f"{where}.metric_success_conditions"
     conditions_raw = reader.object(obj.get("metric_success_conditions", {}), conditions_where)
-    conditions = {metric: _parse_condition(reader, value, f"{conditions_where}.{metric}")
+    conditions = {metric: _parse_condition(reader, value, f"{conditions_where}.{metric}", run_level=True)
                   for metric, value in conditions_raw.items()}
     subset = obj.get("metric_subset_to_alert")
     return RegressionTestConfig(
@@ -339,12 +349,22 @@ def _parse_regression(reader: StrictReader, raw: Any) -> RegressionTestConfig:
         rebaseline_after=reader.integer(obj.get("rebaseline_after", DEFAULT_REBASELINE_AFTER),
                                         f"{where}.rebaseline_after", minimum=0),
         detect_shifts=reader.boolean(obj.get("detect_shifts", True), f"{where}.detect_shifts"),
+        history_by=_history_by(reader, obj.get("history_by", []), f"{where}.history_by"),
         false_alerts_per_100_runs=_budget(reader, obj.get("false_alerts_per_100_runs",
                                                           DEFAULT_FALSE_ALERTS_PER_100_RUNS),
                                           f"{where}.false_alerts_per_100_runs"),
         report_url_pattern=None if obj.get("report_url_pattern") is None else _report_url_pattern(
             reader, obj["report_url_pattern"], f"{where}.report_url_pattern"),
     )
+
+
+def _history_by(reader: StrictReader, value: Any, key: str) -> Tuple[str, ...]:
+    keys = reader.strings(value, key)
+    if any(not name or name != name.strip() for name in keys) or len(set(keys)) != len(keys):
+        reader.fail(key, f"must list distinct keys of the runs' data, such as [\"accelerator\"], got {value!r}")
+    if "status" in keys:
+        reader.fail(key, "cannot hold \"status\": a failed run has no baseline of its own")
+    return tuple(keys)
 
 
 def _budget(reader: StrictReader, value: Any, key: str) -> float:
@@ -390,10 +410,12 @@ def _spend_budget(config: RegressionTestConfig, windows: WindowConfig) -> Tuple[
 
 
 def _parse_condition(reader: StrictReader, raw: Any, where: str,
-                     min_effect: Optional[Dict[str, Any]] = None) -> SuccessCondition:
-    """A success condition; ``min_effect`` holds a window check's own min_effect_* keys, if any."""
+                     min_effect: Optional[Dict[str, Any]] = None, run_level: bool = False) -> SuccessCondition:
+    """A success condition; ``min_effect`` holds a window check's own min_effect_* keys, if any; a
+    ``run_level`` one (of a metric) may have its own ``history_by``."""
     obj = reader.object(raw, where, {"comparison", "success_threshold", "wait_for_n_points_of_history",
-                                     "history_max_points", "min_effect_abs", "min_effect_rel"},
+                                     "history_max_points", "min_effect_abs", "min_effect_rel",
+                                     *(("history_by",) if run_level else ())},
                         required=("comparison",))
     comparison = reader.string(obj["comparison"], f"{where}.comparison")
     if comparison not in COMPARISONS:
@@ -430,6 +452,7 @@ def _parse_condition(reader: StrictReader, raw: Any, where: str,
                                           f"{where}.history_max_points", minimum=1),
         min_effect_abs=reader.number(effects.get("min_effect_abs", 0), f"{where}.min_effect_abs", minimum=0),
         min_effect_rel=reader.number(effects.get("min_effect_rel", 0), f"{where}.min_effect_rel", minimum=0),
+        history_by=_history_by(reader, obj["history_by"], f"{where}.history_by") if "history_by" in obj else None,
     )
 
 

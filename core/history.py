@@ -10,11 +10,14 @@ continues across invocations.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
-from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from core.alert_details import change_facts, describe, previous_facts, threshold_facts
 from core.bounds import (
+    MODE_RECENT,
+    MODE_SHARE,
     centre_of,
     compute_bounds,
     is_improvement,
@@ -77,12 +80,18 @@ class MetricHistory:
     runs in a row beyond a one-sided check's improvement bound
     (``core.bounds.is_improvement``), and at ``rebaseline_after`` the history
     restarts from them, so a faster step time is not judged against a history
-    holding both levels. Entries older than the oldest of the last
+    holding both levels, unless a tenth of the history was already there
+    (two machine types, say: a mode, not a new level). Entries older than the oldest of the last
     ``max_points`` counted values are forgotten.
 
     Triage (``core.triage``) acts on the entries: ``accept`` restarts the history
     at a run (``pending_accept`` when that run has not been seen yet), ``dismiss``
     makes a run's value count.
+
+    A test with ``history_by`` keeps one such history per segment of its runs
+    (``history_segment``, e.g. ``accelerator=v5e``) in ``segments``: each
+    machine type is judged against its own runs, and a switch between types is
+    no change (:meth:`judging`). Triage finds a run in whichever segment holds it.
     """
     entries: List[Tuple[str, float, bool]] = dataclasses.field(default_factory=list)
     # Whether the previous successful run's value was out of bounds; None before any.
@@ -90,6 +99,7 @@ class MetricHistory:
     previous: List[float] = dataclasses.field(default_factory=list)
     pending_accept: Optional[str] = None
     improving: int = 0  # successful runs in a row, at the end, beyond the improvement bound
+    segments: Dict[str, MetricHistory] = dataclasses.field(default_factory=dict)  # history_by: one per segment
 
     @property
     def values(self) -> List[float]:
@@ -137,7 +147,8 @@ class MetricHistory:
         self.entries.append((run, value, counted))
         self.last_out_of_bounds = not counted
         self.improving = self.improving + 1 if counted and improved else 0
-        if self.improving and policy.rebaseline_after and self.improving >= policy.rebaseline_after:
+        if (self.improving and policy.rebaseline_after and self.improving >= policy.rebaseline_after
+                and not self._holds_level(self.improving, bool(policy.improves_upward))):
             self._restart(len(self.entries) - self.improving)
             self._forget(policy.max_points)
             return []
@@ -151,25 +162,62 @@ class MetricHistory:
         self._forget(policy.max_points)
         return []
 
+    def _holds_level(self, count: int, upward: bool) -> bool:
+        """Whether the counted values before the last ``count`` entries, with the level before this one, already
+        reach the least improved of them, MODE_SHARE of them or more: the improvement is a mode of a two-mode
+        history (runs that land on a faster machine type) or a return to the level before, not a new level to
+        move to (the values count either way)."""
+        streak = [value for _, value, _ in self.entries[-count:]]
+        edge = min(streak) if upward else max(streak)
+        before = self.previous + [value for _, value, counted in self.entries[:-count] if counted]
+        reached = sum(value >= edge if upward else value <= edge for value in before)
+        return bool(before) and reached >= MODE_SHARE * len(before)
+
+    def judging(self, segment: str, run: str, status: str) -> MetricHistory:
+        """The history that judges ``run`` of ``segment`` (``history_segment``; "": this one). A successful run
+        of a segment not seen before starts its history; a pending accept of the run moves there with it."""
+        if not segment:
+            return self
+        if status != RunStatus.SUCCESS:  # bounds for its row; it joins no history
+            return self.segments.get(segment) or MetricHistory()
+        history = self.segments.setdefault(segment, MetricHistory())
+        if self.pending_accept == run:
+            history.pending_accept, self.pending_accept = run, None
+        return history
+
     def accept(self, run: str, policy: HistoryPolicy) -> None:
-        """An intended change from ``run`` on: the history restarts there (once that run is seen)."""
-        at = self._find(run)
-        if at is None:
+        """An intended change from ``run`` on: the history (of the segment) holding it restarts there, once that
+        run is seen. Other segments keep their baselines: a change that reaches them too moves them after
+        ``rebaseline_after`` runs, or by an accept of one of their runs."""
+        found = self._holding(run)
+        if found is None:
             self.pending_accept = run
             return
-        self._restart(at)
-        self._forget(policy.max_points)
+        history, at = found
+        history._restart(at)
+        history._forget(policy.max_points)
 
     def dismiss(self, run: str, policy: HistoryPolicy) -> None:
         """The out-of-bounds value of ``run`` was a false positive: it counts as history from now on."""
-        at = self._find(run)
-        if at is None or self.entries[at][2]:
+        found = self._holding(run)
+        if found is None:
             return
-        name, value, _ = self.entries[at]
-        self.entries[at] = (name, value, True)
-        if at == len(self.entries) - 1:
-            self.last_out_of_bounds = False
-        self._forget(policy.max_points)
+        history, at = found
+        name, value, counted = history.entries[at]
+        if counted:
+            return
+        history.entries[at] = (name, value, True)
+        if at == len(history.entries) - 1:
+            history.last_out_of_bounds = False
+        history._forget(policy.max_points)
+
+    def _holding(self, run: str) -> Optional[Tuple[MetricHistory, int]]:
+        """The history (this one or a segment's) whose entries hold ``run``, and where."""
+        for history in (self, *self.segments.values()):
+            at = history._find(run)
+            if at is not None:
+                return history, at
+        return None
 
     def _find(self, run: str) -> Optional[int]:
         return next((i for i, entry in enumerate(self.entries) if entry[0] == run), None)
@@ -195,15 +243,32 @@ class JobHistory:
     last_status: Optional[str] = None
 
 
+def segment_details(segment: str) -> Dict[str, Any]:
+    """The details an alert of a test with ``history_by`` adds: the segment whose history judged it."""
+    return {"history_segment": segment} if segment else {}
+
+
 def out_of_order(flag: bool) -> Dict[str, Any]:
     """The details an alert of a back-filled run adds (``RunResult.out_of_order``): it was checked when it
     arrived, against the history as it stood then, not in its event-time place."""
     return {"out_of_order": True} if flag else {}
 
 
-def check_metric(history: MetricHistory, observation: MetricObservation,
+def history_segment(run_data: Mapping[str, Any], history_by: Sequence[str]) -> str:
+    """Which baseline a run's values join: "" (the metric's one history) without ``history_by``, else
+    ``key=value`` for each of its keys, in the config's order, from the run's data ("key=" where the run's data
+    does not say)."""
+    def text(value: Any) -> str:
+        if value is None:
+            return ""
+        return value if isinstance(value, str) else json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return ", ".join(f"{key}={text(run_data.get(key))}" for key in history_by)
+
+
+def check_metric(whole: MetricHistory, observation: MetricObservation,
                  config: RegressionTestConfig) -> Tuple[Dict[str, Any], Optional[Alert]]:
-    """Bounds one metric value against its history; returns its row and any alert.
+    """Bounds one metric value against its history (its segment's, with ``history_by``); returns its row and
+    any alert.
 
     The alert is ``metric_out_of_bounds``, or ``baseline_shifted`` for the run
     that completes a streak of ``rebaseline_after`` out-of-bounds runs, or, for a
@@ -212,10 +277,13 @@ def check_metric(history: MetricHistory, observation: MetricObservation,
     computed, the change and the previous successful value
     (``core.alert_details``).
     """
+    segment = history_segment(observation.run_data, config.history_by_for(observation.metric))
+    history = whole.judging(segment, observation.run, observation.status)
     metric = observation.metric
     condition = config.condition_for(metric)
     values, previous = history.values, list(history.previous)
-    bounds = compute_bounds(condition, values, previous) if condition else None
+    recent = [(value, counted) for _, value, counted in history.entries[-MODE_RECENT:]]
+    bounds = compute_bounds(condition, values, previous, recent) if condition else None
     within = None if bounds is None or condition is None else judge(observation.value, bounds, condition)
     earlier_runs = len(values)
     previous_out_of_bounds = history.last_out_of_bounds
@@ -225,12 +293,12 @@ def check_metric(history: MetricHistory, observation: MetricObservation,
     stored = stored_bounds(bounds)
     shifted = history.record(observation.run, observation.value, observation.status, within, policy,
                              is_improvement(observation.value, stored, policy.improves_upward))
-    row = metric_history_row(observation, *stored, within)
+    row = metric_history_row(observation, *stored, within, segment)
     if (bounds is None or condition is None or observation.status != RunStatus.SUCCESS
             or accepted or not config.alert_for_oob_metrics or not config.may_alert_on(metric)):
         return row, None
     if within is True:
-        return row, _shift_alert(history, observation, condition, config, policy)
+        return row, _shift_alert(history, observation, condition, config, policy, segment)
     if within is not False:
         return row, None
     facts = threshold_facts(condition, bounds, values, previous)
@@ -238,7 +306,8 @@ def check_metric(history: MetricHistory, observation: MetricObservation,
                **threshold_details(condition, bounds), **facts,
                **change_facts(observation.value, reference(bounds, condition), facts["scale"]),
                **previous_facts([value for _, value, _ in earlier], [run for run, _, _ in earlier]),
-               "step": observation.step, "run_data": observation.run_data, **out_of_order(observation.out_of_order)}
+               "step": observation.step, "run_data": observation.run_data, **segment_details(segment),
+               **out_of_order(observation.out_of_order)}
     if shifted:
         new_centre = centre_of(condition, history.values)
         alert = Alert(
@@ -259,7 +328,7 @@ def check_metric(history: MetricHistory, observation: MetricObservation,
 
 
 def _shift_alert(history: MetricHistory, observation: MetricObservation, condition: SuccessCondition,
-                 config: RegressionTestConfig, policy: HistoryPolicy) -> Optional[Alert]:
+                 config: RegressionTestConfig, policy: HistoryPolicy, segment: str) -> Optional[Alert]:
     """``metric_shifted`` when the history, this run's value included, ends in a persistent shift."""
     if not config.checks_shifts(condition) or policy.improves_upward is None:
         return None
@@ -281,6 +350,7 @@ def _shift_alert(history: MetricHistory, observation: MetricObservation, conditi
                  "scale": shift.scale, "size_in_scales": shift.size_in_scales, "statistic": shift.statistic,
                  "shift_threshold": shift.threshold, **change_facts(mean, shift.centre, shift.scale),
                  "step": observation.step, "run_data": observation.run_data,
+                 **segment_details(segment),
                  **out_of_order(observation.out_of_order)})
     return dataclasses.replace(alert, message=describe(alert))
 
@@ -329,8 +399,9 @@ def apply_metric_triage(history: MetricHistory, item: TriageItem, policy: Histor
 
 def seed_metric_history(rows: Iterable[Tuple[Any, ...]],
                         policy: HistoryPolicy, actions: Iterable[TriageItem] = ()) -> MetricHistory:
-    """Rebuilds one metric's history from stored (finalized_at, run, value, within, status[, lower, upper]) rows
-    and the stored triage actions of that metric, in the event-time order the pipeline applied them."""
+    """Rebuilds one metric's history from stored (finalized_at, run, value, within, status[, lower, upper[,
+    segment]]) rows and the stored triage actions of that metric, in the event-time order the pipeline applied
+    them; a row's segment (``history_segment``) says which history it joined."""
     history = MetricHistory()
     items: List[Tuple[Tuple[Any, ...], Any]] = [((r[0], r[1]), r) for r in rows]
     items += [(action.order, action) for action in actions]
@@ -339,8 +410,9 @@ def seed_metric_history(rows: Iterable[Tuple[Any, ...]],
             apply_metric_triage(history, item, policy)
         else:
             _, run, value, within, status, *stored = item
-            improved = is_improvement(value, tuple(stored) if stored else (None, None), policy.improves_upward)
-            history.record(run, value, status, within, policy, improved)
+            lower, upper, segment = (*stored, None, None, None)[:3]
+            improved = is_improvement(value, (lower, upper), policy.improves_upward)
+            history.judging(segment or "", run, status).record(run, value, status, within, policy, improved)
     return history
 
 

@@ -105,12 +105,12 @@ def rank_metric_rows(run: RunResult) -> List[Dict[str, Any]]:
 
 
 def metric_history_row(observation: MetricObservation, lower: Optional[float], upper: Optional[float],
-                       within: Optional[bool]) -> Dict[str, Any]:
+                       within: Optional[bool], segment: str = "") -> Dict[str, Any]:
     return {
         "run_id": observation.run, "test_name": observation.test, "metric_name": observation.metric,
         "metric_value": observation.value, "metric_lower_bound": lower, "metric_upper_bound": upper,
         "within_bounds": within, "timestamp": iso_utc(observation.end_time), "step": observation.step,
-        "out_of_order": observation.out_of_order,
+        "out_of_order": observation.out_of_order, "history_segment": segment or None,
     }
 
 

@@ -55,8 +55,8 @@ class RunLifecycle:
     # for one its streaming job's drain cut short (``interrupted``): see :meth:`interrupted`.
     clock_skew_seconds: float = 10 * 60.0
     # Back-fills (streaming only; see :meth:`backfilled`): a run whose first message is this far behind the wall
-    # clock (None: never; the streaming job's option defaults to BACKFILL_LAG_SECONDS), and the silence in
-    # processing time after which such a run ends.
+    # clock (None: never; the streaming job's option defaults to BACKFILL_LAG_SECONDS), and the silence by the
+    # wall clock after which such a run ends.
     backfill_lag_seconds: Optional[float] = None
     backfill_quiet_seconds: float = 10 * 60.0
 
@@ -89,6 +89,15 @@ class RunLifecycle:
         """
         return detected_at > now + min(self.clock_skew_seconds, stall_seconds / 2)
 
+    def backfill_interrupted(self, quiet_until: float, now: float) -> bool:
+        """Whether a back-fill whose quiet period ends at wall-clock time ``quiet_until`` (its timer's time),
+        ended with the wall clock at ``now`` without its ``run_finished``, was cut short by the job's drain.
+
+        Its timer fires once the watermark, which follows the wall clock, passes ``quiet_until``; a drain fires
+        it at once. As for a stall (:meth:`stall_fired_by_drain`): quiet until further ahead than the clock
+        skew or half the quiet period, it was not quiet yet."""
+        return quiet_until > now + min(self.clock_skew_seconds, self.backfill_quiet_seconds / 2)
+
     def backfilled(self, first_message_time: float, now: float) -> bool:
         """Whether a streaming job's run whose first message has event time ``first_message_time``, with the wall
         clock at ``now``, is a back-fill (old logs sent now) rather than a live run.
@@ -96,7 +105,7 @@ class RunLifecycle:
         A live run's messages arrive seconds after their event time; the job's watermark trails the wall clock
         by about that much. A run whose messages are older than the watermark would have its end timer (its
         ``run_finished`` plus grace, or its last point plus the timeout) behind the watermark: it would fire at
-        once, after the first bundle, and end the run as ``missing``. Such a run ends on processing time
+        once, after the first bundle, and end the run as ``missing``. Such a run ends by the wall clock
         instead, ``backfill_quiet_seconds`` after its latest message, and is checked out of event-time order:
         its rows and alerts say so (``RunResult.out_of_order``).
         """
@@ -155,7 +164,7 @@ class RunResult:
     tags_seen: Tuple[str, ...]
     time_to_accuracy_missed: bool  # the accuracy tag never reached its threshold
     rank_metrics: Tuple[Tuple[int, MetricValue], ...] = ()  # per-rank values of a run with several ranks
-    # A back-fill (``RunLifecycle.backfilled``): ended on processing time, checked when it arrived, after runs
+    # A back-fill (``RunLifecycle.backfilled``): ended by the wall clock, checked when it arrived, after runs
     # that ended later in event time; a replay of the same input checks it in its event-time place instead.
     out_of_order: bool = False
 

@@ -54,6 +54,8 @@ METRIC_HISTORY = Table("metric_history", (
     Column("step", "INT64"),
     Column("out_of_order", "BOOL", False, "true: a back-filled run, checked when it arrived, out of event-time "
            "order (see README, Back-fills); NULL in rows written before this column existed"),
+    Column("history_segment", "STRING", False, "the baseline that judged the value, e.g. accelerator=v5e, for a "
+           "test with history_by; NULL for a test with one history per metric"),
 ), key=("test_name", "run_id", "metric_name"), time_column="timestamp")
 
 ALERTS = Table("alerts", (

@@ -20,7 +20,8 @@ exceeds it (:func:`find_shift`: not while the statistic of the same history one
 to ``QUIET`` runs shorter already did, so a level that keeps crossing is one
 alert), as a ``metric_shifted`` alert naming the
 first run of the best window, its size and how far S went beyond the
-threshold. It is a pure function of the counted values, so a seeded history
+threshold; not when the history already holds the new level as a mode of its own (runs on a slower
+machine type: :func:`_known_mode`). It is a pure function of the counted values, so a seeded history
 decides it exactly as the running one did. The history itself is not
 restarted: the median follows the new level as it fills the history, and
 ``trainguard-triage accept`` from the named run moves it at once.
@@ -33,7 +34,7 @@ import math
 from typing import Optional, Sequence, Tuple
 
 from core import false_alert_calibration as calibration
-from core.bounds import grid_bracket
+from core.bounds import MODE_MIN_VALUES, MODE_SHARE, grid_bracket
 from core.stats import median, robust_scale
 
 WINDOWS = (2, 3, 4, 5)  # the last k runs a new level may have started at
@@ -41,6 +42,7 @@ RECENT = max(WINDOWS)  # the values compared with the ones before them
 CAP = 3.0  # a value counts at most this many scales
 MIN_BASE = 10  # values before the window, at least: fewer cannot place a level 1σ away
 QUIET = 2 * RECENT  # a shift is reported when none of the histories up to this many runs shorter crossed
+MODE_GAP = 2.0  # a shift this many scales or more may be a second mode of the history (``_known_mode``)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,8 +90,21 @@ def find_shift(values: Sequence[float], worse: int, rate: float) -> Optional[Shi
         earlier = shift_statistic(values[:-shorter], worse)
         if earlier is not None and earlier[0] > shift_threshold(len(values) - shorter - RECENT, rate):
             return None  # already beyond a run ago: reported then
-    size = worse * (math.fsum(values[-runs:]) / runs - centre) / scale
+    level = math.fsum(values[-runs:]) / runs
+    size = worse * (level - centre) / scale
+    if size >= MODE_GAP and _known_mode(values[:-RECENT], centre, level, worse):
+        return None
     return Shift(runs, size, centre, scale, statistic, threshold)
+
+
+def _known_mode(base: Sequence[float], centre: float, level: float, worse: int) -> bool:
+    """Whether the history before the window already reached the window's ``level`` often: runs that land on
+    the slower of two machine types are a mode of the history, not a shift. Twice ``MODE_SHARE`` of the base
+    at least halfway from its centre to that level; only asked of a shift of ``MODE_GAP`` scales or more:
+    halfway to a smaller one, heavy-tailed noise alone puts a fifth of the base."""
+    edge = (centre + level) / 2
+    reached = sum(worse * (value - edge) >= 0 for value in base)
+    return reached >= max(MODE_MIN_VALUES, 2 * MODE_SHARE * len(base))
 
 
 def shift_threshold(base: int, rate: float) -> float:

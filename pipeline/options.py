@@ -119,11 +119,11 @@ class TrainguardOptions(PipelineOptions):
                                  "timer firings, each a state read and write.")
         timing.add_argument("--backfill_lag_seconds", type=float, default=BACKFILL_LAG_SECONDS,
                             help="Streaming: a run whose first message is this much older than the wall clock is "
-                                 "a back-fill (old logs sent now): it ends --backfill_quiet_seconds of processing "
-                                 "time after its latest message instead of on the watermark, which has passed it, "
+                                 "a back-fill (old logs sent now): it ends --backfill_quiet_seconds by the wall "
+                                 "clock after its latest message instead of on the watermark, which has passed it, "
                                  "and its rows and alerts are marked out_of_order (README: Back-fills).")
         timing.add_argument("--backfill_quiet_seconds", type=float, default=LIFECYCLE_DEFAULTS.backfill_quiet_seconds,
-                            help="Streaming: the processing-time silence after which a back-filled run ends.")
+                            help="Streaming: the silence, by the wall clock, after which a back-filled run ends.")
 
 
 def lifecycle_from(options: TrainguardOptions) -> RunLifecycle:

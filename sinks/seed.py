@@ -142,7 +142,7 @@ def read_history_seed(configs: ConfigSet, query: Query, sql: SqlDialect, workers
     rows_by_metric = collections.defaultdict(list)
     for m in metric_rows:
         rows_by_metric[(m.test, m.metric)].append((m.finalized_at, m.run, m.value, m.within, m.status,
-                                                   m.lower, m.upper))
+                                                   m.lower, m.upper, m.segment))
     metric_actions = collections.defaultdict(list)
     for action in actions:
         key = (action.test, action.metric)
@@ -209,6 +209,7 @@ class MetricRow(NamedTuple):
     step: Optional[int]
     lower: Optional[float] = None
     upper: Optional[float] = None
+    segment: Optional[str] = None  # history_segment
 
 
 def one_per_key(sql: SqlDialect, table: Table, columns: Sequence[str], latest: Optional[str] = None,
@@ -307,19 +308,21 @@ def read_metric_rows(query: Query, sql: SqlDialect, scope: Optional[KeyScope] = 
     """
     q, epoch = sql.quote, sql.epoch_seconds
     metrics = one_per_key(sql, METRIC_HISTORY, ("test_name", "run_id", "metric_name", "metric_value",
-                                                "within_bounds", "step", "metric_lower_bound", "metric_upper_bound"),
+                                                "within_bounds", "step", "metric_lower_bound", "metric_upper_bound",
+                                                "history_segment"),
                           where="TRUE" if scope is None else f"({scope_condition(sql, scope, 'test_name', 'metric_name')})")
     jobs = ended_runs(sql, ("test_name", "run_id", "job_status", "processed_at"))
     limit = ""
     if scope is not None:
-        newer = _window_order(sql, [f"m.{q('test_name')}", f"m.{q('metric_name')}"], f"m.{q('run_id')}")
+        newer = _window_order(sql, [f"m.{q('test_name')}", f"m.{q('metric_name')}", f"m.{q('history_segment')}"],
+                              f"m.{q('run_id')}")
         limit = (f" AND j.{q('job_status')} = '{RunStatus.SUCCESS.value}' QUALIFY COALESCE(SUM(CASE WHEN "
                  f"m.{q('within_bounds')} IS NOT FALSE THEN 1 ELSE 0 END) {newer} "
                  f"ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) < {int(scope.depth)}")
     rows = query(
         f"SELECT m.{q('test_name')}, m.{q('metric_name')}, m.{q('run_id')}, {epoch('j.' + q('processed_at'))}, "
         f"m.{q('metric_value')}, m.{q('within_bounds')}, j.{q('job_status')}, m.{q('step')}, "
-        f"m.{q('metric_lower_bound')}, m.{q('metric_upper_bound')} "
+        f"m.{q('metric_lower_bound')}, m.{q('metric_upper_bound')}, m.{q('history_segment')} "
         f"FROM {metrics} m JOIN {jobs} j USING ({q('test_name')}, {q('run_id')}) WHERE TRUE{limit}")
     return [MetricRow(*row) for row in rows]
 

@@ -17,7 +17,9 @@ from __future__ import annotations
 import logging
 import os
 import posixpath
+import threading
 import time
+import uuid
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import apache_beam as beam
@@ -76,79 +78,121 @@ def read_config_dir(directory: str, previous: Optional[LoadedConfigs] = None,
 # -- the configs the stages look up --------------------------------------------------------------------------
 
 
+class _Reader:
+    """One process's reader of a job's config directory: what it read last and when to read again, locked,
+    shared by every stage's copy of the job's :class:`LiveConfigs` in the process."""
+
+    def __init__(self, loaded: LoadedConfigs, refresh_seconds: float, clock: Clock):
+        self.loaded = loaded
+        self.refresh_seconds = refresh_seconds
+        self.clock = clock
+        self._due: Optional[float] = None  # when to read again (processing time); None: at the first lookup
+        self._lock = threading.Lock()
+
+    def current(self) -> LoadedConfigs:
+        """What the directory holds, read again first if the refresh period has passed since the last read."""
+        with self._lock:
+            now = self.clock()
+            if self._due is None or now >= self._due:
+                self._due = now + self.refresh_seconds
+                self._read(now)
+            return self.loaded
+
+    def _read(self, now: float) -> None:
+        before = self.loaded
+        try:
+            self.loaded = read_config_dir(before.directory, before, now)
+            changes = self.loaded.changes_since(before)
+        except Exception:  # noqa: BLE001 - the loader never raises; should anything else, keep what was read
+            _LOG.exception("trainguard: re-reading the configs in %s failed; the last ones read stay in use",
+                           before.directory)
+            self.loaded = before
+            return
+        for check in changes:
+            if check.rejected:
+                _LOG.warning("trainguard: config rejected: %s", check.error())
+
+
+_READERS: Dict[str, _Reader] = {}  # by LiveConfigs.job_id: one reader per job and process
+_READERS_LOCK = threading.Lock()
+
+
 class LiveConfigs:
     """``Configs`` that follow a config directory while the job runs, and never raise.
 
     Built at launch from the directory read then (checked strictly: a bad config refuses to start) and
-    pickled into every DoFn that looks configs up. On a worker each copy re-reads the directory at its first
-    lookup and then whenever ``refresh_seconds`` of processing time (``clock``) have passed since its last
-    read, in the lookup itself: a listing, and a read of only the files whose listing changed. A file rejected
-    then keeps the version read before (at worst the launch-time one, on a worker started while the file was
-    bad), and a directory that cannot be read keeps everything.
+    pickled into every DoFn that looks configs up. On a worker all those copies share one reader per process
+    (:class:`_Reader`, found by the job's ``job_id``): it reads the directory at the first lookup and then
+    whenever ``refresh_seconds`` of processing time (``clock``) have passed since its last read, in the lookup
+    itself: a listing, and a read of only the files whose listing changed. So a worker lists the directory once
+    per refresh period, however many stages and threads it runs, and every stage of the worker switches to an
+    edit at the same moment. A file rejected then keeps the version read before (at worst the launch-time one,
+    on a worker started while the file was bad), and a directory that cannot be read keeps everything.
 
     An edit of an undated file thus reaches each worker within ``refresh_seconds``, at a processing time: which
     elements see it depends on timing. A dated file (``<test>@<time>.json``) is valid from its event time
     whenever it is read, so the elements after that time pick it as a replay of the same files would, provided
     it was uploaded before they were processed.
-
-    Not locked: a DoFn instance runs on one thread at a time, and each holds its own copy.
     """
 
     def __init__(self, loaded: LoadedConfigs, refresh_seconds: float = CONFIG_REFRESH_SECONDS,
                  clock: Clock = time.time):
-        self.loaded = loaded
+        self.launched = loaded
         self.refresh_seconds = refresh_seconds
         self.clock = clock
-        self._due: Optional[float] = None  # when to read again (processing time); None: at the first lookup
-
-    def __getstate__(self) -> Dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_due"] = None  # a copy unpickled on a worker reads the directory at its first lookup
-        return state
+        self.job_id = uuid.uuid4().hex  # the same in every copy: they find their process's reader by it
 
     @property
     def directory(self) -> str:
-        return self.loaded.directory
+        return self.launched.directory
+
+    def _reader(self) -> _Reader:
+        with _READERS_LOCK:
+            reader = _READERS.get(self.job_id)
+            if reader is None:
+                reader = _READERS[self.job_id] = _Reader(self.launched, self.refresh_seconds, self.clock)
+            return reader
+
+    def current(self) -> LoadedConfigs:
+        """The configs as this process last read them, after a re-read if one is due."""
+        return self._reader().current()
+
+    @property
+    def loaded(self) -> LoadedConfigs:
+        """The configs as this process last read them, without a re-read."""
+        return self._reader().loaded
 
     def for_test(self, test: str, at: Optional[float] = None) -> TestConfig:
         """The config of ``test`` valid at event time ``at`` (None: the latest), after a re-read if one is due."""
-        self.refresh()
-        return self.loaded.versions.for_test(test, at)
+        return self.current().versions.for_test(test, at)
 
-    def refresh(self) -> List[ConfigCheck]:
-        """Re-reads the directory if it is due: the checks whose outcome changed since the last read
-        (``LoadedConfigs.changes_since``); [] when no read was due or nothing changed."""
-        now = self.clock()
-        if self._due is not None and now < self._due:
-            return []
-        self._due = now + self.refresh_seconds
-        before = self.loaded
-        try:
-            self.loaded = read_config_dir(self.directory, before, now)
-            changes = self.loaded.changes_since(before)
-        except Exception:  # noqa: BLE001 - the loader never raises; should anything else, keep what was read
-            _LOG.exception("trainguard: re-reading the configs in %s failed; the last ones read stay in use",
-                           self.directory)
-            self.loaded = before
-            return []
-        for check in changes:
-            if check.rejected:
-                _LOG.warning("trainguard: config rejected: %s", check.error())
-        return changes
+
+def forget_readers() -> None:
+    """Drops this process's readers, as a new worker process starts without any (for tests)."""
+    with _READERS_LOCK:
+        _READERS.clear()
 
 
 # -- the config_rejected alerts ------------------------------------------------------------------------------
 
 
 class _CheckConfigsFn(beam.DoFn):
-    """Any element -> (file, ConfigCheck) for what changed in the directory, when this instance's re-read is due."""
+    """Any element -> (file, ConfigCheck) for what changed in the directory since this instance last looked
+    (at first: since launch), once the process's reader has read it again."""
 
     def __init__(self, configs: LiveConfigs):
         self.configs = configs
+        self._seen: Optional[LoadedConfigs] = None
+
+    def setup(self) -> None:
+        self._seen = self.configs.launched
 
     def process(self, unused_element: Any) -> Iterator[Tuple[str, ConfigCheck]]:
-        for check in self.configs.refresh():
-            yield check.file, check
+        current = self.configs.current()
+        seen, self._seen = self._seen or self.configs.launched, current
+        if current is not seen:
+            for check in current.changes_since(seen):
+                yield check.file, check
 
 
 _LATEST_CHECK = ReadModifyWriteStateSpec("config_check", RecordCoder())
@@ -170,8 +214,8 @@ class WatchConfigs(beam.PTransform):
     """The job's input (any PCollection) -> ``config_rejected`` alert rows: each rejected version of a config
     file alerts once, naming the file, the key and the reason.
 
-    ``Check`` re-reads the directory with its own copy of the stages' :class:`LiveConfigs`, at most once per
-    refresh period per instance, and passes on what changed since its previous read; ``AlertOnce``, keyed by
+    ``Check`` looks at the directory through the stages' :class:`LiveConfigs` (the process's reader, which
+    reads it at most once per refresh period) and passes on what changed since it last looked; ``AlertOnce``, keyed by
     file, keeps each file's latest check in state and alerts once per rejected version
     (``core.config_versions.next_check``), whichever instance and re-read found it. Every instance and every
     stage reads the same files by the same rules, so the alert says what the stages do with the file.

@@ -137,6 +137,13 @@ class AssembleRunFn(beam.DoFn):
         (test, run), summary = element
         if isinstance(summary, RunAccumulator):
             yield from self._resume(summary, accumulator_state, finalized, finalize_timer)
+            resumed = accumulator_state.read()
+            if backfill is not None and resumed is not None and self.lifecycle.backfilled(
+                    resumed.finalize_at(self.lifecycle), self.clock()):
+                # its end is behind the watermark already: a back-fill a drain cut short, or a live run whose job
+                # was down for longer than its timeout; it ends when its sender has been quiet, as a back-fill
+                backfill.write(True)
+                finalize_backfill_timer.set(Timestamp.of(self.clock() + self.lifecycle.backfill_quiet_seconds))
             return
         if finalized.read():
             yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
@@ -201,7 +208,7 @@ class AssembleRunFn(beam.DoFn):
                  finalized=beam.DoFn.StateParam(FINALIZED),
                  backfill=beam.DoFn.StateParam(BACKFILL),
                  expire_timer=beam.DoFn.TimerParam(EXPIRE)):
-        if backfill.read():  # a back-fill ends on its processing-time timer
+        if backfill.read():  # a back-fill ends on its own timer, by the wall clock
             return
         accumulator = accumulator_state.read()
         if accumulator is None:  # the runner fired a timer for a run whose state is gone
@@ -210,17 +217,19 @@ class AssembleRunFn(beam.DoFn):
         yield from self._finalize(key, accumulator, accumulator_state, finalized, float(fired_at))
 
     def _finalize(self, key, accumulator: RunAccumulator, accumulator_state, finalized, at: float,
-                  out_of_order: bool = False):
-        """Ends the run at event time ``at``: its ``RunResult`` (or its dead letter) out, its tombstone in."""
+                  out_of_order: bool = False, timer_at: Optional[float] = None):
+        """Ends the run at event time ``at``: its ``RunResult`` (or its dead letter) out, its tombstone in.
+        ``timer_at``: a back-fill's, the wall-clock time its quiet period ends."""
         accumulator_state.clear()
         finalized.write(True)
         try:
             result = accumulator.result(self.configs.for_test(key[0], at), self.lifecycle)
             if out_of_order:
                 result = dataclasses.replace(result, out_of_order=True)
-            elif self.interruptions and result.status == RunStatus.MISSING:
+            if self.interruptions and result.status == RunStatus.MISSING:
                 now = self.clock()
-                if self.lifecycle.interrupted(at, now):
+                if (self.lifecycle.interrupted(at, now) if timer_at is None
+                        else self.lifecycle.backfill_interrupted(timer_at, now)):
                     result = interrupt(result, now, encoding.to_text(accumulator))
         except Exception as error:  # noqa: BLE001 - a run that cannot be summed up is that run's dead letter
             self.runs_finalized.inc()
@@ -247,20 +256,28 @@ class AssembleRunOrBackfillFn(AssembleRunFn):
 
     A run whose first message is older than the wall clock by
     ``lifecycle.backfill_lag_seconds`` is a back-fill (``RunLifecycle.backfilled``):
-    its event-time end is behind the watermark, so a watermark timer would end
-    it after its first bundle. It ends instead on a processing-time timer
-    ``lifecycle.backfill_quiet_seconds`` after its latest message (by its own
-    ``run_finished``, or as ``missing`` if the logs never had one), with
-    ``out_of_order`` set, and its tombstone expires in processing time too.
+    its event-time end is behind the watermark, so a timer at that end would
+    end it after its first bundle. It ends instead ``lifecycle.backfill_quiet_seconds``
+    after its latest message arrived (by its own ``run_finished``, or as
+    ``missing`` if the logs never had one), with ``out_of_order`` set, and its
+    tombstone expires ``lifecycle.retention_seconds`` after that.
 
-    A subclass because declaring a processing-time timer at all makes Beam's
-    ``DirectRunner`` run a bounded replay on its ``BundleBasedDirectRunner``,
-    whose user timers hold no watermark downstream (the README's runner notes):
-    the replay's graph has none.
+    Both are event-time timers set at the wall clock plus the wait, not
+    processing-time timers: Dataflow holds a stage's output watermark at every
+    pending user timer's hold, which for a processing-time timer is the
+    timestamp of the element that set it, a month back for a back-fill. That
+    would hold every check downstream, all tests' alerts, until the tombstone
+    expired. An event-time timer's hold is its own time, ahead of the
+    watermark, which follows the wall clock: it holds nothing back, and fires
+    once the watermark passes the wall-clock time it was set for. A drain
+    fires it at once; a back-fill it cuts short without its ``run_finished``
+    is interrupted like a live run (``RunLifecycle.backfill_interrupted``), and
+    the next job resumes it as a back-fill. A subclass: a replay reads history,
+    all of it behind the wall clock, and has no back-fills.
     """
 
-    FINALIZE_BACKFILL = TimerSpec("finalize_backfill", TimeDomain.REAL_TIME)
-    EXPIRE_BACKFILL = TimerSpec("expire_backfill", TimeDomain.REAL_TIME)
+    FINALIZE_BACKFILL = TimerSpec("finalize_backfill", TimeDomain.WATERMARK)
+    EXPIRE_BACKFILL = TimerSpec("expire_backfill", TimeDomain.WATERMARK)
 
     def default_label(self) -> str:
         return "AssembleRunFn"  # the step's name since before back-fills: what a running job's --update maps
@@ -275,7 +292,7 @@ class AssembleRunOrBackfillFn(AssembleRunFn):
                              finalize_backfill_timer)
 
     @on_timer(FINALIZE_BACKFILL)
-    def finalize_backfill(self, key=beam.DoFn.KeyParam,
+    def finalize_backfill(self, key=beam.DoFn.KeyParam, fired_at=beam.DoFn.TimestampParam,
                           accumulator_state=beam.DoFn.StateParam(AssembleRunFn.ACCUMULATOR),
                           finalized=beam.DoFn.StateParam(AssembleRunFn.FINALIZED),
                           backfill=beam.DoFn.StateParam(AssembleRunFn.BACKFILL),
@@ -285,7 +302,8 @@ class AssembleRunOrBackfillFn(AssembleRunFn):
             return
         expire_timer.set(Timestamp.of(self.clock() + self.lifecycle.retention_seconds))
         at = accumulator.finalize_at(self.lifecycle)
-        yield from self._finalize(key, accumulator, accumulator_state, finalized, at, out_of_order=True)
+        yield from self._finalize(key, accumulator, accumulator_state, finalized, at, out_of_order=True,
+                                  timer_at=float(fired_at))
 
     @on_timer(EXPIRE_BACKFILL)
     def expire_backfill(self, finalized=beam.DoFn.StateParam(AssembleRunFn.FINALIZED),

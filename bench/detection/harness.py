@@ -42,7 +42,8 @@ def budget_label(budget: float) -> str:
 
 
 def evaluate_suite(spec: SuiteSpec, workdir: str, budgets: Sequence[float] = trainguard_path.BUDGETS,
-                   with_change_points: bool = True) -> SuiteResult:
+                   with_change_points: bool = True,
+                   history_by: Sequence[str] = trainguard_path.HISTORY_BY) -> SuiteResult:
     started, cpu = time.monotonic(), time.process_time()
     suite = generate(spec)
     seconds = {"generate": time.monotonic() - started}
@@ -50,7 +51,8 @@ def evaluate_suite(spec: SuiteSpec, workdir: str, budgets: Sequence[float] = tra
     counts: Dict[Tuple[str, str], Counts] = {}
     distances: Dict[float, Dict[str, List[float]]] = {}
     live: Dict[float, Dict[str, Tuple[int, int]]] = {}
-    result = trainguard_path.run_trainguard(suite, os.path.join(workdir, f"{spec.noise}-seed{spec.seed}"), budgets)
+    result = trainguard_path.run_trainguard(suite, os.path.join(workdir, f"{spec.noise}-seed{spec.seed}"), budgets,
+                                            history_by)
     seconds["trainguard"] = result.seconds
     for point, budget in sorted(enumerate(budgets), key=lambda item: -item[1]):
         key = (TRAINGUARD, budget_label(budget))
@@ -72,14 +74,15 @@ def evaluate_suite(spec: SuiteSpec, workdir: str, budgets: Sequence[float] = tra
     return SuiteResult(spec, tuple(rows), counts, distances, live, seconds)
 
 
-def _evaluate(args: Tuple[SuiteSpec, str, Tuple[float, ...], bool]) -> SuiteResult:
+def _evaluate(args: Tuple[SuiteSpec, str, Tuple[float, ...], bool, Tuple[str, ...]]) -> SuiteResult:
     return evaluate_suite(*args)
 
 
 def evaluate_all(specs: Sequence[SuiteSpec], workdir: str, budgets: Sequence[float] = trainguard_path.BUDGETS,
-                 with_change_points: bool = True, jobs: int = 1) -> List[SuiteResult]:
+                 with_change_points: bool = True, jobs: int = 1,
+                 history_by: Sequence[str] = trainguard_path.HISTORY_BY) -> List[SuiteResult]:
     """Every suite, ``jobs`` at a time in fresh processes (each replay is one process's work)."""
-    work = [(spec, workdir, tuple(budgets), with_change_points) for spec in specs]
+    work = [(spec, workdir, tuple(budgets), with_change_points, tuple(history_by)) for spec in specs]
     if jobs <= 1 or len(work) == 1:
         return [_evaluate(w) for w in work]
     with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool_:

@@ -34,6 +34,7 @@ from bench.detection.suite import (
     EPOCHS,
     METRICS,
     REBASELINE_AFTER,
+    STEP_TIME,
     RunRecord,
     Suite,
     bound_centre,
@@ -47,11 +48,15 @@ MIN_EFFECT_REL = 0.005
 POINTS_PER_MESSAGE = 100
 LIVE_TAGS = ("loss", "step_time")  # live count windows, checked step-aligned
 WINDOW_RUNS = 20  # the same steps of the last 20 successful runs (as bench_alert_quality)
+HISTORY_BY = ("accelerator",)  # every run's run_started says its machine type (SLOW_TYPE on the bimodal test's slow runs)
+FAST_TYPE, SLOW_TYPE = "v5e", "v4"
 
 
-def config(budget: float) -> Dict[str, object]:
+def config(budget: float, history_by: Sequence[str] = HISTORY_BY) -> Dict[str, object]:
     """The issue's config at one false-alert budget: 4 run-level metrics, live windows on loss and step time,
-    every check's threshold the budget's share (no ``success_threshold``)."""
+    every check's threshold the budget's share (no ``success_threshold``), and step time, which depends on the
+    machine, with a baseline per value of the runs' ``history_by`` keys (the machine type their
+    ``run_started`` reports; none: one history)."""
     condition = {"min_effect_rel": MIN_EFFECT_REL}
     window = {"count": 10, "aggregations": ["mean"], "checks": [{
         "aggregation": "mean", "history": "step_aligned", "history_runs": WINDOW_RUNS,
@@ -64,7 +69,8 @@ def config(budget: float) -> Dict[str, object]:
             "alert_after_second_test_failure": False, "rebaseline_after": REBASELINE_AFTER,
             "false_alerts_per_100_runs": budget,
             "metric_success_conditions": {
-                m.name: {"comparison": m.comparison, "wait_for_n_points_of_history": WAIT, **condition}
+                m.name: {"comparison": m.comparison, "wait_for_n_points_of_history": WAIT, **condition,
+                         **({"history_by": list(history_by)} if m is STEP_TIME else {})}
                 for m in METRICS}},
         "window_config": {"tags": dict.fromkeys(LIVE_TAGS, window)},
     }
@@ -74,10 +80,12 @@ def replay_test_name(test: str, point: int) -> str:
     return f"{test}-op{point}"
 
 
-def messages(run: RunRecord, test: str) -> Iterator[bytes]:
-    """One run's wire-format lines under a test name: its start, its points 100 a message, its end."""
+def messages(run: RunRecord, test: str, accelerator: str = FAST_TYPE) -> Iterator[bytes]:
+    """One run's wire-format lines under a test name: its start (with its machine type), its points 100 a
+    message, its end."""
     run_id = f"{test}-{run.index:03d}"
-    yield wire.encode_message(test, run_id, events=[wire.event_dict(wire.RUN_STARTED, run.start)],
+    yield wire.encode_message(test, run_id, events=[wire.event_dict(wire.RUN_STARTED, run.start,
+                                                                    {"accelerator": accelerator})],
                               message_id=f"{run_id}/start")
     times = run.times.tolist()
     on_eval = dict(zip(run.accuracy_steps.tolist(), run.accuracy.tolist()))
@@ -97,7 +105,8 @@ def messages(run: RunRecord, test: str) -> Iterator[bytes]:
                               message_id=f"{run_id}/end")
 
 
-def write_inputs(workdir: str, suite: Suite, budgets: Sequence[float]) -> Tuple[str, str]:
+def write_inputs(workdir: str, suite: Suite, budgets: Sequence[float],
+                 history_by: Sequence[str] = HISTORY_BY) -> Tuple[str, str]:
     """The suite's lines for every operating point and a config file per test copy: (input file, config dir)."""
     configs = os.path.join(workdir, "configs")
     os.makedirs(configs, exist_ok=True)
@@ -107,9 +116,10 @@ def write_inputs(workdir: str, suite: Suite, budgets: Sequence[float]) -> Tuple[
             for plan, runs in zip(suite.plans, suite.runs):
                 test = replay_test_name(plan.name, point)
                 with open(os.path.join(configs, f"{test}.json"), "w") as c:
-                    json.dump(config(budget), c, indent=1)
+                    json.dump(config(budget, history_by), c, indent=1)
                 for run in runs:
-                    f.writelines(line + b"\n" for line in messages(run, test))
+                    accelerator = SLOW_TYPE if run.index in plan.slow_runs else FAST_TYPE
+                    f.writelines(line + b"\n" for line in messages(run, test, accelerator))
     return path, configs
 
 
@@ -131,14 +141,15 @@ class TrainguardResult:
     seconds: float
 
 
-def run_trainguard(suite: Suite, workdir: str, budgets: Sequence[float] = BUDGETS) -> TrainguardResult:
+def run_trainguard(suite: Suite, workdir: str, budgets: Sequence[float] = BUDGETS,
+                   history_by: Sequence[str] = HISTORY_BY) -> TrainguardResult:
     """Replays the suite at every budget into a fresh store under ``workdir`` and reads what it wrote."""
     import duckdb
 
     from pipeline.replay import run as replay
 
     shutil.rmtree(workdir, ignore_errors=True)
-    path, configs = write_inputs(workdir, suite, budgets)
+    path, configs = write_inputs(workdir, suite, budgets, history_by)
     store = os.path.join(workdir, "store.duckdb")
     summary = replay([f"--input_files={path}", f"--config_dir={configs}", f"--local_store={store}",
                       f"--alerts_file={os.path.join(workdir, 'alerts.jsonl')}", "--no_progress"])

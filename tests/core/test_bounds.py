@@ -1,4 +1,5 @@
 import math
+import statistics
 
 import numpy as np
 import pytest
@@ -139,3 +140,51 @@ def test_a_pooled_scale_follows_the_level_of_noise_that_scales_with_it():
     bounds = compute_bounds(condition, young, older)
     same_scale = compute_bounds(condition, young, [v * 1.5 for v in older])
     assert bounds.upper == pytest.approx(same_scale.upper, rel=0.05)
+
+
+# -- a second mode on the bad side (two machine types, no history_by) -------------------------------------
+
+
+def two_modes(fast, slow, seed):
+    rng = np.random.default_rng(seed)
+    return list(10 + 0.1 * rng.standard_normal(fast)) + list(12.5 + 0.1 * rng.standard_normal(slow))
+
+
+RATE = SuccessCondition("less", false_alert_rate=0.002)
+
+
+def test_a_second_mode_in_the_history_moves_the_cutoff_past_it():
+    """Median in the fast mode: the cutoff around it alone would put the slow runs out of bounds; a fifth of
+    the history there is a mode, and the cutoff is measured from its median; the improvement side stays."""
+    history = two_modes(24, 16, seed=1)
+    alone = compute_bounds(RATE, history[:24])
+    bounds = compute_bounds(RATE, history)
+    assert bounds.centre < 10.2 and bounds.upper > 12.5 + (alone.upper - alone.centre) * 0.9
+    # the improvement side is not widened by the distance to the slow mode
+    assert (bounds.upper - bounds.centre) - (bounds.centre - bounds.improvement) == pytest.approx(
+        statistics.median(history[24:]) - bounds.centre)
+
+
+def test_a_mode_out_of_bounds_since_the_warm_up_is_learned_from_the_latest_runs_not_a_streak():
+    """A slow mode the warm-up missed never joins the history (out of bounds each time): four of the latest
+    twenty runs among in-bounds ones make it a mode; the same four in a row at the end are a change (left to
+    rebaseline_after), and three among twenty stay faults."""
+    history = two_modes(30, 0, seed=2)
+    plain = compute_bounds(RATE, history)
+
+    def recent(pattern):
+        return [(12.5, False) if bad else (10.0, True) for bad in pattern]
+    interleaved = recent([0, 1, 0, 0, 1, 0, 0, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0])
+    assert compute_bounds(RATE, history, recent=interleaved).upper > 12.5
+    assert compute_bounds(RATE, history, recent=recent([0] * 16 + [1] * 4)) == plain
+    assert compute_bounds(RATE, history, recent=interleaved[:-9] + [(10.0, True)] * 9) == plain
+
+
+def test_one_mode_histories_are_not_widened():
+    """Healthy heavy-tailed noise never holds a tenth of its values beyond its own cutoff."""
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        history = list(10 + 0.1 * rng.standard_t(3, size=int(rng.integers(10, 80))))
+        bounds = compute_bounds(RATE, history)
+        counted = [value for value in history if value < bounds.upper]
+        assert compute_bounds(RATE, counted) == compute_bounds(RATE, counted, recent=[(v, True) for v in counted])

@@ -244,3 +244,32 @@ def test_checks_without_a_threshold_share_the_tests_false_alert_budget():
     tripled = parse_test_config(raw, "t.json").regression_test.metric_success_conditions
     assert tripled["loss_final"].false_alert_rate == pytest.approx(0.03 / 5)
     assert tripled["loss_final"].threshold == ("false_alert_rate", pytest.approx(0.006))
+
+
+def test_history_by_is_the_tests_unless_a_metric_condition_says_otherwise():
+    raw = {"regression_test_config": {"history_by": ["accelerator", "zone"], "metric_success_conditions": {
+        "step_time_average": {"comparison": "less"},
+        "loss_final": {"comparison": "less", "history_by": []},
+        "mfu_average": {"comparison": "greater", "history_by": ["accelerator"]}}}}
+    regression = parse_test_config(raw, "t.json").regression_test
+    assert regression.history_by_for("step_time_average") == ("accelerator", "zone")
+    assert regression.history_by_for("loss_final") == ()
+    assert regression.history_by_for("mfu_average") == ("accelerator",)
+    assert regression.history_by_for("unchecked") == ("accelerator", "zone")
+    assert parse_test_config({}, "t.json").regression_test.history_by_for("loss_final") == ()
+
+
+@pytest.mark.parametrize("raw, key", [
+    ({"regression_test_config": {"history_by": "accelerator"}}, "regression_test_config.history_by"),
+    ({"regression_test_config": {"history_by": ["accelerator", "accelerator"]}}, "regression_test_config.history_by"),
+    ({"regression_test_config": {"history_by": [" zone"]}}, "regression_test_config.history_by"),
+    ({"regression_test_config": {"history_by": ["status"]}}, "regression_test_config.history_by"),
+    ({"regression_test_config": {"metric_success_conditions": {"loss": {"comparison": "less", "history_by": [1]}}}},
+     "regression_test_config.metric_success_conditions.loss.history_by"),
+    ({"window_config": {"tags": {"loss": {"count": 10, "aggregations": ["mean"], "checks": [
+        {"aggregation": "mean", "condition": {"comparison": "less", "history_by": ["accelerator"]}}]}}}},
+     "history_by"),
+])
+def test_a_bad_history_by_names_its_key(raw, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        parse_test_config(raw, "t.json")

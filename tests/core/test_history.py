@@ -7,6 +7,7 @@ from core.history import (
     HistoryPolicy,
     JobHistory,
     MetricHistory,
+    apply_metric_triage,
     check_job,
     check_metric,
     history_policy,
@@ -281,3 +282,138 @@ def test_a_change_with_one_run_back_at_the_old_level_still_moves_after_rebaselin
     assert shifted.details["runs"] == [f"r{len(HEALTHY)}", f"r{len(HEALTHY) + 2}", f"r{len(HEALTHY) + 3}"]
     # the new level starts after the run back at the old level, which joins the old level
     assert history.values == [2.01, 1.99] and history.previous == HEALTHY + [1.0]
+
+
+# -- history_by: a baseline per machine type ---------------------------------------------------------------
+
+
+def observe_on(history, runs, config):
+    """Steps the history through (value, accelerator) runs, the accelerator in the run's data (None: not
+    said); returns (rows, alerts)."""
+    rows, alerts = [], []
+    for i, (value, accelerator) in enumerate(runs):
+        data = {} if accelerator is None else {"accelerator": accelerator, "logs": f"https://logs/{i}"}
+        row, alert = check_metric(history, MetricObservation("t", f"r{i}", "acc", value, i, "success", T0 + i,
+                                                             T0 + i, data), config)
+        rows.append(row)
+        alerts.append(alert)
+    return rows, alerts
+
+
+def two_types(count, seed, slow=1.25, fault_at=None):
+    """Step times (noise 0.1) of runs that land at random on a fast (10) or a slow (12.5) machine type; the run
+    at ``fault_at`` is on the fast type and x1.2 slower, 20 sigma of the noise but inside the slow type's
+    level."""
+    rng = random.Random(seed)
+    runs = []
+    for i in range(count):
+        accelerator = "v5e" if i == fault_at else rng.choice(["v4", "v5e"])
+        level = 10.0 * (slow if accelerator == "v4" else 1.0) * (1.2 if i == fault_at else 1.0)
+        runs.append((level + rng.gauss(0, 0.1), accelerator))
+    return runs
+
+
+STEP_TIME = SuccessCondition("less", false_alert_rate=0.002, wait_for_n_points_of_history=5)
+
+
+def step_time_config(**overrides):
+    return regression(metric_success_conditions={"acc": STEP_TIME}, rebaseline_after=3,
+                      alert_after_second_test_failure=False, **overrides)
+
+
+def test_history_by_judges_each_machine_type_against_its_own_runs():
+    """Runs alternating at random between two machine types: with history_by each type has its own baseline,
+    so a x1.2 slowdown on the fast type, inside the slow type's level, is caught, and no switch
+    between types alerts; the rows and the alert say which segment judged them."""
+    runs = two_types(60, seed=5, fault_at=45)
+    history = MetricHistory()
+    rows, alerts = observe_on(history, runs, step_time_config(history_by=("accelerator",)))
+    raised = [(i, a.kind) for i, a in enumerate(alerts) if a]
+    assert raised == [(45, "metric_out_of_bounds")], raised
+    alert = alerts[45]
+    assert alert.details["history_segment"] == f"accelerator={runs[45][1]}"
+    assert f"earlier runs with accelerator={runs[45][1]}" in alert.message
+    assert {row["history_segment"] for row in rows} == {"accelerator=v4", "accelerator=v5e"}
+    assert history.entries == [] and set(history.segments) == {"accelerator=v4", "accelerator=v5e"}
+    fast = [value for value, accelerator in runs if accelerator == "v5e"]
+    assert history.segments["accelerator=v5e"].values == [v for i, v in enumerate(fast) if v != runs[45][0]][-50:]
+
+
+def test_without_history_by_the_same_fault_is_not_caught_but_the_switches_settle():
+    """The same runs with one history per metric: the fast type's x1.2 slowdown is within the two-mode
+    history's bounds (what history_by is for). The switches between types alert in the first runs at most,
+    while the warm-up has seen one type only; then the history holds both modes (``core.bounds``: a second
+    mode widens the cutoff, an improvement that is a mode moves no baseline, a shift to a mode is none)."""
+    runs = two_types(60, seed=5, fault_at=45)
+    rows, alerts = observe_on(MetricHistory(), runs, step_time_config())
+    assert alerts[45] is None and all(row["history_segment"] is None for row in rows)
+    raised = []
+    for seed in range(1, 21):
+        _, alerts = observe_on(MetricHistory(), two_types(60, seed=seed), step_time_config())
+        raised += [(seed, i, alert.kind) for i, alert in enumerate(alerts) if alert]
+    assert [alert for alert in raised if alert[1] >= 30] == [] and len(raised) <= 18, raised
+
+
+def test_history_by_segment_names_follow_the_configured_keys():
+    from core.history import history_segment
+    data = {"accelerator": "v5e", "zone": "us-c1", "chips": 8, "status": "success"}
+    assert history_segment(data, ()) == ""
+    assert history_segment(data, ("zone", "accelerator")) == "zone=us-c1, accelerator=v5e"
+    assert history_segment(data, ("chips", "topology")) == "chips=8, topology="
+
+
+def test_triage_reaches_the_segment_holding_the_run_and_a_pending_accept_moves_with_its_run():
+    """An accept of a run on one machine type restarts that type's history only; an accept of a run not seen
+    yet waits for it, on whichever type it lands; a dismiss finds its run's segment."""
+    config = step_time_config(history_by=("accelerator",))
+    runs = two_types(30, seed=8)
+    history = MetricHistory()
+    observe_on(history, runs, config)
+    v4, v5e = history.segments["accelerator=v4"], history.segments["accelerator=v5e"]
+    before = list(v5e.entries)
+    accepted = next(i for i in range(20, 30) if runs[i][1] == "v4")
+    history.accept(f"r{accepted}", history_policy(config, "acc"))
+    assert v4.entries[0][0] == f"r{accepted}" and v5e.entries == before and history.pending_accept is None
+    history.accept("r30", history_policy(config, "acc"))
+    assert history.pending_accept == "r30"
+    _, alerts = check_metric(history, MetricObservation("t", "r30", "acc", 20.0, 30, "success", T0 + 30, T0 + 30,
+                                                        {"accelerator": "v5e"}), config)
+    assert alerts is None and history.pending_accept is None
+    assert v5e.entries == [("r30", 20.0, True)] and v5e.previous
+    _, alert = check_metric(history, MetricObservation("t", "r31", "acc", 99.0, 31, "success", T0 + 31, T0 + 31,
+                                                       {"accelerator": "v4"}), config)
+    assert alert.kind == "metric_out_of_bounds" and v4.entries[-1] == ("r31", 99.0, False)
+    history.dismiss("r31", history_policy(config, "acc"))
+    assert v4.entries[-1] == ("r31", 99.0, True)
+
+
+def test_a_failed_run_of_a_new_machine_type_starts_no_history():
+    config = step_time_config(history_by=("accelerator",))
+    history = MetricHistory()
+    row, _ = check_metric(history, MetricObservation("t", "r0", "acc", 1.0, 0, "failure", T0, T0,
+                                                     {"accelerator": "v6"}), config)
+    assert history.segments == {} and row["history_segment"] == "accelerator=v6"
+
+
+def test_seeded_history_with_segments_equals_stepped_history():
+    """The seed puts each stored row back in the segment its row names, triage interleaved in event time."""
+    from core.triage import TriageItem
+    config = step_time_config(history_by=("accelerator",))
+    runs = two_types(40, seed=11, fault_at=30)
+    stepped = MetricHistory()
+    rows, _ = observe_on(stepped, runs, config)
+    accept = TriageItem.from_row({"action_id": "a1", "action": "accept", "test_name": "t", "metric_name": "acc",
+                                  "run_id": "r35", "alert_id": None, "alert_kind": None, "alert_instance": None,
+                                  "note": None, "author": "me", "until": None, "created_at": T0 + 35.5})
+    apply_metric_triage(stepped, accept, history_policy(config, "acc"))
+    stored = [(T0 + i, f"r{i}", r["metric_value"], r["within_bounds"], "success", r["metric_lower_bound"],
+               r["metric_upper_bound"], r["history_segment"]) for i, r in enumerate(rows)]
+    assert seed_metric_history(reversed(stored), history_policy(config, "acc"), [accept]) == stepped
+
+
+def test_a_metric_condition_without_history_by_keeps_one_history_in_a_test_with_it():
+    condition = SuccessCondition("less", false_alert_rate=0.002, wait_for_n_points_of_history=5, history_by=())
+    config = regression(metric_success_conditions={"acc": condition}, history_by=("accelerator",))
+    history = MetricHistory()
+    rows, _ = observe_on(history, two_types(10, seed=1), config)
+    assert {row["history_segment"] for row in rows} == {None} and not history.segments and len(history.entries) == 10

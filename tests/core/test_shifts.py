@@ -109,3 +109,20 @@ def test_the_shift_checks_take_their_share_of_the_budget():
     raw["regression_test_config"]["detect_shifts"] = False
     assert parse_test_config(raw, "t.json").regression_test.metric_success_conditions["acc"].false_alert_rate \
         == pytest.approx(0.01)
+
+
+def test_runs_on_the_slower_of_two_machine_types_are_no_shift():
+    """A base that holds the slower type's level a fifth of the time or more: slow runs in a row are a mode,
+    not a shift; the same runs after a one-mode base are one."""
+    rng = random.Random(9)
+    fast = [10 + rng.gauss(0, 0.1) for _ in range(30)]
+    slow = [12.5 + rng.gauss(0, 0.1) for _ in range(10)]
+    mixed = fast[:20] + slow
+    rng.shuffle(mixed)
+    window = [10.0, 10.1, 12.5, 12.6, 12.4]
+
+    def shifts(base):
+        values = base + window
+        return [find_shift(values[:end], 1, 0.002) for end in range(len(base) + 1, len(values) + 1)]
+    assert any(shifts(fast))
+    assert not any(shifts(mixed))

@@ -163,3 +163,57 @@ def test_the_summary_ends_with_next_steps_that_run_as_printed(tmp_path, monkeypa
             continue  # opens a browser
         done = run_shell_line(step.strip(), str(tmp_path))
         assert done.returncode == 0, (step, done.stderr)
+
+
+MIXED = "mixed-hardware"
+
+
+def mixed_hardware_lines(runs=40, fault_at=32):
+    """A test whose runs land at random on a fast (v5e) or a slow (v4, x1.25) machine type, said by run_started;
+    run ``fault_at`` is x1.2 slower on the fast type, still faster than the slow type."""
+    from trainguard import wire
+    rng = random.Random(4)
+    lines = []
+    for i in range(runs):
+        run, start = f"{MIXED}-{i:03d}", 1_764_000_000.0 + 3600.0 * i
+        accelerator = "v5e" if i == fault_at else rng.choice(["v4", "v5e"])
+        level = (1.25 if accelerator == "v4" else 1.0) * (1.2 if i == fault_at else 1.0)
+        points = [wire.point_dict("step_time", level * (1 + rng.gauss(0, 0.01)), start + 10 + step, step)
+                  for step in range(20)]
+        lines.append([
+            wire.encode_message(MIXED, run, events=[wire.event_dict(wire.RUN_STARTED, start,
+                                                                    {"accelerator": accelerator})]),
+            wire.encode_message(MIXED, run, points),
+            wire.encode_message(MIXED, run, events=[wire.event_dict(wire.RUN_FINISHED, start + 40,
+                                                                    {"status": "success"})])])
+    return lines
+
+
+def test_history_by_keeps_a_baseline_per_machine_type_across_invocations(tmp_path):
+    """history_by: ["accelerator"] judges each run against the runs of its machine type: the fast type's x1.2
+    slowdown is the one alert, naming its segment, every row says its segment, and a second invocation seeds
+    each type's history from the store (the same tables as one invocation)."""
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / f"{MIXED}.json").write_text(json.dumps({
+        "metric_collection_config": {"default_aggregation_strategies": ["average"]},
+        "regression_test_config": {
+            "history_by": ["accelerator"], "alert_after_second_test_failure": False,
+            "metric_success_conditions": {"step_time_average": {
+                "comparison": "less", "success_threshold": {"false_alert_rate": 0.002},
+                "wait_for_n_points_of_history": 5}}}}))
+    runs = mixed_hardware_lines()
+
+    def run_replay(lines, name):
+        path = write_lines(tmp_path / f"{name}.jsonl", [m for run in lines for m in run])
+        return main([f"--input_files={path}", f"--config_dir={configs}", f"--local_store={tmp_path / name}.duckdb",
+                     f"--alerts_file={tmp_path / name}.alerts.jsonl", "--report_dir="])
+    assert run_replay(runs, "once") == 0
+    assert run_replay(runs[:25], "twice") == 0 and run_replay(runs[25:], "twice") == 0
+    assert table_contents(tmp_path / "twice.duckdb") == table_contents(tmp_path / "once.duckdb")
+    store = DuckDBStore(str(tmp_path / "once.duckdb"))
+    assert store.query("SELECT kind, run_id FROM alerts") == [("metric_out_of_bounds", f"{MIXED}-032")]
+    details = json.loads(store.query("SELECT details FROM alerts")[0][0])
+    assert details["history_segment"] == "accelerator=v5e"
+    assert {row[0] for row in store.query("SELECT history_segment FROM metric_history")} == {
+        "accelerator=v4", "accelerator=v5e"}

@@ -44,14 +44,14 @@ class Store:
         self.store.ensure_schema()
         self.jobs, self.metrics, self.actions = [], [], []
 
-    def run(self, test, run, at, status="success", values=()):
+    def run(self, test, run, at, status="success", values=(), segment=None):
         self.jobs.append({"run_id": run, "test_name": test, "job_status": status, "num_failures": 0,
                           "start_time": iso(at - 10), "timestamp": iso(at), "job_duration_sec": 10.0,
                           "processed_at": iso(at), "events": "[]"})
         for metric, value, within in values:
             self.metrics.append({"run_id": run, "test_name": test, "metric_name": metric, "metric_value": value,
                                  "metric_lower_bound": None, "metric_upper_bound": None, "within_bounds": within,
-                                 "timestamp": iso(at), "step": None})
+                                 "timestamp": iso(at), "step": None, "history_segment": segment})
 
     def triage(self, action_id, action, test, metric, run, at):
         self.actions.append({"action_id": action_id, "action": action, "test_name": test, "metric_name": metric,
@@ -76,20 +76,22 @@ def bounds_of(configs, seed, key):
 def random_histories(store: Store, tests: int, seed: int):
     """``tests`` tests of one checked metric each, with their own history size, rebaseline streak and warm-up, and
     random histories: values, stored within-bounds flags (often out of bounds, sometimes unchecked), failed runs,
-    and accepts and dismisses of random earlier runs made at random later times."""
+    and accepts and dismisses of random earlier runs made at random later times. A third of the tests keep a
+    history per machine type (``history_by``), their runs on one of two or three."""
     rng = random.Random(seed)
     by_test = {}
     for t in range(tests):
         test, max_points = f"t{t:04}", rng.randint(1, 8)
+        segments = rng.choice([(None,), ("accelerator=a", "accelerator=b"), ("accelerator=a", "accelerator=")])
         by_test[test] = {"regression_test_config": {
-            "rebaseline_after": rng.randint(0, 4),
+            "rebaseline_after": rng.randint(0, 4), "history_by": ["accelerator"] if segments[0] else [],
             "metric_success_conditions": {"loss": condition(max_points, rng.randint(0, max_points))}}}
         out_of_bounds = rng.choice([0.05, 0.2, 0.5, 0.8])
         runs = rng.randint(0, 80)
         for i in range(runs):
             within = None if rng.random() < 0.05 else rng.random() >= out_of_bounds
             status = "failure" if rng.random() < 0.1 else "success"
-            store.run(test, f"r{i:02}", 100.0 * i, status, [("loss", rng.random(), within)])
+            store.run(test, f"r{i:02}", 100.0 * i, status, [("loss", rng.random(), within)], rng.choice(segments))
         for j in range(rng.randint(0, 3) if runs else 0):
             target = rng.randrange(runs)
             store.triage(f"{test}-a{j}", rng.choice([TriageAction.ACCEPT, TriageAction.DISMISS]), test, "loss",
@@ -106,6 +108,10 @@ def test_a_scoped_seed_gives_every_checked_metric_the_bounds_and_history_of_its_
     for key, history in full.metrics.items():
         assert bounds_of(configs, scoped, key) == bounds_of(configs, full, key), key
         assert scoped.metrics.get(key, MetricHistory()).entries == history.entries, key
+        segments = scoped.metrics.get(key, MetricHistory()).segments
+        assert {name: h.entries for name, h in segments.items()} == {
+            name: h.entries for name, h in history.segments.items()}, key
+    assert sum(bool(history.segments) for history in full.metrics.values()) > 500
 
 
 def test_the_seed_reads_a_checked_metric_to_its_depth_and_no_unchecked_one(tmp_path):

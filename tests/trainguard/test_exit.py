@@ -47,12 +47,14 @@ def log_until_a_send_hangs(handler, points: int) -> None:
 
 def test_the_batch_in_flight_to_an_endpoint_that_never_answers_counts_as_unsent(silent_server, handlers):
     handler = hanging_pubsub_handler(handlers, max_buffered_points=4000)
-    log_until_a_send_hangs(handler, 5000)
+    # The hanging send takes at most the 4000 points buffered when it starts, whenever the background thread
+    # wakes: of 10000, more than 4000 are left for a buffer of 4000, which overflows.
+    log_until_a_send_hangs(handler, 10000)
     handler.close(timeout=0.2)
     stats = handler.stats()
     assert stats.points_delivered == 0 and stats.points_dropped_buffer_full > 0
-    assert stats.points_delivered + stats.points_dropped == 5000
-    assert stats.points_unsent_at_exit == 5000 - stats.points_dropped_buffer_full
+    assert stats.points_delivered + stats.points_dropped == 10000
+    assert stats.points_unsent_at_exit == 10000 - stats.points_dropped_buffer_full
     assert (stats.events_delivered, stats.events_unsent_at_exit) == (0, 1)
 
 

@@ -16,6 +16,7 @@ import json
 import os
 import pickle
 import shutil
+import threading
 
 import apache_beam as beam
 import pytest
@@ -29,7 +30,8 @@ from core.schema import ALERTS, DEAD_LETTER
 from pipeline.graph import GraphSettings
 from tests.support import T0
 from tests.transforms.support import detect, simple_run, streaming_pipeline
-from transforms.config_versions import AlertOnceFn, LiveConfigs, WatchConfigs, read_config_dir
+from transforms import config_versions
+from transforms.config_versions import AlertOnceFn, LiveConfigs, WatchConfigs, forget_readers, read_config_dir
 
 CONDITION = {"comparison": "greater", "success_threshold": {"fixed_value": 80}}
 GOOD = {"regression_test_config": {"metric_success_conditions": {"acc_final": CONDITION},
@@ -46,6 +48,14 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.now
+
+
+WALL_CLOCK = [T0]
+
+
+def wall_clock() -> float:
+    """Processing time shared by every copy (a module function pickles by name)."""
+    return WALL_CLOCK[0]
 
 
 def config_dir(tmp_path, **files) -> str:
@@ -74,9 +84,36 @@ def test_live_configs_re_read_the_directory_once_the_refresh_period_has_passed(t
     assert not bounded(live)                       # not yet due
     clock.now += 1
     assert bounded(live)                           # due: the edit is live
-    copy = pickle.loads(pickle.dumps(live))        # a stage's copy, on a worker
+    copy = pickle.loads(pickle.dumps(live))        # another stage's copy, in the same process
     config_dir(tmp_path, cifar={})
-    assert bounded(live) and not bounded(copy)     # the copy re-reads at its first lookup
+    assert bounded(live) and bounded(copy)         # they share the process's reader: not due yet
+    forget_readers()                               # a new worker process has no reader yet
+    assert not bounded(copy)                       # its first lookup reads the directory
+    assert not bounded(live)                       # the same reader
+
+
+def test_every_stage_of_a_worker_shares_one_reader_that_lists_the_directory_once_per_refresh(tmp_path, monkeypatch):
+    """The job's 14-odd stages each hold a copy of its LiveConfigs; on a worker they list the directory once per
+    refresh period between them, and switch to an edit at the same moment."""
+    directory = config_dir(tmp_path, cifar={})
+    listings = []
+    original = config_versions._list_files
+    monkeypatch.setattr(config_versions, "_list_files", lambda d: listings.append(d) or original(d))
+    WALL_CLOCK[0] = T0
+    launched = LiveConfigs(read_config_dir(directory, now=T0), refresh_seconds=300, clock=wall_clock)
+    listings.clear()
+    stages = [pickle.loads(pickle.dumps(launched)) for _ in range(14)]
+    threads = [threading.Thread(target=lambda s=stage: [s.for_test("cifar", T0) for _ in range(50)]) for stage in stages]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(listings) == 1
+    config_dir(tmp_path, cifar=GOOD)
+    WALL_CLOCK[0] += 299
+    assert [bounded(stage) for stage in stages] == [False] * 14
+    WALL_CLOCK[0] += 1
+    assert [bounded(stage) for stage in stages] == [True] * 14 and len(listings) == 2
 
 
 def test_live_configs_never_raise_whatever_happens_to_the_directory(tmp_path):

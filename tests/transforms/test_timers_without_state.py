@@ -9,11 +9,11 @@ raise, and must emit nothing and write no state.
 from __future__ import annotations
 
 import importlib
-import inspect
 import pkgutil
 
 import apache_beam as beam
 import pytest
+from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import BagStateSpec, TimerSpec, get_dofn_specs
 from apache_beam.utils.timestamp import Timestamp
 
@@ -21,6 +21,7 @@ import transforms
 from bench.bench_ordered import CodedBag, CodedCell, Timer
 from core.runs import RunLifecycle
 from tests.support import T0
+from tests.transforms.held_watermarks import arguments
 from tests.transforms.support import configs
 from transforms.history import _JobMachine, _MetricMachine
 from transforms.ordered import in_event_time_order
@@ -49,22 +50,6 @@ STATEFUL_DOFNS = {
 }
 
 
-def callback_arguments(method, key, cells, timers):
-    """The arguments a runner passes a timer callback: its state cells and timers, the key, the firing time."""
-    arguments = {}
-    for name, parameter in inspect.signature(method).parameters.items():
-        default = parameter.default
-        if getattr(default, "state_spec", None) is not None:
-            arguments[name] = cells[default.state_spec.name]
-        elif getattr(default, "timer_spec", None) is not None:
-            arguments[name] = timers[default.timer_spec.name]
-        elif default is beam.DoFn.KeyParam:
-            arguments[name] = key
-        elif default is beam.DoFn.TimestampParam:
-            arguments[name] = Timestamp.of(T0 + 3600)
-    return arguments
-
-
 @pytest.mark.parametrize("name", sorted(STATEFUL_DOFNS))
 def test_every_timer_fired_without_state_does_nothing(name):
     fn, key = STATEFUL_DOFNS[name]
@@ -75,7 +60,7 @@ def test_every_timer_fired_without_state_does_nothing(name):
                  for spec in state_specs}
         timers = {spec.name: Timer() for spec in timer_specs}
         method = getattr(fn, timer_spec._attached_callback.__name__)
-        outputs = list(method(**callback_arguments(method, key, cells, timers)) or ())
+        outputs = list(method(**arguments(method, key, cells, timers, Timestamp.of(T0 + 3600))) or ())
         assert outputs == [], (name, timer_spec.name)
         assert all(cell.data in (None, []) for cell in cells.values()), (name, timer_spec.name)
 
@@ -95,3 +80,12 @@ def test_every_stateful_dofn_in_transforms_is_covered():
             if isinstance(value, type) and issubclass(value, beam.DoFn) and has_timers(value):
                 with_timers.add(value)
     assert with_timers and with_timers <= covered, with_timers - covered
+
+
+@pytest.mark.parametrize("name", sorted(STATEFUL_DOFNS))
+def test_no_stateful_dofn_sets_a_processing_time_timer(name):
+    """Dataflow holds a stage's output watermark at a pending processing-time timer's input timestamp: a timer
+    of an old element (a back-fill) would hold every stage after it, all alerts, for as long as it is pending
+    (``tests/transforms/held_watermarks.py``). Every wait is an event-time timer."""
+    _, timer_specs = get_dofn_specs(STATEFUL_DOFNS[name][0])
+    assert {spec.time_domain for spec in timer_specs} == {TimeDomain.WATERMARK}, name

@@ -18,7 +18,7 @@ then creates, idempotently ("describe || create"), everything the job needs:
   - the Dataflow, Pub/Sub, BigQuery and Cloud Storage APIs (enabled)
   - Pub/Sub topics PREFIX-metrics (trainers publish here) and PREFIX-alerts (every alert), and the
     subscription PREFIX-metrics-pipeline on PREFIX-metrics (the job's input)
-  - the BigQuery dataset and its tables (explicit schemas from sinks/schema.py, partitioned by day
+  - the BigQuery dataset and its tables (explicit schemas from core/schema.py, partitioned by day
     on their time column, clustered by test_name; dead_letter by source)
   - the bucket gs://BUCKET for Dataflow's temp and staging files
 then makes CONFIG_GCS a copy of CONFIG_DIR (gcloud storage rsync: files not in CONFIG_DIR are deleted
@@ -245,7 +245,7 @@ ensure_bigquery() {
   exists bq --project_id="$PROJECT" show --dataset "$PROJECT:$DATASET" \
     || run bq --project_id="$PROJECT" mk --dataset --location="$REGION" \
          --description="trainguard: job and metric history, alerts, dead letters" "$PROJECT:$DATASET"
-  # One schema file per table, and "name time_column cluster,columns" lines, from sinks/schema.py.
+  # One schema file per table, and "name time_column cluster,columns" lines, from core/schema.py.
   local name time_column clustering
   SCHEMA_DIR=$(mktemp -d)
   trap 'rm -rf "$SCHEMA_DIR"' EXIT

@@ -14,7 +14,8 @@ resident memory come from ``os.wait4`` in a small launcher (``bench/timing.py``)
 
 Writes ``scaling.csv`` (one row per process) and ``scaling.png`` (a column per sweep, log-log; dotted: proportional
 to the size through the first point; dashed: the first point's cost plus the growth between the first two, continued
-linearly) into ``--out_dir``; inputs and stores stay in ``--workdir`` and are reused (``--replot`` only redraws).
+linearly) into ``--out_dir`` (default ``--workdir``: the README's ``docs/scaling.*`` change only with
+``--out_dir docs``); inputs and stores stay in ``--workdir`` and are reused (``--replot`` only redraws).
 
     python bench/bench_scaling.py [--quick] [--points 100000 1000000 10000000] [--tests 10 1000 10000]
         [--seed_runs 100 100000] [--workdir bench/out/scaling] [--out_dir docs]
@@ -260,10 +261,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--seed_points", type=int, help="points of the seed sweep's replay (100k)")
     parser.add_argument("--sweeps", nargs="+", choices=("points", "tests", "seed"), default=["points", "tests", "seed"])
     parser.add_argument("--workdir", default=os.path.join(REPO, "bench", "out", "scaling"))
-    parser.add_argument("--out_dir", default=os.path.join(REPO, "docs"), help="where scaling.csv and .png go")
+    parser.add_argument("--out_dir", default=None,
+                        help="where scaling.csv and .png go (default: --workdir; the README's figures: docs)")
     parser.add_argument("--title", default="trainguard replay scaling", help="the figure's title")
     parser.add_argument("--replot", action="store_true", help="only redraw scaling.png from --out_dir's scaling.csv")
     args = parser.parse_args(argv)  # type: ignore[no-untyped-call]
+    args.out_dir = args.out_dir or args.workdir  # the tracked figures change only when asked
     if args.replot:
         plot(read_rows(os.path.join(args.out_dir, "scaling.csv")), os.path.join(args.out_dir, "scaling.png"),
              args.title)

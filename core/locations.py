@@ -10,6 +10,12 @@ import os
 
 LOCAL_STORE = "trainguard.duckdb"
 ALERTS_FILE = "alerts.jsonl"
-TRIAGE_FILE = "triage.jsonl"  # triage actions for replays (``trainguard-triage``), read by the replay if present
+LEGACY_TRIAGE_FILE = "triage.jsonl"  # where triage actions went before each store had its own file
 REPORT_DIR = "trainguard-report"
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+
+
+def triage_file_for(store: str) -> str:
+    """The triage file of a local store (``trainguard-triage`` appends to it, replays into that store apply it):
+    beside the store, named after it (``runs/trainguard.duckdb`` -> ``runs/trainguard.triage.jsonl``)."""
+    return os.path.splitext(store)[0] + ".triage.jsonl"

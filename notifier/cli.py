@@ -114,6 +114,9 @@ def parse_options(argv: Optional[Sequence[str]], environ: Mapping[str, str] = os
     args = parser.parse_args(argv)
     if args.once and not args.alerts_file:
         parser.error("--once needs --alerts_file")
+    if args.once and not os.path.isfile(args.alerts_file):
+        parser.error(f"--alerts_file {args.alerts_file} does not exist: name the file the pipeline wrote "
+                     "(its --alerts_file; alerts.jsonl by default)")
     if args.out_dir is not None:
         if args.dry_run is None:
             parser.error("--out_dir is where --dry_run renders the e-mails: add --dry_run (or leave --out_dir out)")
@@ -280,6 +283,9 @@ def _run(options: Options, environ: Mapping[str, str]) -> int:
                      sender.describe(), dead_letters.describe(), options.state_path)
         if not options.once:
             print(f"{PROG}: reading {source.describe()}; Ctrl-C stops it", file=sys.stderr, flush=True)
+            if options.alerts_file and not os.path.exists(options.alerts_file):
+                print(f"{PROG}: {options.alerts_file} does not exist yet: waiting for the pipeline to write it",
+                      file=sys.stderr, flush=True)
         status = 0
         try:
             loop.drain() if options.once else loop.run_until_stopped()

@@ -40,7 +40,8 @@ PREFIX=${TRAINGUARD_PREFIX:-trainguard}
 CONFIG=${EMAIL_CONFIG:-}
 KEY_SECRET=${EMAIL_KEY_SECRET:-sendgrid-api-key}
 [[ -n $PROJECT ]] || die "no project: set TRAINGUARD_PROJECT"
-[[ -f $CONFIG ]] || die "EMAIL_CONFIG must name the notifier's config file"
+[[ -n $CONFIG ]] || die "no config: set EMAIL_CONFIG to the notifier's config file (e.g. notifier/example-config.json)"
+[[ -f $CONFIG ]] || die "EMAIL_CONFIG=$CONFIG: no such file"
 SERVICE_ACCOUNT=${EMAIL_SERVICE_ACCOUNT:-$PREFIX-email@$PROJECT.iam.gserviceaccount.com}
 IMAGE=${EMAIL_IMAGE:-$REGION-docker.pkg.dev/$PROJECT/$PREFIX/$PREFIX-email:latest}
 

@@ -93,7 +93,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             streaming.run(argv)
         else:
             replay.run_and_report(argv)
-    except (ConfigError, FileNotFoundError, streaming.UsageError, OutputUnusable) as e:
+    except (ConfigError, FileNotFoundError, IsADirectoryError, PermissionError, streaming.UsageError,
+            OutputUnusable) as e:
         return fail("trainguard", str(e), USAGE_ERROR)
     except Exception as e:
         line = cloud_failure(e)

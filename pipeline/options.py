@@ -35,9 +35,10 @@ class TrainguardOptions(PipelineOptions):
         source.add_argument("--input_files", default=None,
                             help="Glob of wire-format .jsonl files to replay (bounded). "
                                  "Default: the bundled demo data, when no other input is given.")
-        source.add_argument("--triage_file", default=locations.TRIAGE_FILE,
+        source.add_argument("--triage_file", default=None,
                             help="JSONL file of triage actions (trainguard-triage) replayed with the input when "
-                                 "it exists; an empty value reads none.")
+                                 "it exists. Default: the store's own, beside --local_store "
+                                 "(trainguard.duckdb: trainguard.triage.jsonl); an empty value reads none.")
         source.add_argument("--replay_group_mib", type=float, default=REPLAY_GROUP_MIB,
                             help="A replay of local files larger than this many MiB reads its tests in groups of "
                                  "about this size, one pipeline run each, so that its memory follows a group, not "

@@ -21,6 +21,7 @@ import json
 import math
 import os
 import shlex
+import shutil
 import sys
 import threading
 import time
@@ -31,6 +32,7 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from core.history import HistorySeed
+from core.locations import LEGACY_TRIAGE_FILE, triage_file_for
 from core.schema import ALERT_UPDATES, ALERTS, TABLES
 from pipeline import IMPORTED_AT
 from pipeline.graph import DetectRegressions, GraphSettings
@@ -86,6 +88,7 @@ class ReplaySummary:
     seconds: float
     store: str
     alerts_file: str
+    triage_file: Optional[str] = None  # the store's triage file, applied with the input
 
     def render(self) -> str:
         c, rows = self.counters, self.rows_added
@@ -98,7 +101,8 @@ class ReplaySummary:
             "  rows written      " + ", ".join(f"{t} +{n}" for t, n in rows.items()),
             f"  alerts raised     {rows['alerts']:>8}  ({kinds})",
             f"  dead letters      {rows['dead_letter']:>8}",
-            f"  store: {self.store}   alerts: {self.alerts_file}",
+            f"  store: {self.store}   alerts: {self.alerts_file}"
+            + (f"   triage applied: {self.triage_file}" if self.triage_file else ""),
         ])
 
 
@@ -300,11 +304,22 @@ def run(argv: Optional[List[str]] = None) -> ReplaySummary:
     files = sorted(glob.glob(pattern))
     if not files:
         raise FileNotFoundError(f"--input_files={pattern!r} matches no file")
+    for path in files:
+        if os.path.isdir(path):
+            raise IsADirectoryError(f"--input_files={pattern!r} names the directory {path}: name its files, e.g. "
+                                    f"--input_files={shlex.quote(os.path.join(path, '*.jsonl'))}")
+        if not os.access(path, os.R_OK):
+            raise PermissionError(f"--input_files={pattern!r}: cannot read {path}")
     patterns = [pattern]
-    if local.triage_file and os.path.isfile(local.triage_file) and os.path.abspath(local.triage_file) not in map(
-            os.path.abspath, files):
-        patterns.append(local.triage_file)
-        files.append(local.triage_file)
+    triage_file = triage_file_for(local.local_store) if local.triage_file is None else local.triage_file
+    applied = None
+    if triage_file and os.path.isfile(triage_file) and os.path.abspath(triage_file) not in map(os.path.abspath, files):
+        patterns.append(triage_file)
+        files.append(triage_file)
+        applied = triage_file
+    elif local.triage_file is None and os.path.isfile(LEGACY_TRIAGE_FILE):
+        print(f"trainguard: {LEGACY_TRIAGE_FILE} here is not applied: a store's triage actions are in its own file, "
+              f"{triage_file} for this one (move them there to apply them)", file=sys.stderr)
     configs = read_config_dir(local.config_dir).strict()  # each test's dated versions, by event time
     started = time.monotonic()
     show_progress = is_terminal(sys.stderr) if local.progress is None else local.progress
@@ -340,7 +355,8 @@ def run(argv: Optional[List[str]] = None) -> ReplaySummary:
         input_files=files, counters=counters,
         rows_added=rows_added,
         alerts_by_kind={k: n - kinds_before.get(k, 0) for k, n in kinds_after.items() if n > kinds_before.get(k, 0)},
-        seconds=time.monotonic() - started, store=local.local_store, alerts_file=local.alerts_file)
+        seconds=time.monotonic() - started, store=local.local_store, alerts_file=local.alerts_file,
+        triage_file=applied)
 
 
 def run_and_report(argv: List[str]) -> None:
@@ -361,21 +377,34 @@ def run_and_report(argv: List[str]) -> None:
 
 
 def next_steps(summary: ReplaySummary, report: Optional[str]) -> str:
-    """The commands worth running after a replay, spelled for its own files."""
-    store, alerts = shlex.quote(summary.store), shlex.quote(summary.alerts_file)
+    """The commands worth running after a replay, spelled for its own files and for this interpreter (the
+    venv's, whether or not it is activated: ``python`` and the console scripts may be other ones)."""
+    store, alerts, python = shlex.quote(summary.store), shlex.quote(summary.alerts_file), interpreter()
+    triage = "trainguard-triage" if python == "python" else f"{python} -m pipeline.triage"
     lines = ["next:"]
     if report and report.endswith(".html"):
-        lines.append(f"  python -m webbrowser -t {shlex.quote(report)}   # the pictures and the alert list")
+        lines.append(f"  {python} -m webbrowser -t {shlex.quote(report)}   # the pictures and the alert list")
     lines += [
-        f"  trainguard-triage list --state open --local_store={store}   # accept, dismiss or mute what fired",
-        f"  python -m notifier --config {shlex.quote(os.path.relpath(EXAMPLE_EMAIL_CONFIG))} --alerts_file={alerts} "
+        f"  {triage} list --state open --local_store={store}   # accept, dismiss or mute what fired",
+        f"  {python} -m notifier --config {shlex.quote(os.path.relpath(EXAMPLE_EMAIL_CONFIG))} --alerts_file={alerts} "
         "--dry_run --once   # the e-mails, rendered to files",
     ]
     if summary.rows_added.get("dead_letter"):
         query = (f"import duckdb; duckdb.connect({json.dumps(summary.store)}, read_only=True)"
                  '.sql("SELECT reason, source, payload FROM dead_letter").show()')
-        lines.append(f"  python -c {shlex.quote(query)}   # the dead letters: why, and the raw payload")
+        lines.append(f"  {python} -c {shlex.quote(query)}   # the dead letters: why, and the raw payload")
     return "\n".join(lines)
+
+
+def interpreter() -> str:
+    """How to call this Python in a shell here: ``python`` when that is it (an activated venv: its console
+    scripts are on the PATH too), else its path, relative to the working directory when it lies below it
+    (``.venv/bin/python``), quoted."""
+    on_path = shutil.which("python")
+    if on_path and os.path.abspath(on_path) == os.path.abspath(sys.executable):
+        return "python"
+    relative = os.path.relpath(sys.executable)
+    return shlex.quote(relative if not relative.startswith(os.pardir) else sys.executable)
 
 
 @contextlib.contextmanager

@@ -6,8 +6,9 @@
     trainguard-triage list [--test T] [--state open]                    alerts and their state
 
 Each action is a control message of the wire contract (``trainguard.wire.Triage``).
-Locally it is appended to ``--triage_file`` (``triage.jsonl``), which the next
-replay reads with its input; with ``--topic`` it is published to the pipeline's
+Locally it is appended to the store's triage file (``trainguard.triage.jsonl``
+beside ``trainguard.duckdb``; ``--triage_file``), which the next replay into that
+store reads with its input; with ``--topic`` it is published to the pipeline's
 input topic, and the streaming job applies it. Either way the pipeline applies
 it at its event time (``--at``, default now) among the runs, records it in the
 ``triage`` table, and a replay of the same input reproduces it (``core.triage``).
@@ -28,8 +29,8 @@ import sys
 import time
 from typing import List, Optional, Sequence
 
-from core import locations
 from core.alert_record import AlertRecord, alert_from_row
+from core.locations import triage_file_for
 from core.records import iso_utc
 from core.triage import TriageItem, alert_states
 from core.vocabulary import AlertState, TriageAction
@@ -130,9 +131,18 @@ def send(test: str, triage: wire.Triage, args: argparse.Namespace) -> str:
         except (gexc.GoogleAPICallError, TimeoutError) as e:
             raise TriageError(f"could not publish to {args.topic}: {type(e).__name__}: {e}") from None
         return f"published to {args.topic} (message {message_id})"
-    with open(args.triage_file, "ab") as f:
+    if args.bigquery_dataset:
+        raise TriageError(f"--bigquery_dataset={args.bigquery_dataset} is read by the streaming job, which takes "
+                          "triage actions from its input topic: give --topic (a local triage file reaches no job)")
+    path = triage_file(args)
+    with open(path, "ab") as f:
         f.write(payload + b"\n")
-    return f"appended to {args.triage_file}; the next replay applies it"
+    return f"appended to {path}; the next replay into {args.local_store} applies it"
+
+
+def triage_file(args: argparse.Namespace) -> str:
+    """Where local actions go: ``--triage_file``, else the triage file of ``--local_store``."""
+    return triage_file_for(args.local_store) if args.triage_file is None else args.triage_file
 
 
 def accept(args: argparse.Namespace) -> str:
@@ -173,7 +183,7 @@ def list_alerts(args: argparse.Namespace) -> str:
     finally:
         store.close()
     known = {a.id for a in stored}
-    pending = [a for a in read_file_actions(args.triage_file) if a.id not in known]
+    pending = [a for a in read_file_actions(triage_file(args)) if a.id not in known]
     states = alert_states([a.facts() for a in alerts], stored + pending,
                           raised_muted=[a.alert_id for a in alerts if a.state is AlertState.MUTED])
     shown = [a for a in alerts if (args.test is None or a.test == args.test)
@@ -208,8 +218,9 @@ def build_parser(now: float) -> argparse.ArgumentParser:
                                   + "\n\n" + DASHES_NOTE)
     common = argparse.ArgumentParser(add_help=False, formatter_class=formatter)
     where = common.add_argument_group("where actions go and alerts are read")
-    where.add_argument("--triage_file", default=locations.TRIAGE_FILE,
-                       help="local JSONL file of triage actions, read by the next replay")
+    where.add_argument("--triage_file", default=None,
+                       help="local JSONL file of triage actions, applied by the next replay into --local_store "
+                            "(default: the store's own, e.g. trainguard.triage.jsonl beside trainguard.duckdb)")
     where.add_argument("--topic", default=None,
                        help="publish to this Pub/Sub topic (the pipeline's input: projects/P/topics/T) instead")
     where.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for Pub/Sub to take a message")

@@ -59,8 +59,8 @@ MARK_TEXT = {
     "output": "tests/test_docs.py compares this block with the output of the block above",
 }
 FENCE = re.compile(r"^( *)```(\S*)\s*$")
-NOT_IN_SCRATCH = {".git", ".venv", "trainguard.duckdb", "alerts.jsonl", "triage.jsonl", "trainguard-report",
-                  "email-dry-run", "email-state.sqlite", "metrics.jsonl", "runs", "train.py", "email.json"}
+NOT_IN_SCRATCH = {".git", ".venv", "trainguard.duckdb", "alerts.jsonl", "trainguard.triage.jsonl", "triage.jsonl",
+                  "trainguard-report", "email-dry-run", "email-state.sqlite", "metrics.jsonl", "runs", "train.py", "email.json"}
 RUNNING = "Ctrl-C stops it"
 PUBSUB_NAME = re.compile(r"projects/[\w.-]+/(?:topics|subscriptions)/[\w.~%+-]+")
 COMMAND_TIMEOUT_S = 300

@@ -98,6 +98,13 @@ class StrictArgumentParser(argparse.ArgumentParser):
         return super().parse_known_args(canonical_argv(args, self._option_string_actions), namespace)
 
     def parse_args(self, args=None, namespace=None):
+        args = sys.argv[1:] if args is None else list(args)
+        known = self.known_options()
+        for token in canonical_argv(args, known):  # before argparse, which would first miss a required option
+            if token == "--":
+                break
+            if token.startswith("--") and token.split("=", 1)[0] not in known:
+                self.error(unknown_option_message(token, known))
         parsed, extras = self.parse_known_args(args, namespace)
         if extras:
             options = [e for e in extras if e.startswith("-") and e != "-"]

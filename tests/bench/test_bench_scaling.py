@@ -30,3 +30,13 @@ def test_the_benchmark_command_writes_every_row_and_the_figure(tmp_path: Path, c
     assert rows[-1]["stored_runs"] == "10"
     assert (out / "scaling.png").stat().st_size > 10_000
     assert "wrote" in capsys.readouterr().out
+
+
+def test_without_out_dir_the_benchmark_writes_no_tracked_file(tmp_path: Path) -> None:
+    """docs/scaling.csv and .png are the README's: a run without --out_dir must not overwrite them."""
+    docs = Path(bench.REPO) / "docs"
+    before = {name: (docs / name).read_bytes() for name in ("scaling.csv", "scaling.png")}
+    work = tmp_path / "work"
+    assert bench.main(["--points", "3000", "--sweeps", "points", "--workdir", str(work)]) == 0
+    assert (work / "scaling.csv").exists() and (work / "scaling.png").exists()
+    assert {name: (docs / name).read_bytes() for name in before} == before

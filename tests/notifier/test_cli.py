@@ -103,6 +103,7 @@ def test_refused_alerts_are_dead_lettered_and_can_be_replayed(files, sendgrid_se
 
 
 def test_missing_key_or_bad_config_exit_2_without_a_traceback(files, capsys):
+    append(files["alerts.jsonl"])
     assert notify(files, env={}) == 2
     assert "error: no SendGrid API key: set $SENDGRID_API_KEY" in capsys.readouterr().err
     with open(files["email.json"], "w") as f:
@@ -245,3 +246,11 @@ def test_a_signal_never_waits_for_a_lock_the_interrupted_main_thread_may_hold():
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     assert loop.stop_event.is_set() and not source.waited
+
+
+def test_a_missing_alerts_file_is_named_not_read_as_empty(files, capsys):
+    with pytest.raises(SystemExit) as done:
+        notify(files, "--dry-run", files["out"])
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--alerts_file {files['alerts.jsonl']} does not exist" in err and "received" not in err

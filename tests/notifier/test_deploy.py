@@ -22,7 +22,7 @@ def test_deploy_script_is_shellcheck_clean():
 def dry_run(tmp_path, **env):
     """The script's printed commands, with gcloud/docker replaced by stubs that log their calls and fail."""
     stubs = tmp_path / "stubs"
-    stubs.mkdir()
+    stubs.mkdir(parents=True)
     for tool in ("gcloud", "docker"):
         stub = stubs / tool
         stub.write_text(f'#!/bin/sh\necho "{tool} $*" >> "{tmp_path}/called.log"\nexit 1\n')
@@ -56,7 +56,10 @@ def test_dry_run_deploys_one_always_on_instance_with_valid_notifier_arguments(tm
 def test_missing_config_is_an_error(tmp_path):
     result, printed = dry_run(tmp_path, TRAINGUARD_PROJECT="proj")
     assert result.returncode == 2 and printed == []
-    assert "EMAIL_CONFIG" in result.stderr
+    assert "no config: set EMAIL_CONFIG" in result.stderr
+    result, printed = dry_run(tmp_path / "again", TRAINGUARD_PROJECT="proj", EMAIL_CONFIG="nowhere.json")
+    assert result.returncode == 2 and printed == []
+    assert "EMAIL_CONFIG=nowhere.json: no such file" in result.stderr
 
 
 def test_an_unknown_option_of_the_deploy_script_exits_2_in_one_line(tmp_path):

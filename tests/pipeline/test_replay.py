@@ -140,6 +140,19 @@ def test_no_matching_input_is_an_error(tmp_path, capsys):
     assert "matches no file" in capsys.readouterr().err
 
 
+def test_a_directory_or_an_unreadable_file_as_input_is_one_line_and_a_usage_error(tmp_path, capsys):
+    assert replay(tmp_path, f"{REPO}/data/demo") == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert "names the directory" in line and "data/demo/*.jsonl" in line
+    locked = tmp_path / "locked.jsonl"
+    locked.write_bytes(b"")
+    locked.chmod(0)
+    if not os.access(locked, os.R_OK):  # root reads anything
+        assert replay(tmp_path, str(locked)) == 2
+        assert "cannot read" in capsys.readouterr().err
+    assert not (tmp_path / "store.duckdb").exists()
+
+
 def test_module_entry_point_runs_on_embedded_defaults(tmp_path):
     result = subprocess.run([sys.executable, "-m", "pipeline"], cwd=tmp_path, capture_output=True, text=True,
                             timeout=300)
@@ -150,19 +163,25 @@ def test_module_entry_point_runs_on_embedded_defaults(tmp_path):
 
 
 def test_the_summary_ends_with_next_steps_that_run_as_printed(tmp_path, monkeypatch, capsys):
-    from tests.support import run_shell_line
-
+    """As printed, in a shell where the venv is not activated: neither its python nor its scripts on the PATH
+    (with them on it, the summary says `python` and `trainguard-triage`, as the README shows)."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
     assert main([f"--config_dir={REPO}/configs"]) == 0
     out = capsys.readouterr().out
     assert "total " in out and "start-up and report included" in out
     steps = out[out.index("next:\n") + len("next:\n"):].splitlines()
     assert any("webbrowser" in step for step in steps) and any("dead_letter" in step for step in steps)
+    bare = {**os.environ, "PATH": "/usr/bin:/bin"}
     for step in steps:
         if "webbrowser" in step:
             continue  # opens a browser
-        done = run_shell_line(step.strip(), str(tmp_path))
+        done = subprocess.run(["bash", "-c", step.strip()], capture_output=True, text=True, cwd=tmp_path, env=bare)
         assert done.returncode == 0, (step, done.stderr)
+    assert f"{sys.executable} -m pipeline.triage list" in out
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + "/usr/bin:/bin")
+    assert main([f"--config_dir={REPO}/configs", "--report_dir="]) == 0
+    assert "\n  trainguard-triage list --state open" in capsys.readouterr().out
 
 
 MIXED = "mixed-hardware"

@@ -52,7 +52,7 @@ def test_actions_are_written_to_the_triage_file_applied_by_the_next_replay_and_l
     assert triage("dismiss", wall_time[:10], "--note", "slow disk, not the model") == 0
     assert triage("accept", CIFAR, "Accuracy/test_final", "--from-run", f"{CIFAR}-010", "--note", "new aug") == 0
     assert triage("mute", "jax-resnet50-failures-only", "--until", "+2d") == 0
-    actions = [wire.parse_message(line)[0] for line in (demo / "triage.jsonl").read_bytes().splitlines()]
+    actions = [wire.parse_message(line)[0] for line in (demo / "trainguard.triage.jsonl").read_bytes().splitlines()]
     assert [a.triage.action for a in actions] == ["dismiss", "accept", "mute"]
     assert actions[0].triage.alert_id == wall_time and actions[0].test == "tf-bert-squad-v100"
 
@@ -158,7 +158,7 @@ def test_help_shows_every_command_and_the_defaults(capsys):
     with pytest.raises(SystemExit):
         triage("mute", "--help")
     out = capsys.readouterr().out
-    assert "(default: triage.jsonl)" in out and "--until" in out
+    assert "trainguard.triage.jsonl beside trainguard.duckdb" in " ".join(out.split()) and "--until" in out
 
 
 def test_the_readme_triage_commands_run_as_shown(demo):
@@ -166,7 +166,7 @@ def test_the_readme_triage_commands_run_as_shown(demo):
         assert command.startswith("trainguard-triage ")
         done = run_shell_line(command, str(demo))
         assert done.returncode == 0, (command, done.stderr)
-    assert len((demo / "triage.jsonl").read_text().splitlines()) == 3
+    assert len((demo / "trainguard.triage.jsonl").read_text().splitlines()) == 3
 
 
 def test_the_readme_after_an_alert_commands_run_as_shown(demo):
@@ -175,3 +175,24 @@ def test_the_readme_after_an_alert_commands_run_as_shown(demo):
     for command in commands:
         done = run_shell_line(command, str(demo))
         assert done.returncode == 0, (command, done.stderr)
+
+
+def test_a_triage_file_belongs_to_its_store_and_a_stray_one_is_named_not_applied(demo, capsys):
+    """Actions for one store reach no other: the replay applies its store's own triage file and names it in its
+    summary; a replay into another store, or an old triage.jsonl lying in the directory, applies nothing."""
+    assert triage("mute", "jax-resnet50-failures-only", "--until", "+2d") == 0
+    assert (demo / "trainguard.triage.jsonl").exists()
+    (demo / "triage.jsonl").write_bytes((demo / "trainguard.triage.jsonl").read_bytes())
+    capsys.readouterr()
+    assert replay("--local_store=other.duckdb", "--alerts_file=other.jsonl") == 0
+    out, err = capsys.readouterr()
+    assert "triage applied" not in out and "triage.jsonl here is not applied" in err and "other.triage.jsonl" in err
+    assert DuckDBStore(str(demo / "other.duckdb")).query("SELECT count(*) FROM triage") == [(0,)]
+    assert replay() == 0
+    assert "triage applied: trainguard.triage.jsonl" in capsys.readouterr().out
+    assert DuckDBStore(str(demo / "trainguard.duckdb")).query("SELECT action FROM triage") == [("mute",)]
+
+
+def test_an_action_on_a_bigquery_dataset_needs_the_topic(demo, capsys):
+    assert triage("mute", "t", "--until", "+2d", "--bigquery_dataset=trainguard") == 1
+    assert "give --topic" in capsys.readouterr().err and not (demo / "trainguard.triage.jsonl").exists()

@@ -34,6 +34,20 @@ def test_an_unknown_option_exits_2_naming_it_and_the_nearest_known_one(capsys):
     assert "unknown option --alerts_fle (did you mean --alerts_file?)" in capsys.readouterr().err
 
 
+def test_a_misspelled_required_option_is_named_with_its_nearest_not_reported_missing(capsys):
+    p = parser()
+    p.add_argument("--logdir", required=True)
+    commands = p.add_subparsers(dest="command")
+    commands.add_parser("mute").add_argument("--until", required=True)
+    for argv, hint in ((["--log_dir", "x"], "--log_dir (did you mean --logdir?)"),
+                       (["--logdir", "x", "mute", "--untl", "3"], "--untl (did you mean --until?)")):
+        with pytest.raises(SystemExit) as exit_info:
+            p.parse_args(argv)
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and f"unknown option {hint}" in err and "required" not in err
+    assert p.parse_args(["--logdir", "x", "mute", "--until", "3"]).until == "3"
+
+
 def test_an_abbreviation_is_not_taken_for_an_option(capsys):
     with pytest.raises(SystemExit):
         parser().parse_args(["--alerts=x"])

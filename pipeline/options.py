@@ -79,8 +79,9 @@ class TrainguardOptions(PipelineOptions):
                               help="How rows reach BigQuery: streaming inserts (portable, the default) or the "
                                    "Storage Write API (Dataflow only: a cross-language transform).")
         bigquery.add_argument("--seed_timeout_seconds", type=float, default=SEED_TIMEOUT_SECONDS,
-                              help="Bound on each BigQuery query of the history seed the job reads at start-up, "
-                                   "transient errors retried with backoff within it (the queries run at once). "
+                              help="Bound on each BigQuery call of the start-up (creating the dataset and tables, "
+                                   "each query of the history seed), transient errors retried with backoff within "
+                                   "it (the seed's queries run at once). "
                                    "A query that fails or does not answer in time stops the start-up with one line "
                                    "naming its table and the cause.")
         bigquery.add_argument("--alerts_topic", default=None,

@@ -135,7 +135,7 @@ def start_streaming(argv: Optional[List[str]] = None) -> PipelineResult:
     job = StreamingJobConfig.from_options(options)
     configs = read_config_dir(options.view_as(TrainguardOptions).config_dir)
     configs.strict()
-    ensure_tables(job.target)
+    ensure_tables(job.target, timeout_seconds=job.seed_timeout_seconds)
     return build_streaming_pipeline(options, configs, job).run()
 
 

@@ -32,6 +32,7 @@ from report import page
 from report.data import ReportData, ReportSettings, prepare_report
 from report.publish import copy_run_pictures
 from report.source import ReportSource, bigquery_source, duckdb_source
+from sinks.stores import TOOL_TIMEOUT_SECONDS
 from trainguard.cli import DASHES_NOTE, RUNTIME_ERROR, USAGE_ERROR, StrictArgumentParser, cloud_failure, fail
 
 PROG = "python -m report"
@@ -270,6 +271,8 @@ def parser() -> argparse.ArgumentParser:
     source.add_argument("--bigquery_dataset", default=None, help="BigQuery dataset holding the trainguard tables.")
     source.add_argument("--bigquery_endpoint", default=None,
                         help="Another BigQuery API endpoint (an emulator), used with anonymous credentials.")
+    source.add_argument("--bigquery_timeout_seconds", type=float, default=TOOL_TIMEOUT_SECONDS,
+                        help="Bound on each BigQuery query, retries included (default: %(default)s).")
     source.add_argument("--since", default=None, metavar="YYYY-MM-DD",
                         help="Only rows from this UTC day on (default: all).")
     source.add_argument("--config_dir", default=locations.CONFIG_DIR,
@@ -311,7 +314,8 @@ def settings_from(args: argparse.Namespace) -> ReportSettings:
 def open_source(args: argparse.Namespace):
     """(source, label) from the options."""
     if args.bigquery_dataset:
-        source = bigquery_source(args.bigquery_project, args.bigquery_dataset, args.bigquery_endpoint, args.since)
+        source = bigquery_source(args.bigquery_project, args.bigquery_dataset, args.bigquery_endpoint, args.since,
+                                 args.bigquery_timeout_seconds)
         return source, f"BigQuery {args.bigquery_project or '(default project)'}.{args.bigquery_dataset}"
     return duckdb_source(args.local_store, args.since), args.local_store
 

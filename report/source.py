@@ -21,7 +21,7 @@ from core.triage import TriageItem, alert_states
 from core.vocabulary import AlertState, RunStatus
 from core.window_checks import NUMERIC_AGGREGATIONS, WindowResult
 from sinks.seed import SqlDialect, read_triage_actions
-from sinks.stores import bigquery_client, bigquery_dialect
+from sinks.stores import TOOL_TIMEOUT_SECONDS, bigquery_client, bigquery_dialect, bounded_query
 
 # What the curve of a tag without a window check is drawn from, in order of preference (a checked tag: its aggregation).
 CURVE_AGGREGATIONS = ("mean", "p50", "last")
@@ -171,11 +171,13 @@ def duckdb_source(path: str, since: Optional[str] = None) -> SqlReportSource:
 
 
 def bigquery_source(project: Optional[str], dataset: str, endpoint: Optional[str] = None,
-                    since: Optional[str] = None) -> SqlReportSource:
-    """The trainguard tables of a BigQuery dataset (``project`` None: the client's default project)."""
+                    since: Optional[str] = None, timeout_seconds: Optional[float] = TOOL_TIMEOUT_SECONDS
+                    ) -> SqlReportSource:
+    """The trainguard tables of a BigQuery dataset (``project`` None: the client's default project), each query
+    bounded by ``timeout_seconds``, retries included."""
     client = bigquery_client(project, endpoint)
 
     def query(sql: str) -> List[tuple]:
-        return [tuple(row.values()) for row in client.query(sql).result()]
+        return bounded_query(client, sql, timeout_seconds)
 
     return SqlReportSource(query, bigquery_dialect(client.project, dataset), since, close=client.close)

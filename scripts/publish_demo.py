@@ -41,8 +41,9 @@ def message_attributes(payload: bytes) -> Dict[str, str]:
 
 
 def publish(publisher, topic: str, payloads: Iterable[bytes], rate: Optional[float] = None,
-            attributes=message_attributes) -> List[str]:
-    """Publishes wire payloads with their attributes (at most ``rate`` per second); returns the message ids."""
+            attributes=message_attributes, timeout_seconds: float = 60.0) -> List[str]:
+    """Publishes wire payloads with their attributes (at most ``rate`` per second); returns the message ids.
+    Every message must be taken within ``timeout_seconds`` after the last one was handed over (TimeoutError)."""
     futures = []
     started = time.monotonic()
     for index, payload in enumerate(payloads):
@@ -51,7 +52,8 @@ def publish(publisher, topic: str, payloads: Iterable[bytes], rate: Optional[flo
             if delay > 0:
                 time.sleep(delay)
         futures.append(publisher.publish(topic, payload, **attributes(payload)))
-    return [future.result(timeout=60) for future in futures]
+    deadline = time.monotonic() + timeout_seconds
+    return [future.result(timeout=max(0.0, deadline - time.monotonic())) for future in futures]
 
 
 def retimed_plans(start: float, run_spacing_seconds: float, step_seconds: float) -> List[RunPlan]:
@@ -84,6 +86,8 @@ def main(argv=None) -> int:
                         help="Event time between the starts of consecutive runs of a test")
     parser.add_argument("--step_seconds", type=float, default=0.05, help="Event time per training step")
     parser.add_argument("--rate", type=float, default=None, help="Messages per second (default: as fast as possible)")
+    parser.add_argument("--timeout_seconds", type=float, default=60.0,
+                        help="How long Pub/Sub may take to accept the messages once all are handed over")
     args = parser.parse_args(argv)
 
     from google.cloud import pubsub_v1
@@ -91,7 +95,11 @@ def main(argv=None) -> int:
     start = args.start if args.start is not None else time.time() + args.lead_seconds
     payloads = demo_payloads(start, args.run_spacing_seconds, args.step_seconds)
     try:
-        ids = publish(pubsub_v1.PublisherClient(), args.topic, payloads, args.rate)
+        ids = publish(pubsub_v1.PublisherClient(), args.topic, payloads, args.rate,
+                      timeout_seconds=args.timeout_seconds)
+    except TimeoutError:
+        return fail(PROG, f"{args.topic} took not every message within {args.timeout_seconds:g} s: is Pub/Sub (or "
+                          "PUBSUB_EMULATOR_HOST) reachable?", RUNTIME_ERROR)
     except Exception as e:
         line = cloud_failure(e)
         if line is None:

@@ -29,7 +29,6 @@ import datetime
 import json
 import logging
 import os
-import time
 from typing import Any, Dict, List, Optional
 
 import apache_beam as beam
@@ -45,9 +44,9 @@ from core.schema import DEAD_LETTER, TABLES, Table
 from core.vocabulary import WriteMethod
 from sinks import stores
 from sinks.seed import SEED_TIMEOUT_SECONDS, SqlDialect, read_history_seed
+from sinks.stores import bounded_call, bounded_query
 
 SEED_QUERY_WORKERS = 6        # the seed's queries run at once: one thread each
-REQUEST_TIMEOUT_SECONDS = 60.0  # one HTTP request to BigQuery; a request that times out is retried
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -123,11 +122,14 @@ def schema_json(table: Table) -> List[Dict[str, str]]:
              "description": c.description} for c in table.columns]
 
 
-def ensure_tables(target: BigQueryTarget, tables=tuple(TABLES.values())) -> List[str]:
+def ensure_tables(target: BigQueryTarget, tables=tuple(TABLES.values()),
+                  timeout_seconds: float = SEED_TIMEOUT_SECONDS) -> List[str]:
     """Creates the dataset and every missing table; returns the ids of the tables it created.
 
     Tables get their explicit schema, daily partitioning on the time column
     and clustering; an existing table only gets the nullable columns it lacks.
+    Each API call is bounded by ``timeout_seconds``, retries included (the client's own default retries a
+    refused connection for 10 minutes).
     """
     from google.api_core.exceptions import Conflict
     from google.cloud import bigquery
@@ -136,7 +138,8 @@ def ensure_tables(target: BigQueryTarget, tables=tuple(TABLES.values())) -> List
     dataset = bigquery.Dataset(f"{target.project}.{target.dataset}")
     if target.location:
         dataset.location = target.location
-    client.create_dataset(dataset, exists_ok=True)
+    bound = bounded_call(timeout_seconds)
+    client.create_dataset(dataset, exists_ok=True, **bound)
     created = []
     for table in tables:
         resource = bigquery.Table(target.table_id(table),
@@ -146,22 +149,22 @@ def ensure_tables(target: BigQueryTarget, tables=tuple(TABLES.values())) -> List
         resource.clustering_fields = list(table.cluster_by)
         resource.description = f"trainguard {table.name}; key: {', '.join(table.key)}"
         try:
-            client.create_table(resource)
+            client.create_table(resource, **bound)
             created.append(resource.table_id)
         except Conflict:
-            _add_missing_columns(client, target.table_id(table), resource.schema)
+            _add_missing_columns(client, target.table_id(table), resource.schema, bound)
     return created
 
 
-def _add_missing_columns(client, table_id: str, schema) -> None:
+def _add_missing_columns(client, table_id: str, schema, bound: dict) -> None:
     """Appends the NULLABLE columns a table created by an older version lacks (BigQuery allows that change in
     place; its old rows read NULL there)."""
-    existing = client.get_table(table_id)
+    existing = client.get_table(table_id, **bound)
     names = {field.name for field in existing.schema}
     missing = [field for field in schema if field.name not in names and field.mode == "NULLABLE"]
     if missing:
         existing.schema = list(existing.schema) + missing
-        client.update_table(existing, ["schema"])
+        client.update_table(existing, ["schema"], **bound)
 
 
 # --------------------------------------------------------------------------
@@ -178,7 +181,7 @@ class BigQueryStore:
 
     Each query is bounded by ``timeout_seconds`` (None: the client's defaults, which wait as long as it takes):
     transient errors (rate limits, 5xx, a connection reset, a request without an answer after
-    ``REQUEST_TIMEOUT_SECONDS``) are retried with exponential backoff within it, as the BigQuery client's own
+    ``sinks.stores.REQUEST_TIMEOUT_SECONDS``) are retried with exponential backoff within it, as the BigQuery client's own
     ``DEFAULT_RETRY`` decides; anything else (a query BigQuery refuses, a table that does not exist) fails at once.
     """
 
@@ -194,20 +197,7 @@ class BigQueryStore:
         return self._client
 
     def query(self, sql: str) -> List[tuple]:
-        if self.timeout_seconds is None:
-            return [tuple(row.values()) for row in self.client.query(sql).result()]
-        from google.cloud.bigquery.retry import DEFAULT_JOB_RETRY, DEFAULT_RETRY
-
-        bound = self.timeout_seconds
-        deadline = time.monotonic() + bound
-        # job_retry=None here: the client would otherwise wrap the job's creation in a retry of its own, with
-        # a deadline of its own (minutes). A job that fails for a transient reason is re-run by result() below.
-        job = self.client.query(sql, retry=DEFAULT_RETRY.with_timeout(bound),
-                                timeout=min(REQUEST_TIMEOUT_SECONDS, bound), job_retry=None)
-        remaining = max(0.001, deadline - time.monotonic())
-        rows = job.result(retry=DEFAULT_RETRY.with_timeout(remaining), timeout=remaining,
-                          job_retry=DEFAULT_JOB_RETRY.with_timeout(remaining))
-        return [tuple(row.values()) for row in rows]
+        return bounded_query(self.client, sql, self.timeout_seconds)
 
     def read_seed(self, configs: ConfigSet) -> HistorySeed:
         """The history state that earlier jobs left behind (the same seed as ``DuckDBStore.read_seed``): the

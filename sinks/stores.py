@@ -41,6 +41,42 @@ def bigquery_client(project: Optional[str], endpoint: Optional[str] = None):
                            client_options=ClientOptions(api_endpoint=endpoint))
 
 
+REQUEST_TIMEOUT_SECONDS = 60.0  # one HTTP request to BigQuery; a request that times out is retried
+TOOL_TIMEOUT_SECONDS = 60.0  # the tools' bound on each BigQuery call, retries included (--bigquery_timeout_seconds)
+
+
+def bounded_query(client: Any, sql: str, timeout_seconds: Optional[float]) -> List[tuple]:
+    """The rows of ``sql`` on a BigQuery client within ``timeout_seconds``, retries included (None: the
+    client's defaults, which wait as long as it takes). Transient errors (rate limits, 5xx, a connection
+    refused or reset, a request without an answer after ``REQUEST_TIMEOUT_SECONDS``) are retried with backoff
+    within it, as the client's ``DEFAULT_RETRY`` decides; past it the client's ``RetryError`` (or
+    ``DeadlineExceeded``) says the endpoint did not answer; anything else fails at once."""
+    import time
+
+    if timeout_seconds is None:
+        return [tuple(row.values()) for row in client.query(sql).result()]
+    from google.cloud.bigquery.retry import DEFAULT_JOB_RETRY, DEFAULT_RETRY
+
+    deadline = time.monotonic() + timeout_seconds
+    # job_retry=None here: the client would otherwise wrap the job's creation in a retry of its own, with
+    # a deadline of its own (minutes). A job that fails for a transient reason is re-run by result() below.
+    job = client.query(sql, retry=DEFAULT_RETRY.with_timeout(timeout_seconds),
+                       timeout=min(REQUEST_TIMEOUT_SECONDS, timeout_seconds), job_retry=None)
+    remaining = max(0.001, deadline - time.monotonic())
+    rows = job.result(retry=DEFAULT_RETRY.with_timeout(remaining), timeout=remaining,
+                      job_retry=DEFAULT_JOB_RETRY.with_timeout(remaining))
+    return [tuple(row.values()) for row in rows]
+
+
+def bounded_call(timeout_seconds: float) -> dict:
+    """The ``retry`` and ``timeout`` arguments that bound one BigQuery API call (not a query) to
+    ``timeout_seconds``, retries included."""
+    from google.cloud.bigquery.retry import DEFAULT_RETRY
+
+    return {"retry": DEFAULT_RETRY.with_timeout(timeout_seconds),
+            "timeout": min(REQUEST_TIMEOUT_SECONDS, timeout_seconds)}
+
+
 @dataclasses.dataclass
 class StoreReader:
     """One open store: run SQL in its dialect, then close it."""
@@ -64,12 +100,14 @@ def open_duckdb(path: str) -> StoreReader:
     return StoreReader(query, DUCKDB_SQL, connection.close, path)
 
 
-def open_bigquery(project: Optional[str], dataset: str, endpoint: Optional[str] = None) -> StoreReader:
-    """The trainguard tables of a BigQuery dataset (``project`` None: the client's default project)."""
+def open_bigquery(project: Optional[str], dataset: str, endpoint: Optional[str] = None,
+                  timeout_seconds: Optional[float] = TOOL_TIMEOUT_SECONDS) -> StoreReader:
+    """The trainguard tables of a BigQuery dataset (``project`` None: the client's default project), each
+    query bounded by ``timeout_seconds`` (:func:`bounded_query`)."""
     client = bigquery_client(project, endpoint)
 
     def query(sql: str) -> List[tuple]:
-        return [tuple(row.values()) for row in client.query(sql).result()]
+        return bounded_query(client, sql, timeout_seconds)
 
     return StoreReader(query, bigquery_dialect(client.project, dataset), client.close,
                        f"{client.project}.{dataset}")
@@ -83,12 +121,16 @@ def add_store_options(group: Any) -> None:
     group.add_argument("--bigquery_dataset", default=None, help="read this BigQuery dataset instead")
     group.add_argument("--bigquery_endpoint", default=None,
                        help="another BigQuery API endpoint, e.g. an emulator (anonymous credentials)")
+    group.add_argument("--bigquery_timeout_seconds", type=float, default=TOOL_TIMEOUT_SECONDS,
+                       help="bound on each BigQuery query, retries included: an endpoint that refuses or does "
+                            "not answer fails after this long")
 
 
 def open_store(args: argparse.Namespace) -> StoreReader:
     """The store the options of :func:`add_store_options` name; FileNotFoundError with a line for the user."""
     if args.bigquery_dataset:
-        return open_bigquery(args.bigquery_project, args.bigquery_dataset, args.bigquery_endpoint)
+        return open_bigquery(args.bigquery_project, args.bigquery_dataset, args.bigquery_endpoint,
+                             args.bigquery_timeout_seconds)
     try:
         return open_duckdb(args.local_store)
     except FileNotFoundError:

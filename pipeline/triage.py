@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import difflib
 import json
 import os
 import re
@@ -32,6 +33,7 @@ from typing import List, Optional, Sequence
 from core.alert_record import AlertRecord, alert_from_row
 from core.locations import triage_file_for
 from core.records import iso_utc
+from core.schema import JOB_HISTORY, METRIC_HISTORY, Table
 from core.triage import TriageItem, alert_states
 from core.vocabulary import AlertState, TriageAction
 from sinks.seed import read_alert_rows, read_triage_actions
@@ -47,6 +49,10 @@ _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 class TriageError(Exception):
     """What went wrong, in one line for the user."""
+
+
+class UnknownName(TriageError):
+    """A test, metric or run the store has never seen: a typo until shown otherwise (exit 2)."""
 
 
 def parse_time(text: str, now: float) -> float:
@@ -76,6 +82,44 @@ def open_store_or_fail(args: argparse.Namespace) -> StoreReader:
         return open_store(args)
     except FileNotFoundError as e:
         raise TriageError(str(e)) from None
+
+
+def check_names(args: argparse.Namespace, test: str, metric: Optional[str] = None, run: Optional[str] = None) -> None:
+    """Refuses (``UnknownName``) a test, metric or run the store the options name has never seen, naming the
+    nearest it has; a run not finished yet passes with ``--allow_future``. Actions for the streaming job
+    (``--topic``) are checked against the dataset it writes, which must then be named."""
+    refuse_a_local_file_for_bigquery(args)
+    if args.unchecked:
+        return
+    if args.topic and not args.bigquery_dataset:
+        raise TriageError("with --topic, name the dataset the streaming job writes (--bigquery_project, "
+                          "--bigquery_dataset) so that the test, metric and run can be checked against it "
+                          "(or --unchecked)")
+    store = open_store_or_fail(args)
+    try:
+        q, string = store.dialect.quote, store.dialect.string
+
+        def values(column: str, table: Table, where: str = "TRUE") -> List[str]:
+            rows = store.query(f"SELECT DISTINCT {q(column)} FROM {store.dialect.table(table)} WHERE {where}")
+            return [row[0] for row in rows if row[0] is not None]
+        of_test = f"{q('test_name')} = {string(test)}"
+        _known("test", test, values("test_name", JOB_HISTORY), store.name)
+        if metric is not None:
+            _known(f"metric of {test}", metric, values("metric_name", METRIC_HISTORY, of_test), store.name)
+        if run is not None and not args.allow_future and not store.query(f"SELECT 1 FROM {store.dialect.table(JOB_HISTORY)} WHERE {of_test} AND "
+                                   f"{q('run_id')} = {string(run)} LIMIT 1"):
+            _known(f"run of {test}", run, values("run_id", JOB_HISTORY, of_test), store.name,
+                   " (a run still going: --allow_future)")
+    finally:
+        store.close()
+
+
+def _known(what: str, name: str, known: Sequence[str], store: str, hint: str = "") -> None:
+    if name in known:
+        return
+    nearest = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    guess = f"; did you mean {nearest[0]!r}?" if nearest else ""
+    raise UnknownName(f"no {what} {name!r} in {store}{guess}{hint}")
 
 
 def read_alerts(store: StoreReader) -> List[AlertRecord]:
@@ -131,13 +175,17 @@ def send(test: str, triage: wire.Triage, args: argparse.Namespace) -> str:
         except (gexc.GoogleAPICallError, TimeoutError) as e:
             raise TriageError(f"could not publish to {args.topic}: {type(e).__name__}: {e}") from None
         return f"published to {args.topic} (message {message_id})"
-    if args.bigquery_dataset:
-        raise TriageError(f"--bigquery_dataset={args.bigquery_dataset} is read by the streaming job, which takes "
-                          "triage actions from its input topic: give --topic (a local triage file reaches no job)")
+    refuse_a_local_file_for_bigquery(args)
     path = triage_file(args)
     with open(path, "ab") as f:
         f.write(payload + b"\n")
     return f"appended to {path}; the next replay into {args.local_store} applies it"
+
+
+def refuse_a_local_file_for_bigquery(args: argparse.Namespace) -> None:
+    if args.bigquery_dataset and not args.topic:
+        raise TriageError(f"--bigquery_dataset={args.bigquery_dataset} is read by the streaming job, which takes "
+                          "triage actions from its input topic: give --topic (a local triage file reaches no job)")
 
 
 def triage_file(args: argparse.Namespace) -> str:
@@ -146,6 +194,7 @@ def triage_file(args: argparse.Namespace) -> str:
 
 
 def accept(args: argparse.Namespace) -> str:
+    check_names(args, args.test, args.metric, args.from_run)
     triage = wire.Triage(TriageAction.ACCEPT.value, args.at, metric=args.metric, run=args.from_run,
                          note=args.note, user=args.user)
     where = send(args.test, triage, args)
@@ -168,6 +217,7 @@ def dismiss(args: argparse.Namespace) -> str:
 def mute(args: argparse.Namespace) -> str:
     if args.until <= args.at:
         raise TriageError(f"--until {iso_utc(args.until)} is not after --at {iso_utc(args.at)}")
+    check_names(args, args.test, args.metric)
     triage = wire.Triage(TriageAction.MUTE.value, args.at, metric=args.metric, until=args.until, note=args.note,
                          user=args.user)
     where = send(args.test, triage, args)
@@ -224,6 +274,8 @@ def build_parser(now: float) -> argparse.ArgumentParser:
     where.add_argument("--topic", default=None,
                        help="publish to this Pub/Sub topic (the pipeline's input: projects/P/topics/T) instead")
     where.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for Pub/Sub to take a message")
+    where.add_argument("--unchecked", action="store_true",
+                       help="accept and mute: do not check the test, metric and run against the store")
     add_store_options(where)
     said = argparse.ArgumentParser(add_help=False, formatter_class=formatter)
     words = said.add_argument_group("the action")
@@ -241,6 +293,8 @@ def build_parser(now: float) -> argparse.ArgumentParser:
     accept_parser.add_argument("test")
     accept_parser.add_argument("metric")
     accept_parser.add_argument("--from_run", required=True, help="the first run at the new level")
+    accept_parser.add_argument("--allow_future", action="store_true",
+                               help="--from_run is a run still going, not in the store yet")
     accept_parser.set_defaults(handler=accept)
     dismiss_parser = command("dismiss", "A false positive: the alert's value joins the history as normal.",
                              said, common)
@@ -266,6 +320,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser(time.time()).parse_args(argv)
     try:
         print(args.handler(args))
+    except UnknownName as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
     except TriageError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 1

@@ -123,6 +123,8 @@ def test_actions_published_with_topic_reach_pubsub_as_wire_messages(demo, pubsub
     subscription = pubsub_server.subscription_path("pipeline")
     subscriber.create_subscription(name=subscription, topic=topic)
     assert triage("accept", CIFAR, "loss_final", "--from_run", "r9", "--topic", topic,
+                  "--at", "2026-01-02T03:04:05Z") == 1  # the names cannot be checked: no dataset named
+    assert triage("accept", CIFAR, "loss_final", "--from_run", "r9", "--topic", topic, "--unchecked",
                   "--at", "2026-01-02T03:04:05Z") == 0
     [received] = subscriber.pull(subscription=subscription, max_messages=5, timeout=10).received_messages
     message, rejections = wire.parse_message(received.message.data)
@@ -196,3 +198,26 @@ def test_a_triage_file_belongs_to_its_store_and_a_stray_one_is_named_not_applied
 def test_an_action_on_a_bigquery_dataset_needs_the_topic(demo, capsys):
     assert triage("mute", "t", "--until", "+2d", "--bigquery_dataset=trainguard") == 1
     assert "give --topic" in capsys.readouterr().err and not (demo / "trainguard.triage.jsonl").exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["accept", "pt-cifar-tpu", "Accuracy/test_final", "--from_run", f"{CIFAR}-010"],
+     f"no test 'pt-cifar-tpu' in trainguard.duckdb; did you mean '{CIFAR}'?"),
+    (["accept", CIFAR, "Accuracy/test_fnal", "--from_run", f"{CIFAR}-010"],
+     f"no metric of {CIFAR} 'Accuracy/test_fnal' in trainguard.duckdb; did you mean 'Accuracy/test_final'?"),
+    (["accept", CIFAR, "Accuracy/test_final", "--from_run", f"{CIFAR}-10"],
+     f"no run of {CIFAR} '{CIFAR}-10' in trainguard.duckdb; did you mean '{CIFAR}-010'? (a run still going: "
+     "--allow_future)"),
+    (["mute", "jax-resnet50", "--until", "+2d"], "no test 'jax-resnet50' in trainguard.duckdb; did you mean "
+                                                  "'jax-resnet50-failures-only'?"),
+])
+def test_a_name_the_store_has_never_seen_is_refused_with_the_nearest(demo, capsys, argv, message):
+    """A misspelled test, metric or run is exit 2 naming the nearest one the store has, and nothing is written."""
+    assert triage(*argv) == 2
+    assert f"error: {message}" in capsys.readouterr().err
+    assert not (demo / "trainguard.triage.jsonl").exists()
+
+
+def test_a_run_still_going_is_accepted_with_allow_future(demo):
+    assert triage("accept", CIFAR, "Accuracy/test_final", "--from_run", f"{CIFAR}-099", "--allow_future") == 0
+    assert (demo / "trainguard.triage.jsonl").exists()

@@ -6,19 +6,33 @@ pipeline does at start-up. A valid directory prints what it holds: how many test
 one line on stderr naming the file and the key, exit status 2: the error the pipeline would refuse to start
 with, and that a running job would reject with a ``config_rejected`` alert. ``run_dataflow.sh`` runs it before
 it uploads the directory, so that a bad file never reaches the running job. A local directory is read
-without Beam (``core.config_versions``, the same rules), so the check takes a fraction of a second.
+without Beam (``core.config_versions``, the same rules), so the check takes a fraction of a second. With a
+store (``--local_store``, or ``--bigquery_dataset``), it also warns about every test, metric and window tag the
+configs check that no stored run has reported, with the nearest reported name: a misspelled metric name is a
+valid config whose check never runs.
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import List, Optional
+import difflib
+from typing import Dict, List, Mapping, Optional, Set
 
-from core.config import DEFAULT_CONFIG_NAME, ConfigError
+from core.config import DEFAULT_CONFIG_NAME, ConfigError, ConfigSet
 from core.config_versions import BEGINNING, LoadedConfigs, load_local_versions
 from core.locations import CONFIG_DIR
 from core.records import iso_utc
-from trainguard.cli import DASHES_NOTE, USAGE_ERROR, HelpFormatter, StrictArgumentParser, fail
+from core.schema import METRIC_HISTORY
+from sinks.stores import StoreReader, add_store_options, open_store
+from trainguard.cli import (
+    DASHES_NOTE,
+    RUNTIME_ERROR,
+    USAGE_ERROR,
+    HelpFormatter,
+    StrictArgumentParser,
+    cloud_failure,
+    fail,
+)
 
 PROG = "python -m pipeline.check_configs"
 
@@ -49,11 +63,47 @@ def read(directory: str) -> LoadedConfigs:
     return load_local_versions(directory)
 
 
+def unreported(configs: ConfigSet, reported: Mapping[str, Set[str]]) -> List[str]:
+    """Warnings, one per name a test's own config checks that none of its stored runs has reported: a metric
+    of ``metric_success_conditions`` or a tag of ``window_config`` (each with the nearest reported name, the
+    likely intended one), or the test itself, with no stored run. ``reported``: test -> its stored metric
+    names (``<tag>_<aggregation>``)."""
+    warnings = []
+    for test, config in sorted(configs.by_test.items()):
+        metrics = reported.get(test)
+        if not metrics:
+            warnings.append(f"{test}: no stored run of this test (a misspelled file name?)")
+            continue
+        tags = {metric.rsplit("_", 1)[0] for metric in metrics}
+        checked = [("metric", name, metrics) for name in config.regression_test.metric_success_conditions
+                   if name != DEFAULT_CONFIG_NAME]
+        checked += [("tag", tag, tags) for tag in config.windows.tags]
+        for kind, name, known in checked:
+            if name not in known:
+                nearest = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+                hint = f" (did you mean {nearest[0]}?)" if nearest else ""
+                warnings.append(f"{test}: no stored run reported the {kind} {name}: its check never runs{hint}")
+    return warnings
+
+
+def reported_metrics(store: StoreReader) -> Dict[str, Set[str]]:
+    q = store.dialect.quote
+    rows = store.query(f"SELECT DISTINCT {q('test_name')}, {q('metric_name')} "
+                       f"FROM {store.dialect.table(METRIC_HISTORY)}")
+    reported: Dict[str, Set[str]] = {}
+    for test, metric in rows:
+        reported.setdefault(test, set()).add(metric)
+    return reported
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = StrictArgumentParser(prog=PROG, description=__doc__.split("\n\n", 1)[1].replace("``", ""),
                                   formatter_class=HelpFormatter, epilog=DASHES_NOTE)
     parser.add_argument("--config_dir", default=CONFIG_DIR,
                         help="directory of per-test JSON configs, local or gs://")
+    stored = parser.add_argument_group("names to check against (optional): the store of past runs")
+    add_store_options(stored)
+    parser.set_defaults(local_store=None)
     return parser
 
 
@@ -61,10 +111,26 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     loaded = read(args.config_dir)
     try:
-        loaded.strict()
+        configs = loaded.strict().latest
     except ConfigError as e:
         return fail(PROG, str(e), USAGE_ERROR)
     print(describe(loaded))
+    if args.local_store or args.bigquery_dataset:
+        try:
+            store = open_store(args)
+        except FileNotFoundError as e:
+            return fail(PROG, str(e), USAGE_ERROR)
+        try:
+            warnings = unreported(configs, reported_metrics(store))
+        except Exception as e:
+            line = cloud_failure(e)
+            if line is None:
+                raise
+            return fail(PROG, line, RUNTIME_ERROR)
+        finally:
+            store.close()
+        print("\n".join(f"warning: {w}" for w in warnings) if warnings
+              else f"every configured test, metric and tag has stored runs in {store.name}")
     return 0
 
 

@@ -48,7 +48,7 @@ from transforms.runs import stored_run_reason
 from transforms.sources import raw_from_pubsub
 
 REPO = REPO_ROOT
-LEAD_SECONDS = 8.0        # event time of the first run's start, ahead of the wall clock when publishing
+LEAD_SECONDS = 30.0       # event time of the first run's start, ahead of the wall clock when publishing
 RUN_SPACING_SECONDS = 0.7
 TIMING = ["--run_grace_seconds=1", "--run_timeout_seconds=3"]
 WAIT_SECONDS = 120.0      # give up waiting for the pipeline's output after this long

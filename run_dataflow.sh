@@ -56,7 +56,8 @@ multi-word options may also be spelled with dashes, --job-name for --job_name):
                             roll out new code without losing state (new configs need only the
                             configs command). Steps renamed since the running job are mapped by
                             pipeline/transform_name_mapping.json (passed as --transform_name_mapping
-                            when it is not empty).
+                            when it is not empty); when the running job has another Beam SDK version
+                            than the one installed, --update_compatibility_version=<its version>.
   --dry_run                 print every command instead of running it (only the schema files are
                             written, to a temporary directory; the config and Java checks still run)
   -h, --help                this help
@@ -274,6 +275,7 @@ check_running_job() {
   fi
   local running
   running=$("${query[@]}")
+  RUNNING_JOB_ID=$running
   if [[ $UPDATE == true && -z $running ]]; then
     die "no running job named $JOB_NAME to --update"
   elif [[ $UPDATE == false && -n $running ]]; then
@@ -301,9 +303,15 @@ launch() {
   [[ -z $ID_ATTRIBUTE ]] || args+=(--pubsub_id_attribute="$ID_ATTRIBUTE")
   if [[ $UPDATE == true ]]; then
     args+=(--update)
-    local mapping
+    local mapping deployed
     mapping=$(tr -d '\n' < pipeline/transform_name_mapping.json)
     [[ $mapping == "{}" ]] || args+=(--transform_name_mapping="$mapping")
+    # The running job's Beam SDK version: when --update changes it, Beam is asked to expand the graph as that
+    # version did (--update_compatibility_version), so that Beam's own steps match what is deployed.
+    capture deployed "" gcloud dataflow jobs describe "${RUNNING_JOB_ID:-RUNNING_JOB_ID}" --project="$PROJECT" \
+      --region="$REGION" --format='value(jobMetadata.sdkVersion.version)'
+    [[ -z $deployed || $deployed == "$("$PYTHON" -c 'import apache_beam; print(apache_beam.__version__)')" ]] \
+      || args+=(--update_compatibility_version="$deployed")
   fi
   run "${args[@]}"
 }

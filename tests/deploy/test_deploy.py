@@ -12,7 +12,7 @@ from google.cloud import pubsub_v1
 
 from core.schema import TABLES
 from scripts import publish_demo
-from tests.deploy.support import SCRIPT, commands, run_script
+from tests.deploy.support import SCRIPT, commands, run_script, write_tool
 from tests.support import REPO_ROOT, shellcheck
 from trainguard import wire
 
@@ -204,3 +204,41 @@ def test_the_demo_publisher_without_credentials_says_so_in_one_line(tmp_path):
     assert result.stderr.splitlines() == [
         "publish_demo.py: error: no Google Cloud credentials: run 'gcloud auth application-default login' or "
         "set GOOGLE_APPLICATION_CREDENTIALS (or point the tool at an emulator)"]
+
+
+GCLOUD_OF_A_RUNNING_JOB = """#!/bin/sh
+echo "gcloud $*" >> "{log}"
+case "$*" in
+  "pubsub subscriptions describe"*) echo ",," ;;
+  "dataflow jobs list"*) echo "2026-11-01_00_00_00-123" ;;
+  "dataflow jobs describe"*) echo "{deployed}" ;;
+esac
+exit 0
+"""
+LAUNCH_LOGGED = """#!/bin/sh
+if [ "$1" = "-m" ] && [ "$2" = "pipeline" ]; then echo "python $*" >> "{log}"; exit 0; fi
+exec {python} "$@"
+"""
+
+
+@pytest.mark.parametrize("deployed, expected", [("2.70.0", "--update_compatibility_version=2.70.0"), (None, None)])
+def test_update_asks_for_the_running_jobs_sdk_compatibility_when_it_differs(tmp_path, deployed, expected):
+    """A real --update (gcloud, bq and the launch stubbed): the running job is looked up, its Beam SDK version
+    read, and the launch gets --update_compatibility_version=<that version> only when it differs from the one
+    installed."""
+    import apache_beam
+
+    deployed = deployed or apache_beam.__version__
+    python = write_tool(tmp_path / "python", "python", LAUNCH_LOGGED.replace("{python}", sys.executable)
+                        .replace("{log}", str(tmp_path / "called.log")))
+    result, called = run_script(tmp_path, "--update", "--project=proj", "--write_method=streaming_inserts",
+                                env={"PYTHON": str(python)},
+                                tools={"gcloud": GCLOUD_OF_A_RUNNING_JOB.replace("{deployed}", deployed),
+                                       "bq": '#!/bin/sh\necho "bq $*" >> "{log}"\nexit 0\n'})
+    assert result.returncode == 0, result.stderr
+    calls = called.splitlines()
+    assert any(c.startswith("gcloud dataflow jobs describe 2026-11-01_00_00_00-123 --project=proj") for c in calls)
+    [launch] = [c.split() for c in calls if c.startswith("python -m pipeline")]
+    assert "--update" in launch
+    compatibility = [arg for arg in launch if arg.startswith("--update_compatibility_version")]
+    assert compatibility == ([expected] if expected else [])

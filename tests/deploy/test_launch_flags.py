@@ -80,6 +80,7 @@ GCLOUD_FLAGS: Dict[Tuple[str, ...], set] = {
     ("storage", "buckets", "describe"): set(),
     ("storage", "buckets", "create"): {"--location", "--uniform-bucket-level-access"},
     ("dataflow", "jobs", "list"): {"--region", "--status", "--filter"},
+    ("dataflow", "jobs", "describe"): {"--region", "--full"},
     ("storage", "rsync"): {"--delete-unmatched-destination-objects"},
 }
 BQ_GLOBAL = {"--project_id"}

@@ -15,7 +15,6 @@ valid config whose check never runs.
 from __future__ import annotations
 
 import argparse
-import difflib
 from typing import Dict, List, Mapping, Optional, Set
 
 from core.config import DEFAULT_CONFIG_NAME, ConfigError, ConfigSet
@@ -32,6 +31,7 @@ from trainguard.cli import (
     StrictArgumentParser,
     cloud_failure,
     fail,
+    nearest_name,
 )
 
 PROG = "python -m pipeline.check_configs"
@@ -80,8 +80,8 @@ def unreported(configs: ConfigSet, reported: Mapping[str, Set[str]]) -> List[str
         checked += [("tag", tag, tags) for tag in config.windows.tags]
         for kind, name, known in checked:
             if name not in known:
-                nearest = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
-                hint = f" (did you mean {nearest[0]}?)" if nearest else ""
+                nearest = nearest_name(name, known)
+                hint = f" (did you mean {nearest}?)" if nearest else ""
                 warnings.append(f"{test}: no stored run reported the {kind} {name}: its check never runs{hint}")
     return warnings
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import difflib
 import json
 import os
 import re
@@ -39,7 +38,7 @@ from core.vocabulary import AlertState, TriageAction
 from sinks.seed import read_alert_rows, read_triage_actions
 from sinks.stores import StoreReader, add_store_options, open_store
 from trainguard import wire
-from trainguard.cli import DASHES_NOTE, StrictArgumentParser, cloud_failure
+from trainguard.cli import DASHES_NOTE, StrictArgumentParser, cloud_failure, nearest_name
 
 PROG = "trainguard-triage"
 MIN_ID_PREFIX = 8
@@ -106,8 +105,8 @@ def check_names(args: argparse.Namespace, test: str, metric: Optional[str] = Non
         _known("test", test, values("test_name", JOB_HISTORY), store.name)
         if metric is not None:
             _known(f"metric of {test}", metric, values("metric_name", METRIC_HISTORY, of_test), store.name)
-        if run is not None and not args.allow_future and not store.query(f"SELECT 1 FROM {store.dialect.table(JOB_HISTORY)} WHERE {of_test} AND "
-                                   f"{q('run_id')} = {string(run)} LIMIT 1"):
+        stored_run = f"SELECT 1 FROM {store.dialect.table(JOB_HISTORY)} WHERE {of_test} AND {q('run_id')} = "
+        if run is not None and not args.allow_future and not store.query(f"{stored_run}{string(run)} LIMIT 1"):
             _known(f"run of {test}", run, values("run_id", JOB_HISTORY, of_test), store.name,
                    " (a run still going: --allow_future)")
     finally:
@@ -117,8 +116,8 @@ def check_names(args: argparse.Namespace, test: str, metric: Optional[str] = Non
 def _known(what: str, name: str, known: Sequence[str], store: str, hint: str = "") -> None:
     if name in known:
         return
-    nearest = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-    guess = f"; did you mean {nearest[0]!r}?" if nearest else ""
+    nearest = nearest_name(name, known)
+    guess = f"; did you mean {nearest!r}?" if nearest else ""
     raise UnknownName(f"no {what} {name!r} in {store}{guess}{hint}")
 
 

@@ -32,7 +32,7 @@ from report import page
 from report.data import ReportData, ReportSettings, prepare_report
 from report.publish import copy_run_pictures
 from report.source import ReportSource, bigquery_source, duckdb_source
-from sinks.stores import TOOL_TIMEOUT_SECONDS
+from sinks.stores import add_store_options
 from trainguard.cli import DASHES_NOTE, RUNTIME_ERROR, USAGE_ERROR, StrictArgumentParser, cloud_failure, fail
 
 PROG = "python -m report"
@@ -265,14 +265,7 @@ def parser() -> argparse.ArgumentParser:
                     "history per test, each run's curves against the bounds their live window checks used, a "
                     "status grid, and one index.html linking them with the alerts. See docs/report.md.")
     source = p.add_argument_group("source (a DuckDB store, or a BigQuery dataset when --bigquery_dataset is set)")
-    source.add_argument("--local_store", default=locations.LOCAL_STORE,
-                        help="DuckDB file written by the pipeline (default: %(default)s).")
-    source.add_argument("--bigquery_project", default=None, help="Project of the dataset (default: the client's).")
-    source.add_argument("--bigquery_dataset", default=None, help="BigQuery dataset holding the trainguard tables.")
-    source.add_argument("--bigquery_endpoint", default=None,
-                        help="Another BigQuery API endpoint (an emulator), used with anonymous credentials.")
-    source.add_argument("--bigquery_timeout_seconds", type=float, default=TOOL_TIMEOUT_SECONDS,
-                        help="Bound on each BigQuery query, retries included (default: %(default)s).")
+    add_store_options(source)
     source.add_argument("--since", default=None, metavar="YYYY-MM-DD",
                         help="Only rows from this UTC day on (default: all).")
     source.add_argument("--config_dir", default=locations.CONFIG_DIR,

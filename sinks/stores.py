@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import time
 from typing import Any, Callable, List, Optional
 
 from core import locations
@@ -51,8 +52,6 @@ def bounded_query(client: Any, sql: str, timeout_seconds: Optional[float]) -> Li
     refused or reset, a request without an answer after ``REQUEST_TIMEOUT_SECONDS``) are retried with backoff
     within it, as the client's ``DEFAULT_RETRY`` decides; past it the client's ``RetryError`` (or
     ``DeadlineExceeded``) says the endpoint did not answer; anything else fails at once."""
-    import time
-
     if timeout_seconds is None:
         return [tuple(row.values()) for row in client.query(sql).result()]
     from google.cloud.bigquery.retry import DEFAULT_JOB_RETRY, DEFAULT_RETRY

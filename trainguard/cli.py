@@ -45,13 +45,19 @@ def canonical_argv(argv: Sequence[str], known: Iterable[str]) -> List[str]:
     return out
 
 
+def nearest_name(name: str, known: Iterable[str]) -> Optional[str]:
+    """The known name closest to a mistyped one (difflib), or None when none is close: the guess every tool's
+    "did you mean" gives, for an option, a test, a metric or a run."""
+    matches = difflib.get_close_matches(name, sorted(set(known)), n=1, cutoff=_CLOSE_MATCH_CUTOFF)
+    return matches[0] if matches else None
+
+
 def nearest_option(option: str, known: Iterable[str]) -> Optional[str]:
-    """The known option closest to a mistyped one (difflib), or None when none is close."""
+    """The known option closest to a mistyped one, in its underscore spelling, or None when none is close."""
     name = option.split("=", 1)[0]
     if name.startswith("--"):
         name = "--" + name[2:].replace("-", "_")
-    matches = difflib.get_close_matches(name, sorted(set(known)), n=1, cutoff=_CLOSE_MATCH_CUTOFF)
-    return matches[0] if matches else None
+    return nearest_name(name, known)
 
 
 def unknown_option_message(option: str, known: Iterable[str]) -> str:

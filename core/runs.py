@@ -60,6 +60,12 @@ class RunLifecycle:
     backfill_lag_seconds: Optional[float] = None
     backfill_quiet_seconds: float = 10 * 60.0
 
+    @property
+    def stored_run_horizon_seconds(self) -> float:
+        """How long after its end a run a streaming job stored may still be sent a message it must recognise:
+        its tombstone's retention, with the run timeout as a margin (``sinks.seed.recent_stored_runs``)."""
+        return self.retention_seconds + self.timeout_seconds
+
     def finalization_time(self, finished_time: Optional[float], last_time: float) -> float:
         """When a run ends: after its run_finished plus grace, else after the timeout of silence."""
         if finished_time is not None:

@@ -113,10 +113,12 @@ def build_streaming_pipeline(options: PipelineOptions, configs: LoadedConfigs,
     """
     pipeline = beam.Pipeline(runner=runner_for(options), options=options)
     live = LiveConfigs(configs, job.config_refresh_seconds)
-    seed = pipeline | "Seed" >> ReadSeedFromBigQuery(job.target, configs.versions.latest, job.seed_timeout_seconds)
+    lifecycle = lifecycle_from(options.view_as(TrainguardOptions))
+    seed = pipeline | "Seed" >> ReadSeedFromBigQuery(job.target, configs.versions.latest, job.seed_timeout_seconds,
+                                                     stored_horizon_seconds=lifecycle.stored_run_horizon_seconds)
     messages = pipeline | "ReadPubSub" >> ReadPubSubMessages(job.subscription, job.topic, job.id_attribute)
-    outputs = messages | "DetectRegressions" >> DetectRegressions(
-        GraphSettings(live, lifecycle_from(options.view_as(TrainguardOptions)), streaming=True), seed)
+    outputs = messages | "DetectRegressions" >> DetectRegressions(GraphSettings(live, lifecycle, streaming=True),
+                                                                  seed)
     config_alerts = messages | "WatchConfigs" >> WatchConfigs(live)
     alerts = (outputs[ALERTS.name], config_alerts) | "AlertsAndConfigAlerts" >> beam.Flatten()
     {**outputs, ALERTS.name: alerts} | "WriteBigQuery" >> WriteToBigQueryTables(job.target, job.write_method)

@@ -29,7 +29,8 @@ import datetime
 import json
 import logging
 import os
-from typing import Any, Dict, List, Optional
+import time
+from typing import Any, Callable, Dict, List, Optional
 
 import apache_beam as beam
 from apache_beam.io.gcp.bigquery import BigQueryDisposition, WriteToBigQuery
@@ -199,23 +200,27 @@ class BigQueryStore:
     def query(self, sql: str) -> List[tuple]:
         return bounded_query(self.client, sql, self.timeout_seconds)
 
-    def read_seed(self, configs: ConfigSet) -> HistorySeed:
+    def read_seed(self, configs: ConfigSet, stored_since: Optional[float] = None) -> HistorySeed:
         """The history state that earlier jobs left behind (the same seed as ``DuckDBStore.read_seed``): the
         tables' queries at once, each within ``timeout_seconds``; ``sinks.seed.SeedReadError`` names the table
-        whose query failed or did not answer in time, and why."""
+        whose query failed or did not answer in time, and why. ``stored_since``: see ``read_history_seed``."""
         self.client  # noqa: B018 - made once, before the queries' threads share it
         return read_history_seed(configs, self.query, bigquery_dialect(self.target), workers=SEED_QUERY_WORKERS,
-                                 timeout_seconds=self.timeout_seconds)
+                                 timeout_seconds=self.timeout_seconds, stored_since=stored_since)
 
 
 class _ReadSeedFn(beam.DoFn):
-    def __init__(self, target: BigQueryTarget, configs: ConfigSet, timeout_seconds: Optional[float]):
+    def __init__(self, target: BigQueryTarget, configs: ConfigSet, timeout_seconds: Optional[float],
+                 stored_horizon_seconds: Optional[float], clock: Callable[[], float] = time.time):
         self.target = target
         self.configs = configs
         self.timeout_seconds = timeout_seconds
+        self.stored_horizon_seconds = stored_horizon_seconds
+        self.clock = clock
 
     def process(self, unused_impulse):
-        yield BigQueryStore(self.target, self.timeout_seconds).read_seed(self.configs)
+        since = None if self.stored_horizon_seconds is None else self.clock() - self.stored_horizon_seconds
+        yield BigQueryStore(self.target, self.timeout_seconds).read_seed(self.configs, stored_since=since)
 
 
 class ReadSeedFromBigQuery(beam.PTransform):
@@ -223,21 +228,27 @@ class ReadSeedFromBigQuery(beam.PTransform):
 
     A bounded read at start-up, done by a worker rather than by the launcher,
     so that the seed (which grows with the history) is not embedded in the job
-    graph. The graph takes it as a singleton side input.
+    graph. The graph takes it as a singleton side input. ``stored_horizon_seconds``
+    (the streaming job's: retention plus run timeout): the index of stored runs
+    keeps those that ended within it of the wall clock (``sinks.seed.recent_stored_runs``).
     """
 
     def __init__(self, target: BigQueryTarget, configs: ConfigSet,
-                 timeout_seconds: Optional[float] = SEED_TIMEOUT_SECONDS):
+                 timeout_seconds: Optional[float] = SEED_TIMEOUT_SECONDS,
+                 stored_horizon_seconds: Optional[float] = None, clock: Callable[[], float] = time.time):
         super().__init__()
         self.target = target
         self.configs = configs
         self.timeout_seconds = timeout_seconds
+        self.stored_horizon_seconds = stored_horizon_seconds
+        self.clock = clock
 
     def expand(self, pbegin):
         return (pbegin
                 | "Start" >> beam.Impulse()  # not beam.Create: its inner steps are named after a lambda in Beam
                 # typed, so that the side input is encoded by the project's coder (transforms.coders), not pickled
-                | "ReadTables" >> beam.ParDo(_ReadSeedFn(self.target, self.configs, self.timeout_seconds)
+                | "ReadTables" >> beam.ParDo(_ReadSeedFn(
+                    self.target, self.configs, self.timeout_seconds, self.stored_horizon_seconds, self.clock)
                                              ).with_output_types(HistorySeed))
 
 

@@ -24,7 +24,7 @@ import dataclasses
 import json
 import logging
 import time
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Tuple
 
 from core import encoding
 from core.config import ConfigSet
@@ -112,8 +112,12 @@ def _read_all(reads: Sequence[Tuple[str, Callable[[], Any]]], workers: int, time
 
 
 def read_history_seed(configs: ConfigSet, query: Query, sql: SqlDialect, workers: int = 1,
-                      timeout_seconds: Optional[float] = None, scoped: bool = True) -> HistorySeed:
+                      timeout_seconds: Optional[float] = None, scoped: bool = True,
+                      stored_since: Optional[float] = None) -> HistorySeed:
     """The history state that earlier invocations left behind in a store's tables.
+
+    ``stored_since`` (the streaming job's): ``stored_runs`` keeps only the runs that ended at or after it, and
+    every back-fill (:func:`recent_stored_runs`); None (a replay, which reads history): every stored run.
 
     ``scoped``: the metric and window queries read only the keys ``configs``' checks compare and only as many of
     each key's latest runs as rebuild its history (``core.seed_scope``); without it, every stored row (what the
@@ -135,7 +139,7 @@ def read_history_seed(configs: ConfigSet, query: Query, sql: SqlDialect, workers
         (_name(sql, ALERTS), lambda: read_alert_rows(query, sql, MAX_RECENT_ALERTS)),
         (f"{_name(sql, JOB_HISTORY)} (interrupted runs)", lambda: read_open_runs(query, sql)),
     ], workers, timeout_seconds)
-    stored_runs = frozenset((job.test, job.run) for job in jobs)
+    ended = frozenset((job.test, job.run) for job in jobs)
     runs_by_test = collections.defaultdict(list)
     for job in jobs:
         runs_by_test[job.test].append((job.finalized_at, job.run, job.status))
@@ -157,10 +161,25 @@ def read_history_seed(configs: ConfigSet, query: Query, sql: SqlDialect, workers
             metric_actions.get(key, ()))
                  for key in set(rows_by_metric) | set(metric_actions)},
         jobs={test: seed_job_history(rows) for test, rows in runs_by_test.items()},
-        stored_runs=stored_runs,
+        stored_runs=ended if stored_since is None else recent_stored_runs(jobs, stored_since),
         stored_actions=frozenset(action.id for action in actions),
         ledgers=_ledgers(alerts, actions),
-        open_runs={key: run for key, run in open_runs.items() if key not in stored_runs})
+        open_runs={key: run for key, run in open_runs.items() if key not in ended})
+
+
+def recent_stored_runs(jobs: Sequence[JobRow], since: float) -> FrozenSet[Tuple[str, str]]:
+    """The stored runs a streaming job must still recognise: those that ended at or after ``since``, and every
+    back-fill.
+
+    The index of stored runs is a side input held whole by every worker, so it must not grow with the years.
+    A job forgets a run of its own ``--finalized_run_retention_seconds`` after it ended (its tombstone expires:
+    a message of it then starts a new run of that id); the index does the same for runs of earlier jobs, with
+    the run timeout as a margin, so its size follows the runs of the last week, not all runs ever stored. A
+    back-fill's row has its old event time in ``processed_at`` and does not say when it was stored, so
+    back-fills are all kept: a shipper that resends an old log whole is told the run is stored, however long
+    ago that was.
+    """
+    return frozenset((job.test, job.run) for job in jobs if job.finalized_at >= since or job.out_of_order)
 
 
 def _unless_empty(scope: Optional[KeyScope], read: Callable[[], List[Any]]) -> List[Any]:
@@ -186,11 +205,12 @@ def read_triage_actions(query: Query, sql: SqlDialect) -> List[TriageItem]:
 
 
 class JobRow(NamedTuple):
-    """One ``job_history`` row; the columns after ``finalized_at`` only ``with_details``."""
+    """One ``job_history`` row; the columns after ``out_of_order`` only ``with_details``."""
     test: str
     run: str
     status: str
     finalized_at: float  # processed_at, epoch seconds
+    out_of_order: Optional[bool] = None  # a back-fill (NULL in rows older than the column: not one)
     num_failures: Optional[int] = None
     start_time: Optional[float] = None
     end_time: Optional[float] = None
@@ -237,8 +257,8 @@ def ended_runs(sql: SqlDialect, columns: Sequence[str]) -> str:
 def read_job_rows(query: Query, sql: SqlDialect, with_details: bool = False) -> List[JobRow]:
     """Every stored run that ended, once (not one a drain interrupted and no job ended since)."""
     q, epoch = sql.quote, sql.epoch_seconds
-    columns = ["test_name", "run_id", "job_status", "processed_at"]
-    selected = f"{q('test_name')}, {q('run_id')}, {q('job_status')}, {epoch(q('processed_at'))}"
+    columns = ["test_name", "run_id", "job_status", "processed_at", "out_of_order"]
+    selected = f"{q('test_name')}, {q('run_id')}, {q('job_status')}, {epoch(q('processed_at'))}, {q('out_of_order')}"
     if with_details:
         columns += ["num_failures", "start_time", "timestamp", "events"]
         selected += (f", {q('num_failures')}, {epoch(q('start_time'))}, {epoch(q('timestamp'))}, {q('events')}")

@@ -24,7 +24,9 @@ then creates, idempotently ("describe || create"), everything the job needs:
 then makes CONFIG_GCS a copy of CONFIG_DIR (gcloud storage rsync: files not in CONFIG_DIR are deleted
 there) and launches the streaming job from setup.py: python -m pipeline
 --runner=DataflowRunner --streaming --config_dir=CONFIG_GCS with Streaming Engine, the Storage Write API
-for BigQuery and autoscaling up to MAX_WORKERS.
+for BigQuery and autoscaling up to MAX_WORKERS. Before it submits the job, that launch tries the history
+seed (a dry run of each of its queries and a read of one row of each table) and stops with one line if
+the seed cannot be read; in the job, a seed that still cannot be read after 3 tries cancels the job.
 
 configs checks CONFIG_DIR the same way and uploads it, and nothing else: the running job re-reads
 CONFIG_GCS every 5 minutes (--config_refresh_seconds of python -m pipeline), so a config change needs no

@@ -23,6 +23,7 @@ from core.config import ConfigError
 from pipeline import replay, streaming
 from pipeline.options import TrainguardOptions
 from sinks.local_outputs import OutputUnusable
+from sinks.seed import SeedReadError
 from trainguard.cli import (
     DASHES_NOTE,
     RUNTIME_ERROR,
@@ -96,6 +97,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     except (ConfigError, FileNotFoundError, IsADirectoryError, PermissionError, streaming.UsageError,
             OutputUnusable) as e:
         return fail("trainguard", str(e), USAGE_ERROR)
+    except SeedReadError as e:
+        return fail("trainguard", str(e), RUNTIME_ERROR)
     except Exception as e:
         line = cloud_failure(e)
         if line is None:

@@ -15,7 +15,7 @@ from core import locations
 from core.config_versions import CONFIG_REFRESH_SECONDS, VALID_FROM_EXAMPLE
 from core.runs import BACKFILL_LAG_SECONDS, RunLifecycle
 from core.vocabulary import WriteMethod
-from sinks.seed import SEED_TIMEOUT_SECONDS
+from sinks.seed import SEED_ATTEMPTS, SEED_RETRY_WAIT_SECONDS, SEED_TIMEOUT_SECONDS
 
 LIFECYCLE_DEFAULTS = RunLifecycle()
 
@@ -84,6 +84,11 @@ class TrainguardOptions(PipelineOptions):
                                    "it (the seed's queries run at once). "
                                    "A query that fails or does not answer in time stops the start-up with one line "
                                    "naming its table and the cause.")
+        bigquery.add_argument("--seed_attempts", type=int, default=SEED_ATTEMPTS,
+                              help="How many times the job's seed step reads the seed (waiting "
+                                   f"{SEED_RETRY_WAIT_SECONDS:g} s, then twice that, between tries) before it "
+                                   "gives up: on Dataflow it then cancels its job, which could not run without "
+                                   "it, and logs the reason; the launch tries the seed's queries first.")
         bigquery.add_argument("--alerts_topic", default=None,
                               help="Pub/Sub topic every alert is published to (projects/<project>/topics/<name>): "
                                    "the alerts file's JSON, with attributes test, run and kind.")

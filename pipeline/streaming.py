@@ -27,9 +27,17 @@ from core.vocabulary import WriteMethod
 from pipeline.graph import DetectRegressions, GraphSettings
 from pipeline.options import TrainguardOptions, lifecycle_from
 from pipeline.runners import runner_for
-from sinks.bigquery import BigQueryTarget, ReadSeedFromBigQuery, WriteToBigQueryTables, ensure_tables
+from sinks.bigquery import (
+    BigQueryTarget,
+    ReadSeedFromBigQuery,
+    SeedPolicy,
+    WriteToBigQueryTables,
+    check_seed,
+    ensure_tables,
+)
+from sinks.dataflow_job import DataflowJob
 from sinks.pubsub import PublishAlerts
-from sinks.seed import SEED_TIMEOUT_SECONDS
+from sinks.seed import SEED_ATTEMPTS, SEED_TIMEOUT_SECONDS
 from transforms.config_versions import LiveConfigs, WatchConfigs, read_config_dir
 from transforms.sources import ReadPubSubMessages
 
@@ -61,6 +69,7 @@ class StreamingJobConfig:
     alerts_topic: Optional[str] = None
     id_attribute: Optional[str] = None
     seed_timeout_seconds: float = SEED_TIMEOUT_SECONDS
+    seed_attempts: int = SEED_ATTEMPTS
     config_refresh_seconds: float = CONFIG_REFRESH_SECONDS
 
     @staticmethod
@@ -82,6 +91,8 @@ class StreamingJobConfig:
             raise UsageError("--write_method=storage_write_api is a cross-language transform: DataflowRunner only")
         if not local.seed_timeout_seconds > 0:
             raise UsageError(f"--seed_timeout_seconds={local.seed_timeout_seconds:g}: must be more than 0")
+        if not local.seed_attempts >= 1:
+            raise UsageError(f"--seed_attempts={local.seed_attempts}: must be at least 1")
         if not local.config_refresh_seconds > 0:
             raise UsageError(f"--config_refresh_seconds={local.config_refresh_seconds:g}: must be more than 0")
         return StreamingJobConfig(
@@ -89,6 +100,7 @@ class StreamingJobConfig:
             target=BigQueryTarget(project, local.bigquery_dataset, local.bigquery_endpoint, local.bigquery_location),
             write_method=local.write_method, alerts_topic=local.alerts_topic,
             id_attribute=local.pubsub_id_attribute, seed_timeout_seconds=local.seed_timeout_seconds,
+            seed_attempts=local.seed_attempts,
             config_refresh_seconds=local.config_refresh_seconds)
 
 
@@ -114,8 +126,9 @@ def build_streaming_pipeline(options: PipelineOptions, configs: LoadedConfigs,
     pipeline = beam.Pipeline(runner=runner_for(options), options=options)
     live = LiveConfigs(configs, job.config_refresh_seconds)
     lifecycle = lifecycle_from(options.view_as(TrainguardOptions))
-    seed = pipeline | "Seed" >> ReadSeedFromBigQuery(job.target, configs.versions.latest, job.seed_timeout_seconds,
-                                                     stored_horizon_seconds=lifecycle.stored_run_horizon_seconds)
+    seed = pipeline | "Seed" >> ReadSeedFromBigQuery(job.target, configs.versions.latest, SeedPolicy(
+        job.seed_timeout_seconds, job.seed_attempts, stored_horizon_seconds=lifecycle.stored_run_horizon_seconds,
+        job=DataflowJob.from_options(options) if is_dataflow(options) else None))
     messages = pipeline | "ReadPubSub" >> ReadPubSubMessages(job.subscription, job.topic, job.id_attribute)
     outputs = messages | "DetectRegressions" >> DetectRegressions(GraphSettings(live, lifecycle, streaming=True),
                                                                   seed)
@@ -138,6 +151,9 @@ def start_streaming(argv: Optional[List[str]] = None) -> PipelineResult:
     configs = read_config_dir(options.view_as(TrainguardOptions).config_dir)
     configs.strict()
     ensure_tables(job.target, timeout_seconds=job.seed_timeout_seconds)
+    scanned = check_seed(job.target, configs.versions.latest, job.seed_timeout_seconds)
+    print(f"trainguard: the history seed's queries and tables answer ({scanned / 1e6:.1f} MB to scan at the "
+          "job's start)", flush=True)
     return build_streaming_pipeline(options, configs, job).run()
 
 

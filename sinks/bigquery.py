@@ -44,8 +44,17 @@ from core.records import dead_letter_row
 from core.schema import DEAD_LETTER, TABLES, Table
 from core.vocabulary import WriteMethod
 from sinks import stores
-from sinks.seed import SEED_TIMEOUT_SECONDS, SqlDialect, read_history_seed
+from sinks.dataflow_job import DataflowJob, cancel_this_job
+from sinks.seed import (
+    SEED_ATTEMPTS,
+    SEED_RETRY_WAIT_SECONDS,
+    SEED_TIMEOUT_SECONDS,
+    SeedReadError,
+    SqlDialect,
+    read_history_seed,
+)
 from sinks.stores import bounded_call, bounded_query
+from trainguard.cli import error_line
 
 SEED_QUERY_WORKERS = 6        # the seed's queries run at once: one thread each
 
@@ -209,18 +218,90 @@ class BigQueryStore:
                                  timeout_seconds=self.timeout_seconds, stored_since=stored_since)
 
 
+def check_seed(target: BigQueryTarget, configs: ConfigSet, timeout_seconds: float = SEED_TIMEOUT_SECONDS) -> int:
+    """Tries the start-up seed before a job is launched, so that a seed the job could not read stops the launch
+    instead of the job: a dry run of each of its queries (BigQuery parses and plans it and checks the tables and
+    the caller's right to query them; nothing is read or billed), then a read of one row of each table they
+    read (the right to read the data), each call within ``timeout_seconds``. Returns the bytes the seed's
+    queries will scan (the dry runs' estimate). Raises ``SeedReadError`` naming the table and the cause.
+
+    The launcher's credentials are not the workers': a worker service account without the rights still fails
+    in the job, where the seed step stops it (``ReadSeedFromBigQuery``)."""
+    from google.cloud import bigquery
+
+    sql = bigquery_dialect(target)
+    queries: List[str] = []
+    read_history_seed(configs, lambda text: queries.append(text) or [], sql)  # the queries, recorded, not run
+    client = target.client()
+    bound = bounded_call(timeout_seconds)
+    scanned = 0
+    for text in queries:
+        try:
+            job = client.query(text, job_config=bigquery.QueryJobConfig(dry_run=True, use_query_cache=False),
+                               job_retry=None, **bound)
+        except Exception as error:  # re-raised as one line naming the tables
+            raise SeedReadError(f"cannot read the history seed: the dry run of the query of "
+                                f"{_tables_read(text, target)} failed: {type(error).__name__}: "
+                                f"{error_line(error)}") from error
+        scanned += job.total_bytes_processed or 0
+    for table in TABLES.values():
+        if any(sql.table(table) in text for text in queries):
+            try:
+                list(client.list_rows(target.table_id(table), max_results=1, **bound))
+            except Exception as error:  # re-raised as one line naming the table
+                raise SeedReadError(f"cannot read the history seed: reading a row of {target.table_id(table)} "
+                                    f"failed: {type(error).__name__}: {error_line(error)}") from error
+    return scanned
+
+
+def _tables_read(query: str, target: BigQueryTarget) -> str:
+    """The tables a seed query names, for messages."""
+    sql = bigquery_dialect(target)
+    return " and ".join(target.table_id(table) for table in TABLES.values() if sql.table(table) in query)
+
+
+@dataclasses.dataclass(frozen=True)
+class SeedPolicy:
+    """How the streaming job's seed step reads the tables: each query's bound, how many times it tries the whole
+    seed and how long it waits between tries, which stored runs its index keeps, and which job it cancels when
+    it cannot read the seed at all."""
+    timeout_seconds: Optional[float] = SEED_TIMEOUT_SECONDS
+    attempts: int = SEED_ATTEMPTS
+    retry_wait_seconds: float = SEED_RETRY_WAIT_SECONDS
+    # retention plus run timeout: the index keeps runs that ended within it of the wall clock (None: every run)
+    stored_horizon_seconds: Optional[float] = None
+    job: Optional[DataflowJob] = None
+
+
 class _ReadSeedFn(beam.DoFn):
-    def __init__(self, target: BigQueryTarget, configs: ConfigSet, timeout_seconds: Optional[float],
-                 stored_horizon_seconds: Optional[float], clock: Callable[[], float] = time.time):
+    def __init__(self, target: BigQueryTarget, configs: ConfigSet, policy: SeedPolicy,
+                 clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep):
         self.target = target
         self.configs = configs
-        self.timeout_seconds = timeout_seconds
-        self.stored_horizon_seconds = stored_horizon_seconds
+        self.policy = policy
         self.clock = clock
+        self.sleep = sleep
 
     def process(self, unused_impulse):
-        since = None if self.stored_horizon_seconds is None else self.clock() - self.stored_horizon_seconds
-        yield BigQueryStore(self.target, self.timeout_seconds).read_seed(self.configs, stored_since=since)
+        policy = self.policy
+        store = BigQueryStore(self.target, policy.timeout_seconds)
+        for attempt in range(1, policy.attempts + 1):
+            since = None if policy.stored_horizon_seconds is None else self.clock() - policy.stored_horizon_seconds
+            try:
+                yield store.read_seed(self.configs, stored_since=since)
+                return
+            except Exception as error:  # noqa: BLE001 - whatever stops the seed: retried, then the job stops
+                failure = error if isinstance(error, SeedReadError) else SeedReadError(
+                    f"cannot read the history seed: {type(error).__name__}: {error_line(error)}")
+            if attempt < policy.attempts:
+                wait = policy.retry_wait_seconds * 2 ** (attempt - 1)
+                _LOGGER.warning("%s (attempt %d of %d; trying again in %g s)", failure, attempt, policy.attempts,
+                                wait)
+                self.sleep(wait)
+        reason = f"{failure} (attempt {policy.attempts} of {policy.attempts})"
+        job_id = cancel_this_job(policy.job, reason)
+        raise SeedReadError(reason if job_id is None else f"{reason}; Dataflow job {job_id} cancelled: every "
+                            "step waits for the seed, so the job could not run without it") from failure
 
 
 class ReadSeedFromBigQuery(beam.PTransform):
@@ -228,28 +309,32 @@ class ReadSeedFromBigQuery(beam.PTransform):
 
     A bounded read at start-up, done by a worker rather than by the launcher,
     so that the seed (which grows with the history) is not embedded in the job
-    graph. The graph takes it as a singleton side input. ``stored_horizon_seconds``
-    (the streaming job's: retention plus run timeout): the index of stored runs
-    keeps those that ended within it of the wall clock (``sinks.seed.recent_stored_runs``).
+    graph. The graph takes it as a singleton side input.
+
+    Every step of the job waits for it (its watermark hold is the start of
+    time), and Dataflow retries a failed streaming step for ever: a seed that
+    cannot be read would hold the job silently. So the step tries
+    ``policy.attempts`` times, each query bounded by ``policy.timeout_seconds``,
+    waiting ``policy.retry_wait_seconds`` (doubling) between tries, and then
+    cancels its Dataflow job (``policy.job``) and fails with the reason. On
+    another runner it fails with the reason, which stops a local run.
     """
 
-    def __init__(self, target: BigQueryTarget, configs: ConfigSet,
-                 timeout_seconds: Optional[float] = SEED_TIMEOUT_SECONDS,
-                 stored_horizon_seconds: Optional[float] = None, clock: Callable[[], float] = time.time):
+    def __init__(self, target: BigQueryTarget, configs: ConfigSet, policy: SeedPolicy = SeedPolicy(),
+                 clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep):
         super().__init__()
         self.target = target
         self.configs = configs
-        self.timeout_seconds = timeout_seconds
-        self.stored_horizon_seconds = stored_horizon_seconds
+        self.policy = policy
         self.clock = clock
+        self.sleep = sleep
 
     def expand(self, pbegin):
         return (pbegin
                 | "Start" >> beam.Impulse()  # not beam.Create: its inner steps are named after a lambda in Beam
                 # typed, so that the side input is encoded by the project's coder (transforms.coders), not pickled
-                | "ReadTables" >> beam.ParDo(_ReadSeedFn(
-                    self.target, self.configs, self.timeout_seconds, self.stored_horizon_seconds, self.clock)
-                                             ).with_output_types(HistorySeed))
+                | "ReadTables" >> beam.ParDo(_ReadSeedFn(self.target, self.configs, self.policy, self.clock,
+                                                         self.sleep)).with_output_types(HistorySeed))
 
 
 # --------------------------------------------------------------------------

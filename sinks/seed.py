@@ -65,6 +65,8 @@ Query = Callable[[str], Sequence[Sequence]]  # SQL -> rows (tuples in SELECT ord
 
 _LOGGER = logging.getLogger(__name__)
 SEED_TIMEOUT_SECONDS = 300.0  # the streaming job's bound on each query of its seed, retries included
+SEED_ATTEMPTS = 3  # how many times the streaming job's seed step reads the seed before it stops the job
+SEED_RETRY_WAIT_SECONDS = 60.0  # its wait after a failed attempt, doubled after each
 
 
 class SeedReadError(RuntimeError):

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import time
 from typing import Callable, Optional, Tuple
 
 import apache_beam as beam
-from apache_beam.coders import BooleanCoder
+from apache_beam.coders import BooleanCoder, StrUtf8Coder
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.utils.timestamp import Duration, Timestamp
@@ -47,6 +48,12 @@ def events_over_the_limit(events, source: str):
     for event in events:
         yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
             f"too many events in run (limit {RunAccumulator.MAX_EVENTS})", event_json(event), source, event.time))
+
+
+def resumed_state_digest(stored: RunAccumulator) -> str:
+    """A stored open state's identity: the digest of its encoding (the same stored row, read again, gives the
+    same digest; a run drained again, with more in it, another)."""
+    return hashlib.sha256(encoding.to_text(stored).encode()).hexdigest()
 
 
 class _SkipStoredRunsFn(beam.DoFn):
@@ -111,6 +118,9 @@ class AssembleRunFn(beam.DoFn):
     FINALIZED = ReadModifyWriteStateSpec("finalized", BooleanCoder())
     # Whether the run is a back-fill (``AssembleRunOrBackfillFn`` decides it at the run's first message).
     BACKFILL = ReadModifyWriteStateSpec("backfill", BooleanCoder())
+    # The digest of the stored open state the run was resumed from (``resumed_state_digest``): the same state
+    # delivered again (a seed step run again, e.g. by an update) is taken once.
+    RESUMED = ReadModifyWriteStateSpec("resumed", StrUtf8Coder())
     FINALIZE = TimerSpec("finalize", TimeDomain.WATERMARK)
     EXPIRE = TimerSpec("expire", TimeDomain.WATERMARK)
 
@@ -127,15 +137,20 @@ class AssembleRunFn(beam.DoFn):
     def process(self, element, timestamp=beam.DoFn.TimestampParam,
                 accumulator_state=beam.DoFn.StateParam(ACCUMULATOR),
                 finalized=beam.DoFn.StateParam(FINALIZED),
+                resumed=beam.DoFn.StateParam(RESUMED),
                 finalize_timer=beam.DoFn.TimerParam(FINALIZE)):
-        yield from self._add(element, timestamp, accumulator_state, finalized, finalize_timer)
+        yield from self._add(element, timestamp, accumulator_state, finalized, finalize_timer, resumed)
 
-    def _add(self, element, timestamp, accumulator_state, finalized, finalize_timer, backfill=None,
+    def _add(self, element, timestamp, accumulator_state, finalized, finalize_timer, resumed, backfill=None,
              finalize_backfill_timer=None):
         """Takes one message (or a resumed run's state) into the run; with ``backfill`` (a state cell), a run's
         first message decides whether it is a back-fill, which ends on ``finalize_backfill_timer`` instead."""
         (test, run), summary = element
         if isinstance(summary, RunAccumulator):
+            digest = resumed_state_digest(summary)
+            if resumed.read() == digest:  # the seed's state of the run again: it is in the run already
+                return
+            resumed.write(digest)
             yield from self._resume(summary, accumulator_state, finalized, finalize_timer)
             resumed = accumulator_state.read()
             if backfill is not None and resumed is not None and self.lifecycle.backfilled(
@@ -247,8 +262,9 @@ class AssembleRunFn(beam.DoFn):
             yield result
 
     @on_timer(EXPIRE)
-    def expire(self, finalized=beam.DoFn.StateParam(FINALIZED)):
+    def expire(self, finalized=beam.DoFn.StateParam(FINALIZED), resumed=beam.DoFn.StateParam(RESUMED)):
         finalized.clear()
+        resumed.clear()
 
 
 class AssembleRunOrBackfillFn(AssembleRunFn):
@@ -285,10 +301,11 @@ class AssembleRunOrBackfillFn(AssembleRunFn):
     def process(self, element, timestamp=beam.DoFn.TimestampParam,
                 accumulator_state=beam.DoFn.StateParam(AssembleRunFn.ACCUMULATOR),
                 finalized=beam.DoFn.StateParam(AssembleRunFn.FINALIZED),
+                resumed=beam.DoFn.StateParam(AssembleRunFn.RESUMED),
                 backfill=beam.DoFn.StateParam(AssembleRunFn.BACKFILL),
                 finalize_timer=beam.DoFn.TimerParam(AssembleRunFn.FINALIZE),
                 finalize_backfill_timer=beam.DoFn.TimerParam(FINALIZE_BACKFILL)):
-        yield from self._add(element, timestamp, accumulator_state, finalized, finalize_timer, backfill,
+        yield from self._add(element, timestamp, accumulator_state, finalized, finalize_timer, resumed, backfill,
                              finalize_backfill_timer)
 
     @on_timer(FINALIZE_BACKFILL)
@@ -307,8 +324,10 @@ class AssembleRunOrBackfillFn(AssembleRunFn):
 
     @on_timer(EXPIRE_BACKFILL)
     def expire_backfill(self, finalized=beam.DoFn.StateParam(AssembleRunFn.FINALIZED),
+                        resumed=beam.DoFn.StateParam(AssembleRunFn.RESUMED),
                         backfill=beam.DoFn.StateParam(AssembleRunFn.BACKFILL)):
         finalized.clear()
+        resumed.clear()
         backfill.clear()
 
 

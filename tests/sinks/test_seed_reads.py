@@ -6,6 +6,7 @@ that fails or never answers stops the start-up with one line naming its table.
 
 import http.client
 import http.server
+import json
 import socket
 import threading
 import time
@@ -26,7 +27,7 @@ from pipeline.options import DEFAULT_CONFIG_DIR
 from pipeline.runners import local_batch_runner
 from pipeline.streaming import StreamingJobConfig, UsageError
 from report.source import SqlReportSource
-from sinks.bigquery import BigQueryStore, BigQueryTarget, ReadSeedFromBigQuery, ensure_tables
+from sinks.bigquery import BigQueryStore, BigQueryTarget, ReadSeedFromBigQuery, SeedPolicy, ensure_tables
 from sinks.duckdb_store import DuckDBStore
 from sinks.seed import SEED_TIMEOUT_SECONDS, SeedReadError, read_job_rows
 from sinks.stores import DUCKDB_SQL
@@ -106,7 +107,8 @@ def test_a_seed_query_that_never_answers_fails_within_its_bound_naming_the_table
 def test_the_streaming_jobs_seed_step_fails_with_that_line():
     # pytest.raises(Exception): whatever the runner wraps the seed step's error in
     with _BlackHole() as hole, pytest.raises(Exception) as raised, beam.Pipeline(runner=local_batch_runner()) as p:
-        _ = p | ReadSeedFromBigQuery(BigQueryTarget("test-project", "silent", hole.endpoint), CONFIGS, 1.0)
+        _ = p | ReadSeedFromBigQuery(BigQueryTarget("test-project", "silent", hole.endpoint), CONFIGS,
+                                     SeedPolicy(timeout_seconds=1.0, attempts=1))
     assert "cannot read the history seed: the query of test-project.silent." in str(raised.value)
 
 
@@ -124,11 +126,13 @@ def test_a_table_bigquery_does_not_have_fails_at_once_with_its_error(bigquery_em
 
 
 class _FlakyProxy(http.server.ThreadingHTTPServer):
-    """Forwards requests to ``upstream``, but answers the first ``failures`` with 503 Service Unavailable."""
+    """Forwards requests to ``upstream``, but answers the first ``failures`` with ``status`` (503 Service
+    Unavailable, which the client retries; 400 Bad Request, which it does not)."""
 
-    def __init__(self, upstream: str, failures: int):
+    def __init__(self, upstream: str, failures: int, status: int = 503):
         self.upstream = urllib.parse.urlsplit(upstream)
         self.failures = failures
+        self.status = status
         self.failed = 0
         self.lock = threading.Lock()
         super().__init__(("127.0.0.1", 0), _ProxyHandler)
@@ -146,8 +150,10 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
             server.failed += fail
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         if fail:
-            reply = b'{"error": {"code": 503, "message": "try again", "errors": [{"reason": "backendError"}]}}'
-            self.send_response(503)
+            reason = "backendError" if server.status >= 500 else "invalidQuery"
+            reply = json.dumps({"error": {"code": server.status, "message": "try again",
+                                          "errors": [{"reason": reason}]}}).encode()
+            self.send_response(server.status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(reply)))
             self.end_headers()

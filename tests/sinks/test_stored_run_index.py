@@ -17,7 +17,7 @@ from core.runs import RunLifecycle
 from core.schema import JOB_HISTORY
 from pipeline.options import DEFAULT_CONFIG_DIR
 from pipeline.runners import local_batch_runner
-from sinks.bigquery import BigQueryTarget, ReadSeedFromBigQuery, ensure_tables
+from sinks.bigquery import BigQueryTarget, ReadSeedFromBigQuery, SeedPolicy, ensure_tables
 from sinks.duckdb_store import DuckDBStore
 from sinks.seed import read_history_seed
 from sinks.stores import DUCKDB_SQL
@@ -79,8 +79,8 @@ def test_the_streaming_seed_step_bounds_the_index_by_the_wall_clock(bigquery_emu
             interrupted, job_row("t", "drained-long-ago", T0 + 1000)]
     assert bigquery_emulator.client().insert_rows_json(target.table_id(JOB_HISTORY), rows) == []
     with beam.Pipeline(runner=local_batch_runner()) as pipeline:
-        seeds = pipeline | ReadSeedFromBigQuery(target, CONFIGS, 60.0, stored_horizon_seconds=HORIZON,
-                                                clock=lambda: now)
+        seeds = pipeline | ReadSeedFromBigQuery(
+            target, CONFIGS, SeedPolicy(60.0, stored_horizon_seconds=HORIZON), clock=lambda: now)
         index = seeds | beam.Map(HistorySeed.index) | beam.Map(lambda index: sorted(index.stored_runs))
         assert_that(index, equal_to([[("t", "a-back-fill"), ("t", "yesterday")]]), label="index")
         # a run drained long ago that a later job ended is not resumed, though the index forgot it

@@ -41,10 +41,10 @@ def summaries(p, messages, label):
     return summarized
 
 
-def assemble(messages, seed=None, interruptions=False, clock=drain_time):
+def assemble(messages, seed=None, interruptions=False, clock=drain_time, seed_copies=1):
     """(finalized runs, dead letters, interrupted runs) of one bounded job."""
     with batch_pipeline() as p:
-        seed_pcoll = None if seed is None else p | "Seed" >> beam.Create([seed])
+        seed_pcoll = None if seed is None else p | "Seed" >> beam.Create([seed] * seed_copies)
         runs, dead, interrupted = summaries(p, messages, "") | AssembleRuns(
             CONFIGS, LIFECYCLE, seed_pcoll, interruptions=interruptions, clock=clock)
         results = gather(runs, "runs"), gather(dead, "dead"), gather(interrupted, "interrupted")
@@ -79,6 +79,17 @@ def test_the_next_job_resumes_the_run_and_ends_it_as_if_no_drain_had_happened():
     assert dead == [] and interrupted == []
     assert runs == [whole]
     assert {m.name for m in whole.metrics} >= {"acc_final", "loss_final"} and whole.start_time == T0
+
+
+def test_a_run_resumed_twice_from_the_same_stored_state_takes_it_once():
+    """Whether Dataflow runs the seed step again on an update is not documented: if it does, the same stored
+    state reaches the run again, and must not be counted twice."""
+    [whole] = assemble(BEFORE_DRAIN + AFTER_DRAIN)[0]
+    [cut] = assemble(BEFORE_DRAIN, interruptions=True)[2]
+    seed = HistorySeed(open_runs={("t", "r"): stored_open_run(cut)})
+    runs, dead, interrupted = assemble(AFTER_DRAIN, seed=seed, interruptions=True, clock=much_later, seed_copies=2)
+    assert dead == [] and interrupted == []
+    assert runs == [whole]
 
 
 def test_a_resumed_run_that_never_hears_again_ends_as_missing_at_its_own_timeout():

@@ -106,8 +106,9 @@ class DetectRegressions(beam.PTransform):
             settings.configs, seed, settings.streaming, bucket)
         run_alerts, failed_runs = runs | "CheckRuns" >> CheckJobHistory(
             settings.configs, seed, settings.streaming, bucket)
-        window_rows, window_alerts, late_points = (summaries, runs, actions) | "LiveWindows" >> LiveWindows(
-            settings.configs, settings.lifecycle, seed, settings.streaming, deduplicate=not settings.streaming)
+        window_rows, window_alerts, late_points = (
+            (summaries, runs, interrupted, actions) | "LiveWindows" >> LiveWindows(
+                settings.configs, settings.lifecycle, seed, settings.streaming, deduplicate=not settings.streaming))
         raised = (run_alerts, metric_alerts, window_alerts) | "AllAlerts" >> beam.Flatten()
         alert_rows, alert_updates, failed_alerts = (raised, actions) | "Triage" >> TriageAlerts(
             settings.configs, seed, settings.streaming, bucket)

@@ -320,7 +320,12 @@ class WindowRunFn(beam.DoFn):
 
 
 class LiveWindows(beam.PTransform):
-    """(MessageSummary, RunResult, TriageItem) -> (metric_windows rows, window alerts, late points).
+    """(MessageSummary, RunResult, interrupted RunResult, TriageItem) -> (metric_windows rows, window alerts,
+    late points).
+
+    A run a drain interrupts (``AssembleRuns``' ``interrupted`` output) ends its distributed run's rank windows
+    as a run that ended does: the windows a slower rank had not reached are combined from the ranks that did,
+    not lost with the drained state. It does not join the window checks' history (it did not end).
 
     ``seed`` (the one-element PCollection of the start-up ``HistorySeed``) carries
     the step-aligned history of earlier invocations, each key's to that key.
@@ -343,7 +348,7 @@ class LiveWindows(beam.PTransform):
         self.deduplicate = deduplicate
 
     def expand(self, inputs):
-        summaries, runs, actions = inputs
+        summaries, runs, interrupted, actions = inputs
         configs = self.configs
 
         def windowed_rank(summary: MessageSummary) -> bool:
@@ -364,7 +369,8 @@ class LiveWindows(beam.PTransform):
         by_rank = windowed.results | "RankOrRun" >> beam.Partition(
             lambda result, _: int(result[0].rank is not None), 2)
         bucket = self.fn.lifecycle.timer_bucket_seconds
-        combined, straggler_alerts, failed_combines = (by_rank[1], runs) | "CombineRanks" >> CombineRankWindows(
+        run_ends = (runs, interrupted) | "EndedOrInterrupted" >> beam.Flatten()
+        combined, straggler_alerts, failed_combines = (by_rank[1], run_ends) | "CombineRanks" >> CombineRankWindows(
             configs, self.seed, self.streaming, bucket, self.fn.lifecycle.retention_seconds)
         results = (by_rank[0], combined) | "RunWindows" >> beam.Flatten()
         rows = results | "Rows" >> beam.MapTuple(window_row)

@@ -1,15 +1,28 @@
 """Shared helpers for tests that run Beam pipelines (always with an explicit runner)."""
 
+import time
+from typing import Any, Callable, Dict, Tuple
+
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+from apache_beam.utils.timestamp import Duration
 
-from core.config import ConfigSet, parse_test_config
+from core.config import Configs, ConfigSet, parse_test_config
 from core.history import HistorySeed
 from core.parse import RawMessage
+from core.runs import RunLifecycle
 from pipeline.graph import DetectRegressions, GraphSettings
 from trainguard import wire
+from transforms.history import _JobMachine, _MetricMachine
+from transforms.ordered import in_event_time_order
+from transforms.parse import _FirstPerKeyFn
+from transforms.rank_windows import _RankWindowMachine
+from transforms.runs import AssembleRunFn, AssembleRunOrBackfillFn, AssembleRunPartsFn
+from transforms.triage import _LedgerMachine
+from transforms.window_checks import _WindowCheckMachine
+from transforms.windows import WindowRunFn
 
 
 def batch_pipeline() -> beam.Pipeline:
@@ -66,3 +79,26 @@ def gather(pcoll, label: str) -> list:
     sink = _GATHERED[f"{id(pcoll.pipeline)}/{label}"] = []
     pcoll | f"Gather_{label}" >> beam.Map(_gather_into, f"{id(pcoll.pipeline)}/{label}")
     return sink
+
+
+def stateful_dofns(configs: Configs, lifecycle: RunLifecycle,
+                   clock: Callable[[], float] = time.time) -> Dict[str, Tuple[beam.DoFn, Any]]:
+    """Every stateful DoFn of the graph (those with timers), by name, with a key of the kind it is keyed by: as
+    the graph makes them (the streaming job's, and a replay's run assembly), on ``configs`` and ``lifecycle``,
+    those that read the wall clock on ``clock``. ``tests/transforms/test_timers_without_state.py`` checks that
+    a new one in ``transforms/`` joins it."""
+    return {
+        "ordered metric check": (in_event_time_order(_MetricMachine(configs), "metric", True), ("t", "m")),
+        "ordered job check": (in_event_time_order(_JobMachine(configs), "job", True), "t"),
+        "ordered window check": (in_event_time_order(_WindowCheckMachine(configs), "window", True),
+                                 ("t", "tag", "count")),
+        "ordered triage ledger": (in_event_time_order(_LedgerMachine(configs), "triage", True), "t"),
+        "ordered rank windows": (in_event_time_order(_RankWindowMachine(configs, lifecycle.retention_seconds),
+                                                     "ranks", True), ("t", "r", "tag")),
+        "first per key (dedup)": (_FirstPerKeyFn(Duration(seconds=lifecycle.dedup_horizon_seconds)), "message-id"),
+        "run assembly": (AssembleRunFn(configs, lifecycle, interruptions=True, clock=clock), ("t", "r")),
+        "run assembly with back-fills": (AssembleRunOrBackfillFn(configs, lifecycle, interruptions=True,
+                                                                 clock=clock), ("t", "r")),
+        "run assembly of a replay's parts": (AssembleRunPartsFn(configs, lifecycle), ("t", "r")),
+        "live windows": (WindowRunFn(configs, lifecycle, streaming=True, clock=clock), ("t", "r", 0)),
+    }

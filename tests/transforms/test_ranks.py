@@ -2,6 +2,7 @@
 
 import json
 import random
+import time
 
 import apache_beam as beam
 import pytest
@@ -135,3 +136,21 @@ def test_a_straggling_rank_is_named_with_its_host_in_a_replay_and_in_a_stream():
     with streaming_pipeline() as p:
         check_straggler(detect(p | stream.advance_watermark_to_infinity(),
                                GraphSettings(STRAGGLER_CONFIGS, LIFECYCLE, streaming=True)))
+
+
+def test_a_drain_combines_the_windows_a_slower_rank_had_not_reached_from_the_ranks_that_had():
+    """An open distributed run at a drain is interrupted, not ended: its rank windows still close, so the window
+    rank 1 never reached is combined from the other three ranks instead of being lost with the drained state."""
+    start = float(int(time.time()) - 200)  # a live run: its timeout lies far ahead of the wall clock, as at a drain
+    messages = [m for m in straggler_messages(start=start) if not json.loads(m.payload).get("events")
+                or json.loads(m.payload)["events"][0]["type"] != "run_finished"]
+    behind = [m for m in messages if json.loads(m.payload)["id"] == "run/1/p50"]
+    assert len(behind) == 1  # rank 1's last ten steps, never sent
+    # a bounded input ends as a drain does: the watermark jumps to the end of time, the wall clock reads now
+    with batch_pipeline() as p:
+        outputs = detect(p | beam.Create([m for m in messages if m not in behind]),
+                         GraphSettings(STRAGGLER_CONFIGS, LIFECYCLE, streaming=True))
+        assert_that(outputs[JOB_HISTORY.name] | beam.Map(lambda r: r["job_status"]), equal_to(["interrupted"]),
+                    label="interrupted")
+        assert_that(outputs["metric_windows"] | beam.Map(lambda r: (r["window_index"], r["n"])),
+                    equal_to([(i, 40) for i in range(5)] + [(5, 30)]), label="every window")

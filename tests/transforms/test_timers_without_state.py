@@ -22,32 +22,9 @@ from bench.bench_ordered import CodedBag, CodedCell, Timer
 from core.runs import RunLifecycle
 from tests.support import T0
 from tests.transforms.held_watermarks import arguments
-from tests.transforms.support import configs
-from transforms.history import _JobMachine, _MetricMachine
-from transforms.ordered import in_event_time_order
-from transforms.parse import _FirstPerKeyFn
-from transforms.rank_windows import _RankWindowMachine
-from transforms.runs import AssembleRunFn, AssembleRunOrBackfillFn, AssembleRunPartsFn
-from transforms.triage import _LedgerMachine
-from transforms.window_checks import _WindowCheckMachine
-from transforms.windows import WindowRunFn
+from tests.transforms.support import configs, stateful_dofns
 
-CONFIGS = configs()
-LIFECYCLE = RunLifecycle(backfill_lag_seconds=900.0)
-
-STATEFUL_DOFNS = {
-    "ordered metric check": (in_event_time_order(_MetricMachine(CONFIGS), "metric", True), ("t", "m")),
-    "ordered job check": (in_event_time_order(_JobMachine(CONFIGS), "job", True), "t"),
-    "ordered window check": (in_event_time_order(_WindowCheckMachine(CONFIGS), "window", True), ("t", "tag", "count")),
-    "ordered triage ledger": (in_event_time_order(_LedgerMachine(CONFIGS), "triage", False), "t"),
-    "ordered rank windows": (in_event_time_order(_RankWindowMachine(CONFIGS, LIFECYCLE.retention_seconds), "ranks",
-                                                 True), ("t", "r", "tag")),
-    "first per key (dedup)": (_FirstPerKeyFn(beam.utils.timestamp.Duration(seconds=86400)), "message-id"),
-    "run assembly": (AssembleRunFn(CONFIGS, LIFECYCLE, interruptions=True), ("t", "r")),
-    "run assembly with back-fills": (AssembleRunOrBackfillFn(CONFIGS, LIFECYCLE, interruptions=True), ("t", "r")),
-    "run assembly of a replay's parts": (AssembleRunPartsFn(CONFIGS, LIFECYCLE), ("t", "r")),
-    "live windows": (WindowRunFn(CONFIGS, LIFECYCLE, streaming=True), ("t", "r", 0)),
-}
+STATEFUL_DOFNS = stateful_dofns(configs(), RunLifecycle(backfill_lag_seconds=900.0))
 
 
 @pytest.mark.parametrize("name", sorted(STATEFUL_DOFNS))
@@ -70,8 +47,9 @@ def has_timers(cls) -> bool:
 
 
 def test_every_stateful_dofn_in_transforms_is_covered():
-    """A new DoFn with timers in transforms/ must join the table above (the ordered stage's class is made per
-    machine by ``in_event_time_order``, with its timer spec inside)."""
+    """A new DoFn with timers in transforms/ must join ``tests.transforms.support.stateful_dofns`` (the ordered
+    stage's class is made per machine by ``in_event_time_order``, with its timer spec inside), and so the drain
+    of ``tests/transforms/test_drains.py``."""
     covered = {type(fn) for fn, _ in STATEFUL_DOFNS.values()}
     with_timers = set()
     for module_info in pkgutil.iter_modules(transforms.__path__):

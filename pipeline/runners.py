@@ -21,8 +21,10 @@ def local_batch_runner() -> FnApiRunner:
     sizes the value with ``objsize``, which walks the globals of every loaded
     module (thousands with apache-beam[gcp]): about 1 ms per state write, which
     made replays 8x slower. State lives in the same process anyway, so the
-    cache buys nothing here. (Dataflow workers keep their cache; tune it there
-    with ``--max_cache_memory_usage_mb``.)
+    cache buys nothing here. (Beam 2.77's SDK harness on Dataflow has no state
+    cache either unless ``--max_cache_memory_usage_mb`` is set, default 0: each
+    state read there is a request to the backend, which ``bench/bench_state_bytes.py``
+    counts. Setting it trades those reads for the same ``objsize`` walk per write.)
     """
     worker_handlers.STATE_CACHE_SIZE_MB = 0
     remember_dofn_specs()

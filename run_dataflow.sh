@@ -296,6 +296,7 @@ launch() {
     --autoscaling_algorithm=THROUGHPUT_BASED --max_num_workers="$MAX_WORKERS"
     --worker_machine_type="$MACHINE_TYPE"
     --input_subscription="projects/$PROJECT/subscriptions/$SUBSCRIPTION"
+    --triage_topic="projects/$PROJECT/topics/$METRICS_TOPIC"
     --alerts_topic="projects/$PROJECT/topics/$ALERTS_TOPIC"
     --bigquery_project="$PROJECT" --bigquery_dataset="$DATASET" --bigquery_location="$REGION"
     --write_method="$WRITE_METHOD"

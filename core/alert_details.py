@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Dict, Mapping, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from core.bounds import Bounds, minimum_history, pooled_scale, pools_levels
 from core.config import SuccessCondition, TestConfig
@@ -247,17 +247,17 @@ def describe(alert: Alert, unit: Optional[str] = None) -> str:
 # -- what the test's config adds ---------------------------------------------------------------------------
 
 
-def finish_alert(alert: Alert, config: TestConfig) -> Alert:
+def finish_alert(alert: Alert, config: TestConfig, destination: Sequence[Tuple[str, str]] = ()) -> Alert:
     """The alert with ``unit``, ``report_url`` and ``next_steps`` in its details, and its message with the unit.
 
     Applied once to every alert the pipeline raises, with the config valid at its event time; the alert's
-    id does not change."""
+    id does not change. ``destination``: where its triage commands point (``core.triage.triage_commands``)."""
     details = dict(alert.details)
     if alert.metric is not None:
         details["unit"] = config.metric_collection.unit_for(alert.metric)
     url = config.regression_test.report_url(alert.test, alert.run)
     if url is not None:
         details["report_url"] = url
-    details["next_steps"] = triage_commands(alert)
+    details["next_steps"] = triage_commands(alert, destination)
     finished = dataclasses.replace(alert, details=details)
     return dataclasses.replace(finished, message=describe(finished, details.get("unit")))

@@ -125,21 +125,25 @@ def window_index_of(instance: Optional[str]) -> Optional[int]:
         return None
 
 
-def triage_commands(alert: Alert) -> List[str]:
+def triage_commands(alert: Alert, destination: Sequence[Tuple[str, str]] = ()) -> List[str]:
     """The ``trainguard-triage`` commands for one alert, ready to paste: dismiss it (a false positive),
     accept its level (an intended change; metric and window alerts, from the first run at the new level),
     mute its metric for a day.
 
+    ``destination``: the (option, value) pairs that point the tool where the alert came from (the streaming
+    job's ``--topic``, ``--bigquery_project`` and ``--bigquery_dataset``; a replay's ``--local_store``), added
+    to every command, so that a command pasted from an e-mail acts on the job that raised the alert.
     Arguments are shell-quoted; a test or metric name that starts with ``-`` goes after ``--`` and an option
     value that does is written ``--option=value``, so that every command parses as written.
     """
-    commands = [_command("dismiss", [alert.alert_id[:ALERT_ID_PREFIX_CHARS]], [])]
+    where = list(destination)
+    commands = [_command("dismiss", [alert.alert_id[:ALERT_ID_PREFIX_CHARS]], where)]
     if alert.metric is not None and alert.kind in METRIC_ALERT_KINDS | WINDOW_ALERT_KINDS:
         first_run = alert.details.get("first_run") if alert.kind in FIRST_RUN_ALERT_KINDS else None
         from_run = first_run if isinstance(first_run, str) and first_run else alert.run
-        commands.append(_command("accept", [alert.test, alert.metric], [("--from_run", from_run)]))
+        commands.append(_command("accept", [alert.test, alert.metric], [("--from_run", from_run), *where]))
     mute_options = [("--metric", alert.metric)] if alert.metric is not None else []
-    commands.append(_command("mute", [alert.test], mute_options + [("--until", MUTE_FOR)]))
+    commands.append(_command("mute", [alert.test], mute_options + [("--until", MUTE_FOR), *where]))
     return commands
 
 

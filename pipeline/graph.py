@@ -9,7 +9,7 @@ no step needs to see all input at once.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Optional, Tuple
 
 import apache_beam as beam
 
@@ -42,6 +42,8 @@ class GraphSettings:
     lifecycle: RunLifecycle = RunLifecycle()
     streaming: bool = False  # unbounded input: live windows settle as the watermark advances
     progress_id: Optional[str] = None  # a transforms.progress counter of messages and points read (the replay's)
+    # (option, value) pairs of where triage actions for this job's alerts go, in their next_steps commands
+    triage_destination: Tuple[Tuple[str, str], ...] = ()
 
 
 class KeepRecordedTests(beam.PTransform):
@@ -111,7 +113,7 @@ class DetectRegressions(beam.PTransform):
                 settings.configs, settings.lifecycle, seed, settings.streaming, deduplicate=not settings.streaming))
         raised = (run_alerts, metric_alerts, window_alerts) | "AllAlerts" >> beam.Flatten()
         alert_rows, alert_updates, failed_alerts = (raised, actions) | "Triage" >> TriageAlerts(
-            settings.configs, seed, settings.streaming, bucket)
+            settings.configs, seed, settings.streaming, bucket, destination=settings.triage_destination)
         return {
             JOB_HISTORY.name: ((runs, interrupted) | "EndedAndInterrupted" >> beam.Flatten()
                                | "JobRows" >> beam.Map(job_history_row)

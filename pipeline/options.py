@@ -60,6 +60,10 @@ class TrainguardOptions(PipelineOptions):
                             help="Pub/Sub topic to read from instead, through a temporary subscription "
                                  "(messages published while the job is down are lost): "
                                  "projects/<project>/topics/<name>.")
+        pubsub.add_argument("--triage_topic", default=None,
+                            help="The topic trainguard-triage publishes this job's triage actions to (the one "
+                                 "trainers publish to): the alerts' next_steps commands name it, with this job's "
+                                 "--bigquery_project and --bigquery_dataset. Default: --input_topic, if given.")
         pubsub.add_argument("--pubsub_id_attribute", default=None,
                             help="Attribute Dataflow de-duplicates messages on (id_label); only when every "
                                  "publisher sets it. Not supported by the local runner. The pipeline "

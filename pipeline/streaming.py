@@ -15,7 +15,7 @@ alert, which joins the other alerts on their way to the table and the topic.
 from __future__ import annotations
 
 import dataclasses
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
@@ -46,12 +46,14 @@ class UsageError(ValueError):
     """Options that cannot make a streaming job; the message says which and why."""
 
 
-def check_pubsub_names(subscription: Optional[str], topic: Optional[str], alerts_topic: Optional[str]) -> None:
+def check_pubsub_names(subscription: Optional[str], topic: Optional[str], alerts_topic: Optional[str],
+                       triage_topic: Optional[str] = None) -> None:
     """Beam's own parsing of the Pub/Sub names, as a usage error instead of a traceback from graph construction."""
     from apache_beam.io.gcp.pubsub import parse_subscription, parse_topic
 
     for option, name, parse in (("--input_subscription", subscription, parse_subscription),
-                                ("--input_topic", topic, parse_topic), ("--alerts_topic", alerts_topic, parse_topic)):
+                                ("--input_topic", topic, parse_topic), ("--alerts_topic", alerts_topic, parse_topic),
+                                ("--triage_topic", triage_topic, parse_topic)):
         if name is not None:
             try:
                 parse(name)
@@ -70,7 +72,17 @@ class StreamingJobConfig:
     id_attribute: Optional[str] = None
     seed_timeout_seconds: float = SEED_TIMEOUT_SECONDS
     seed_attempts: int = SEED_ATTEMPTS
+    triage_topic: Optional[str] = None
     config_refresh_seconds: float = CONFIG_REFRESH_SECONDS
+
+    @property
+    def triage_destination(self) -> Tuple[Tuple[str, str], ...]:
+        """Where ``trainguard-triage`` sends actions on this job's alerts, as its options: the topic the job reads
+        them from (when known) and the dataset it checks names against."""
+        topic = (("--topic", self.triage_topic),) if self.triage_topic else ()
+        endpoint = (("--bigquery_endpoint", self.target.endpoint),) if self.target.endpoint else ()
+        return (*topic, ("--bigquery_project", self.target.project), ("--bigquery_dataset", self.target.dataset),
+                *endpoint)
 
     @staticmethod
     def from_options(options: PipelineOptions) -> StreamingJobConfig:
@@ -79,7 +91,7 @@ class StreamingJobConfig:
             raise UsageError("reading Pub/Sub needs --streaming")
         if (local.input_subscription is None) == (local.input_topic is None):
             raise UsageError("the streaming job needs exactly one of --input_subscription and --input_topic")
-        check_pubsub_names(local.input_subscription, local.input_topic, local.alerts_topic)
+        check_pubsub_names(local.input_subscription, local.input_topic, local.alerts_topic, local.triage_topic)
         if not local.bigquery_dataset:
             raise UsageError("the streaming job writes to BigQuery: --bigquery_dataset is required")
         project = local.bigquery_project or options.view_as(GoogleCloudOptions).project
@@ -100,7 +112,7 @@ class StreamingJobConfig:
             target=BigQueryTarget(project, local.bigquery_dataset, local.bigquery_endpoint, local.bigquery_location),
             write_method=local.write_method, alerts_topic=local.alerts_topic,
             id_attribute=local.pubsub_id_attribute, seed_timeout_seconds=local.seed_timeout_seconds,
-            seed_attempts=local.seed_attempts,
+            seed_attempts=local.seed_attempts, triage_topic=local.triage_topic or local.input_topic,
             config_refresh_seconds=local.config_refresh_seconds)
 
 
@@ -130,8 +142,8 @@ def build_streaming_pipeline(options: PipelineOptions, configs: LoadedConfigs,
         job.seed_timeout_seconds, job.seed_attempts, stored_horizon_seconds=lifecycle.stored_run_horizon_seconds,
         job=DataflowJob.from_options(options) if is_dataflow(options) else None))
     messages = pipeline | "ReadPubSub" >> ReadPubSubMessages(job.subscription, job.topic, job.id_attribute)
-    outputs = messages | "DetectRegressions" >> DetectRegressions(GraphSettings(live, lifecycle, streaming=True),
-                                                                  seed)
+    settings = GraphSettings(live, lifecycle, streaming=True, triage_destination=job.triage_destination)
+    outputs = messages | "DetectRegressions" >> DetectRegressions(settings, seed)
     config_alerts = messages | "WatchConfigs" >> WatchConfigs(live)
     alerts = (outputs[ALERTS.name], config_alerts) | "AlertsAndConfigAlerts" >> beam.Flatten()
     {**outputs, ALERTS.name: alerts} | "WriteBigQuery" >> WriteToBigQueryTables(job.target, job.write_method)

@@ -42,6 +42,7 @@ from trainguard.cli import DASHES_NOTE, StrictArgumentParser, cloud_failure, nea
 
 PROG = "trainguard-triage"
 MIN_ID_PREFIX = 8
+TOPIC_ENVIRONMENT = "TRAINGUARD_TOPIC"  # the default of --topic
 _DURATION = re.compile(r"^\+(\d+(?:\.\d+)?)([smhd])$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -270,8 +271,9 @@ def build_parser(now: float) -> argparse.ArgumentParser:
     where.add_argument("--triage_file", default=None,
                        help="local JSONL file of triage actions, applied by the next replay into --local_store "
                             "(default: the store's own, e.g. trainguard.triage.jsonl beside trainguard.duckdb)")
-    where.add_argument("--topic", default=None,
-                       help="publish to this Pub/Sub topic (the pipeline's input: projects/P/topics/T) instead")
+    where.add_argument("--topic", default=os.environ.get(TOPIC_ENVIRONMENT) or None,
+                       help="publish to this Pub/Sub topic (the pipeline's input: projects/P/topics/T) instead "
+                            f"[{TOPIC_ENVIRONMENT}]")
     where.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for Pub/Sub to take a message")
     where.add_argument("--unchecked", action="store_true",
                        help="accept and mute: do not check the test, metric and run against the store")

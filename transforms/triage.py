@@ -6,7 +6,7 @@ dismisses to their own histories (``transforms.history``, ``transforms.window_ch
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Tuple
 
 import apache_beam as beam
 
@@ -55,16 +55,23 @@ class TriageAlerts(OrderedCheck):
     changes, marked with the new state, for the alerts file and topic (the
     ``alerts`` table keeps each alert as raised; the ``triage`` table says
     what happened to it). Every alert is finished here first
-    (``core.alert_details.finish_alert``: unit, report link, next steps).
+    (``core.alert_details.finish_alert``: unit, report link, next steps, which
+    point at ``destination``, the (option, value) pairs of where this job's
+    triage actions go).
     """
+
+    def __init__(self, *args, destination: Tuple[Tuple[str, str], ...] = (), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.destination = destination
 
     def expand(self, inputs):
         alerts, actions = inputs
         configs = self.configs
+        destination = self.destination
 
         def raised_row(alert: Alert) -> RaisedAlert:
             # unit, report link, next steps and the worded message, by the config valid at the alert's event time
-            finished = finish_alert(alert, configs.for_test(alert.test, alert.created_at))
+            finished = finish_alert(alert, configs.for_test(alert.test, alert.created_at), destination)
             return RaisedAlert(alert.test, alert.created_at, finished.to_row())
 
         raised = alerts | "Raised" >> beam.Map(raised_row)

@@ -134,6 +134,23 @@ def test_next_steps_parse_back_to_the_same_names_whatever_the_names(test, run, m
     assert (args.test, args.metric) == (test, metric)
 
 
+JOB = (("--topic", "projects/p/topics/trainguard-metrics"), ("--bigquery_project", "p"),
+       ("--bigquery_dataset", "trainguard"))
+
+
+@pytest.mark.parametrize("test, metric", [("pt-cifar", "acc_final"), ("-dash-test", "--metric")])
+def test_the_streaming_jobs_next_steps_point_every_command_at_its_topic_and_dataset(test, metric):
+    alert = Alert(kind="metric_out_of_bounds", test=test, run="r1", metric=metric, message="", created_at=0.0)
+    commands = finish_alert(alert, config(), JOB).details["next_steps"]
+    assert [parses(command).command for command in commands] == ["dismiss", "accept", "mute"]
+    for command in commands:
+        args = parses(command)
+        assert (args.topic, args.bigquery_project, args.bigquery_dataset) == (
+            "projects/p/topics/trainguard-metrics", "p", "trainguard"), command
+    assert (parses(commands[1]).test, parses(commands[1]).metric) == (test, metric)
+    assert finish_alert(alert, config(), JOB).alert_id == alert.alert_id  # where it points is not what it is
+
+
 def test_a_run_level_alert_without_a_metric_can_be_dismissed_or_muted_but_not_accepted():
     alert = Alert(kind="job_failed", test="t", run="r", message="run r finished with status failure", created_at=0.0)
     finished = finish_alert(alert, config())

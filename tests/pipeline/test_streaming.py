@@ -30,13 +30,14 @@ from typing import Dict, List, Tuple
 
 import pytest
 from apache_beam.io.gcp.pubsub import PubsubMessage
+from apache_beam.options.pipeline_options import PipelineOptions
 from google.cloud import pubsub_v1
 
 from core.parse import RawMessage
-from core.schema import DEAD_LETTER, TABLES
+from core.schema import ALERTS, DEAD_LETTER, TABLES
 from pipeline.main import main
 from pipeline.options import DEFAULT_CONFIG_DIR
-from pipeline.streaming import start_streaming
+from pipeline.streaming import StreamingJobConfig, UsageError, start_streaming
 from scripts.publish_demo import publish
 from sinks.alerts_file import alert_json
 from sinks.bigquery import BigQueryStore, BigQueryTarget, bigquery_dialect
@@ -129,6 +130,7 @@ class StreamingJob:
         self.result = start_streaming([
             "--streaming", f"--input_subscription={self.subscription}",
             f"--alerts_topic={pubsub_server.topic_path('alerts')}", f"--config_dir={DEFAULT_CONFIG_DIR}",
+            f"--triage_topic={pubsub_server.topic_path('metrics')}",
             f"--bigquery_project={bigquery_emulator.project}", f"--bigquery_dataset={dataset}",
             f"--bigquery_endpoint={bigquery_emulator.endpoint}", *TIMING])
 
@@ -240,7 +242,16 @@ def test_streaming_job_matches_the_local_replay_and_continues_after_a_restart(
     got = table_rows(bigquery.query, bigquery_dialect(bigquery.target))
     want = table_rows(expected.query, DUCKDB_SQL)
     dead_letter = want.pop(DEAD_LETTER.name), got.pop(DEAD_LETTER.name)
+    # The job's alerts' triage commands point at its topic and dataset; a replay's, at no store in particular (its
+    # rows do not depend on where its store lives).
+    details = ALERTS.column_names.index("details")
+    (got["alerts"], got_steps), (want["alerts"], want_steps) = (
+        _without_next_steps(rows, details) for rows in (got["alerts"], want["alerts"]))
     assert got == want
+    job_flags = (f" --topic {pubsub_server.topic_path('metrics')} --bigquery_project {bigquery.target.project}"
+                 f" --bigquery_dataset {bigquery.target.dataset} --bigquery_endpoint {bigquery.target.endpoint}")
+    assert got_steps and all(step.endswith(job_flags) for step in got_steps), got_steps
+    assert [step[:-len(job_flags)] for step in got_steps] == want_steps
     kinds = sorted((row[1], row[3]) for row in want["alerts"])
     assert kinds == [("job_failed", "jax-02"), ("job_failed", "jax-05"),
                      ("metric_out_of_bounds", "bert-01"), ("metric_out_of_bounds", "bert-04"),
@@ -262,10 +273,25 @@ def test_streaming_job_matches_the_local_replay_and_continues_after_a_restart(
     # The alerts topic carried every alert once, as the alerts file's lines, with test/run/kind attributes.
     lines = (tmp_path / "all.alerts.jsonl").read_text().splitlines()
     published = sorted(m.data.decode() for m in alerts.messages.values())
-    assert published == sorted(lines)
+    assert sorted(_without_next_steps([(line,)], 0)[0][0] for line in published) == sorted(
+        _without_next_steps([(line,)], 0)[0][0] for line in lines)
     for message in alerts.messages.values():
         alert = json.loads(message.data)
         assert dict(message.attributes) == {"test": alert["test_name"], "run": alert["run_id"], "kind": alert["kind"]}
+
+
+def _without_next_steps(rows: List[tuple], column: int) -> Tuple[List[tuple], List[str]]:
+    """``rows`` with ``next_steps`` taken out of the JSON in ``column`` (an alerts row's details, or a whole alert
+    line), and the commands taken out, in row order."""
+    kept, steps = [], []
+    for row in rows:
+        text = json.loads(row[column])
+        inner = text if "next_steps" in text else json.loads(text.get("details") or "{}")
+        steps += inner.pop("next_steps", [])
+        if inner is not text:
+            text["details"] = json.dumps(inner, sort_keys=True)
+        kept.append((*row[:column], json.dumps(text, sort_keys=True), *row[column + 1:]))
+    return sorted(kept, key=repr), steps
 
 
 SUBSCRIPTION = "--input_subscription=projects/test-project/subscriptions/s"
@@ -317,6 +343,7 @@ def test_python_m_pipeline_runs_the_streaming_job_until_interrupted(pubsub_serve
          "--bigquery_dataset=cli", f"--bigquery_endpoint={bigquery_emulator.endpoint}", "--run_grace_seconds=0"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
+        assert process.stdout.readline().startswith("trainguard: the history seed's queries and tables answer (")
         assert "streaming job running" in process.stdout.readline()
         start = time.time()  # the local runner's watermark is the wall clock: a run that just ended
         publish(publisher, topic, run_payloads(JAX, "jax-cli", start - 1, status="failure"))
@@ -340,3 +367,17 @@ def test_help_lists_the_streaming_options(capsys):
     for option in ("--input_subscription", "--input_topic", "--bigquery_dataset", "--bigquery_endpoint",
                    "--write_method", "--alerts_topic", "--pubsub_id_attribute", "--input_files"):
         assert option in out, option
+
+
+def test_the_jobs_alerts_point_triage_at_its_topic_and_dataset():
+    base = ["--streaming", SUBSCRIPTION, "--bigquery_dataset=d", "--project=my-project"]
+    job = StreamingJobConfig.from_options(PipelineOptions(base))
+    assert job.triage_destination == (("--bigquery_project", "my-project"), ("--bigquery_dataset", "d"))
+    job = StreamingJobConfig.from_options(PipelineOptions(base + ["--triage_topic=projects/my-project/topics/m"]))
+    assert job.triage_destination[0] == ("--topic", "projects/my-project/topics/m")
+    read_from_topic = ["--streaming", "--input_topic=projects/my-project/topics/m", "--bigquery_dataset=d",
+                       "--project=my-project"]
+    assert StreamingJobConfig.from_options(PipelineOptions(read_from_topic)).triage_destination[0] == (
+        "--topic", "projects/my-project/topics/m")  # a job that reads a topic takes triage actions from it
+    with pytest.raises(UsageError, match="--triage_topic=metrics: "):
+        StreamingJobConfig.from_options(PipelineOptions(base + ["--triage_topic=metrics"]))

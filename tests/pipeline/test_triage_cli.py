@@ -221,3 +221,18 @@ def test_a_name_the_store_has_never_seen_is_refused_with_the_nearest(demo, capsy
 def test_a_run_still_going_is_accepted_with_allow_future(demo):
     assert triage("accept", CIFAR, "Accuracy/test_final", "--from_run", f"{CIFAR}-099", "--allow_future") == 0
     assert (demo / "trainguard.triage.jsonl").exists()
+
+
+def test_where_triage_goes_comes_from_the_flags_then_the_environment(monkeypatch):
+    monkeypatch.setenv("TRAINGUARD_TOPIC", "projects/p/topics/metrics")
+    monkeypatch.setenv("TRAINGUARD_BIGQUERY_PROJECT", "p")
+    monkeypatch.setenv("TRAINGUARD_BIGQUERY_DATASET", "trainguard")
+    monkeypatch.setenv("TRAINGUARD_LOCAL_STORE", "elsewhere.duckdb")
+    args = cli.build_parser(0.0).parse_args(["mute", "t", "--until", "+1d"])
+    assert (args.topic, args.bigquery_project, args.bigquery_dataset, args.local_store) == (
+        "projects/p/topics/metrics", "p", "trainguard", "elsewhere.duckdb")
+    args = cli.build_parser(0.0).parse_args(["mute", "t", "--until", "+1d", "--topic=projects/q/topics/other",
+                                             "--bigquery_dataset=staging"])
+    assert (args.topic, args.bigquery_dataset) == ("projects/q/topics/other", "staging")  # a flag wins
+    monkeypatch.setenv("TRAINGUARD_TOPIC", "")  # empty: not set
+    assert cli.build_parser(0.0).parse_args(["mute", "t", "--until", "+1d"]).topic is None

@@ -15,6 +15,7 @@ valid config whose check never runs.
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Dict, List, Mapping, Optional, Set
 
 from core.config import DEFAULT_CONFIG_NAME, ConfigError, ConfigSet
@@ -96,6 +97,21 @@ def reported_metrics(store: StoreReader) -> Dict[str, Set[str]]:
     return reported
 
 
+def unreported_in_store(configs: ConfigSet, store: StoreReader) -> List[str]:
+    """:func:`unreported` for the names the runs in ``store`` reported; closes the store."""
+    try:
+        return unreported(configs, reported_metrics(store))
+    finally:
+        store.close()
+
+
+def warn_unreported(configs: ConfigSet, store: StoreReader, prog: str) -> None:
+    """:func:`unreported_in_store`, each a warning line on stderr (the pipeline's, at the start of a streaming job
+    and at the end of a replay)."""
+    for warning in unreported_in_store(configs, store):
+        print(f"{prog}: warning: {warning}", file=sys.stderr)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = StrictArgumentParser(prog=PROG, description=__doc__.split("\n\n", 1)[1].replace("``", ""),
                                   formatter_class=HelpFormatter, epilog=DASHES_NOTE)
@@ -121,14 +137,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         except FileNotFoundError as e:
             return fail(PROG, str(e), USAGE_ERROR)
         try:
-            warnings = unreported(configs, reported_metrics(store))
+            warnings = unreported_in_store(configs, store)
         except Exception as e:
             line = cloud_failure(e)
             if line is None:
                 raise
             return fail(PROG, line, RUNTIME_ERROR)
-        finally:
-            store.close()
         print("\n".join(f"warning: {w}" for w in warnings) if warnings
               else f"every configured test, metric and tag has stored runs in {store.name}")
     return 0

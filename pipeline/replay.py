@@ -35,6 +35,7 @@ from core.history import HistorySeed
 from core.locations import LEGACY_TRIAGE_FILE, triage_file_for
 from core.schema import ALERT_UPDATES, ALERTS, TABLES
 from pipeline import IMPORTED_AT
+from pipeline.check_configs import warn_unreported
 from pipeline.graph import DetectRegressions, GraphSettings
 from pipeline.options import (
     DEFAULT_REPORT_DIR,
@@ -49,6 +50,7 @@ from sinks.crash_points import crash_point
 from sinks.duckdb_store import DuckDBStore
 from sinks.local_outputs import LocalOutputs
 from sinks.staging import StageRows
+from sinks.stores import open_duckdb
 from transforms.config_versions import read_config_dir
 from transforms.progress import LocalCounter, ProgressCounter, ReadCounts, register, unregister
 from transforms.sources import LineGroup, ReadReplayFiles, is_local_text, plan_line_groups
@@ -369,6 +371,8 @@ def run_and_report(argv: List[str]) -> None:
     with _drawers(enabled=bool(report_dir)) as drawers:
         summary = run(argv)
         print(summary.render())
+        # what the configs check that no run in the store has reported, now that it holds what the replay brought
+        warn_unreported(read_config_dir(local.config_dir).strict().latest, open_duckdb(summary.store), "trainguard")
         report = _write_report(summary.store, report_dir, local.config_dir, drawers) if report_dir else None
     if report is not None:
         print(f"  report: {report}")

@@ -19,8 +19,8 @@ def demo_store(tmp_path) -> str:
     return store
 
 
-def test_names_no_stored_run_reported_are_warned_with_the_nearest(tmp_path, capsys):
-    store = demo_store(tmp_path)
+def misspelled_configs(tmp_path):
+    """The bundled configs with a metric, a window tag and a test's file name misspelled."""
     configs = tmp_path / "configs"
     shutil.copytree(f"{REPO_ROOT}/configs", configs)
     path = configs / f"{CIFAR}.json"
@@ -30,14 +30,33 @@ def test_names_no_stored_run_reported_are_warned_with_the_nearest(tmp_path, caps
     config["window_config"] = {"tags": {"los": {"count": 10, "aggregations": ["mean"]}}}
     path.write_text(json.dumps(config))
     (configs / "pt-cifar-tpu-v3-9.json").write_text("{}")
+    return configs
+
+
+MISSPELLED = [
+    f"warning: {CIFAR}: no stored run reported the metric Accuracy/test_finale: its check never runs "
+    "(did you mean Accuracy/test_final?)",
+    f"warning: {CIFAR}: no stored run reported the tag los: its check never runs (did you mean loss?)",
+    "warning: pt-cifar-tpu-v3-9: no stored run of this test (a misspelled file name?)"]
+
+
+def test_names_no_stored_run_reported_are_warned_with_the_nearest(tmp_path, capsys):
+    store = demo_store(tmp_path)
+    configs = misspelled_configs(tmp_path)
     capsys.readouterr()
     assert check_configs.main([f"--config_dir={configs}", f"--local_store={store}"]) == 0
     warnings = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning: ")]
-    assert warnings == [
-        f"warning: {CIFAR}: no stored run reported the metric Accuracy/test_finale: its check never runs "
-        "(did you mean Accuracy/test_final?)",
-        f"warning: {CIFAR}: no stored run reported the tag los: its check never runs (did you mean loss?)",
-        "warning: pt-cifar-tpu-v3-9: no stored run of this test (a misspelled file name?)"]
+    assert warnings == MISSPELLED
+
+
+def test_a_replay_ends_with_the_same_warnings_on_stderr(tmp_path, capsys):
+    configs = misspelled_configs(tmp_path)
+    assert pipeline_main([f"--input_files={REPO_ROOT}/data/demo/*.jsonl", f"--config_dir={configs}",
+                          f"--local_store={tmp_path / 'store.duckdb'}", f"--alerts_file={tmp_path / 'alerts.jsonl'}",
+                          "--report_dir=", "--triage_file="]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert [line for line in err if line.startswith("trainguard: warning: ")] == [
+        f"trainguard: {warning}" for warning in MISSPELLED]
 
 
 def test_the_bundled_configs_check_names_the_demo_reports_and_a_missing_store_is_a_usage_error(tmp_path, capsys):

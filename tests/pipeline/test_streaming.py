@@ -359,6 +359,8 @@ def test_python_m_pipeline_runs_the_streaming_job_until_interrupted(pubsub_serve
         process.send_signal(signal.SIGINT)  # Ctrl-C: the job is cancelled and the command exits
         _, stderr = process.communicate(timeout=60)
     assert process.returncode == 0, stderr
+    # at the start, what the configs check that no stored run has reported (an empty dataset: every test)
+    assert "trainguard: warning: pt-cifar-tpu-v3-8: no stored run of this test (a misspelled file name?)" in stderr
 
 
 def test_help_lists_the_streaming_options(capsys):

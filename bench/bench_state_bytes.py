@@ -68,11 +68,12 @@ from core.window_checks import RunEnded, seed_window_history
 from core.windows import WindowPoint, WindowResult, window_aggregates
 from trainguard import wire
 from trainguard.cli import DASHES_NOTE, StrictArgumentParser
+from transforms.backfills import AssembleRunOrBackfillFn
 from transforms.coders import AnyRecord
 from transforms.history import _JobMachine, _MetricMachine
 from transforms.ordered import in_event_time_order
 from transforms.parse import ParseMessageFn, SummarizeMessageFn, _FirstPerKeyFn
-from transforms.runs import INTERRUPTED, AssembleRunOrBackfillFn
+from transforms.runs import INTERRUPTED
 from transforms.triage import _LedgerMachine
 from transforms.window_checks import _WindowCheckMachine
 from transforms.windows import WindowRunFn

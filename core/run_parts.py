@@ -2,7 +2,7 @@
 counts: pure Python, no Beam.
 
 A replay takes each bundle's messages of a run into a ``RunPart`` before the shuffle to run assembly
-(``transforms.runs.PreAssembleRunsFn``) and merges the run's parts after it (``AssembleRunPartsFn``). A message
+(``transforms.run_parts.PreAssembleRunsFn``) and merges the run's parts after it (``AssembleRunPartsFn``). A message
 id counts once per run, whatever the order and the bundles its copies came in:
 
 - copies with the same bytes (a line shipped twice) are one message: one is taken, the others are nothing;

@@ -15,11 +15,13 @@ from core.parse import RawMessage
 from core.runs import RunLifecycle
 from pipeline.graph import DetectRegressions, GraphSettings
 from trainguard import wire
+from transforms.backfills import AssembleRunOrBackfillFn
 from transforms.history import _JobMachine, _MetricMachine
 from transforms.ordered import in_event_time_order
 from transforms.parse import _FirstPerKeyFn
 from transforms.rank_windows import _RankWindowMachine
-from transforms.runs import AssembleRunFn, AssembleRunOrBackfillFn, AssembleRunPartsFn
+from transforms.run_assembly import AssembleRunFn
+from transforms.run_parts import AssembleRunPartsFn
 from transforms.triage import _LedgerMachine
 from transforms.window_checks import _WindowCheckMachine
 from transforms.windows import WindowRunFn

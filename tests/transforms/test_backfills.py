@@ -23,7 +23,8 @@ from tests.support import T0
 from tests.transforms.held_watermarks import HeldStage
 from tests.transforms.support import configs, detect, finished, gather, raw, simple_run, started, streaming_pipeline
 from trainguard import wire
-from transforms.runs import INTERRUPTED, AssembleRunOrBackfillFn
+from transforms.backfills import AssembleRunOrBackfillFn
+from transforms.runs import INTERRUPTED
 
 CONFIGS = configs(t={"regression_test_config": {"alert_after_second_test_failure": False}})
 BACKFILLS = RunLifecycle(grace_seconds=60.0, timeout_seconds=3600.0, backfill_lag_seconds=900.0,

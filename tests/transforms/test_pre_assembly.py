@@ -21,7 +21,8 @@ from tests.transforms.support import batch_pipeline, configs, finished, gather, 
 from tests.transforms.test_containment import CONFIG, suite
 from trainguard import wire
 from transforms.parse import ParseMessages, SummarizeMessages
-from transforms.runs import AssembleRunPartsFn, AssembleRuns, PreAssembleRunsFn
+from transforms.run_parts import AssembleRunPartsFn, PreAssembleRunsFn
+from transforms.runs import AssembleRuns
 
 
 def chatty_run() -> list:

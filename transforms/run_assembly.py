@@ -1,0 +1,220 @@
+"""Run assembly's DoFn: the messages of one (test, run) -> one ``RunResult`` when the run ends.
+
+The streaming job's back-fills (``transforms.backfills``) and a replay's run parts (``transforms.run_parts``)
+are subclasses; ``transforms.runs.AssembleRuns`` chooses one.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import time
+from typing import Callable, Optional, Tuple
+
+import apache_beam as beam
+from apache_beam.coders import BooleanCoder, StrUtf8Coder
+from apache_beam.transforms.timeutil import TimeDomain
+from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
+from apache_beam.utils.timestamp import Duration, Timestamp
+
+from core import encoding
+from core.config import Configs
+from core.records import dead_letter_row, failure_reason, record_payload
+from core.runs import RunAccumulator, RunLifecycle, event_json, interrupt
+from core.schema import DEAD_LETTER
+from core.vocabulary import RunStatus
+from transforms.coders import RecordCoder
+
+RunKey = Tuple[str, str]
+INTERRUPTED = "interrupted"  # AssembleRuns' output of the runs a drain cut short (``RunStatus.INTERRUPTED``)
+
+
+def assembly_failure(summary, test: str, run: str, at: float, error: Exception) -> dict:
+    """The dead-letter row of a message its run could not take."""
+    return dead_letter_row(failure_reason("assemble run", error), summary.raw_payload(), f"run:{test}/{run}", at)
+
+
+def events_over_the_limit(events, source: str):
+    """The dead-letter rows of events a run does not keep (``RunAccumulator.MAX_EVENTS``), each at its own time
+    (whichever message made the run leave it out)."""
+    for event in events:
+        yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
+            f"too many events in run (limit {RunAccumulator.MAX_EVENTS})", event_json(event), source, event.time))
+
+
+def resumed_state_digest(stored: RunAccumulator) -> str:
+    """A stored open state's identity: the digest of its encoding (the same stored row, read again, gives the
+    same digest; a run drained again, with more in it, another)."""
+    return hashlib.sha256(encoding.to_text(stored).encode()).hexdigest()
+
+
+class AssembleRunFn(beam.DoFn):
+    """Accumulates a run's messages in state and emits its ``RunResult`` once, when it ends.
+
+    A run ends ``lifecycle.grace_seconds`` of event time after its
+    ``run_finished`` event (stragglers still count), or
+    ``lifecycle.timeout_seconds`` after its latest point when it never finishes
+    (status ``missing``). Messages arriving after that are dead-lettered as
+    late; the run's tombstone is kept for ``lifecycle.retention_seconds``.
+
+    With ``interruptions`` (the streaming job), a run that would end as
+    ``missing`` further ahead of the wall clock (``clock``) than
+    ``lifecycle.clock_skew_seconds`` was cut short by a drain
+    (``RunLifecycle.interrupted``): it goes to the ``interrupted`` output with
+    its open state (``core.runs.interrupt``) instead. An element whose value is
+    a ``RunAccumulator`` is such a run's state, resumed from the store: it is
+    merged with whatever the run's messages brought so far.
+    """
+
+    ACCUMULATOR = ReadModifyWriteStateSpec("accumulator", RecordCoder())
+    FINALIZED = ReadModifyWriteStateSpec("finalized", BooleanCoder())
+    # Whether the run is a back-fill (``AssembleRunOrBackfillFn`` decides it at the run's first message).
+    BACKFILL = ReadModifyWriteStateSpec("backfill", BooleanCoder())
+    # The digest of the stored open state the run was resumed from (``resumed_state_digest``): the same state
+    # delivered again (a seed step run again, e.g. by an update) is taken once.
+    RESUMED = ReadModifyWriteStateSpec("resumed", StrUtf8Coder())
+    FINALIZE = TimerSpec("finalize", TimeDomain.WATERMARK)
+    EXPIRE = TimerSpec("expire", TimeDomain.WATERMARK)
+
+    def __init__(self, configs: Configs, lifecycle: RunLifecycle, interruptions: bool = False,
+                 clock: Optional[Callable[[], float]] = None):
+        self.configs = configs
+        self.lifecycle = lifecycle
+        self.interruptions = interruptions
+        self.clock = clock or time.time
+        self.runs_finalized = beam.metrics.Metrics.counter("trainguard", "runs_finalized")
+        self.runs_interrupted = beam.metrics.Metrics.counter("trainguard", "runs_interrupted")
+        self.runs_resumed = beam.metrics.Metrics.counter("trainguard", "runs_resumed")
+
+    def process(self, element, timestamp=beam.DoFn.TimestampParam,
+                accumulator_state=beam.DoFn.StateParam(ACCUMULATOR),
+                finalized=beam.DoFn.StateParam(FINALIZED),
+                resumed=beam.DoFn.StateParam(RESUMED),
+                finalize_timer=beam.DoFn.TimerParam(FINALIZE)):
+        yield from self._add(element, timestamp, accumulator_state, finalized, finalize_timer, resumed)
+
+    def _add(self, element, timestamp, accumulator_state, finalized, finalize_timer, resumed, backfill=None,
+             finalize_backfill_timer=None):
+        """Takes one message (or a resumed run's state) into the run; with ``backfill`` (a state cell), a run's
+        first message decides whether it is a back-fill, which ends on ``finalize_backfill_timer`` instead."""
+        (test, run), summary = element
+        if isinstance(summary, RunAccumulator):
+            digest = resumed_state_digest(summary)
+            if resumed.read() == digest:  # the seed's state of the run again: it is in the run already
+                return
+            resumed.write(digest)
+            yield from self._resume(summary, accumulator_state, finalized, finalize_timer)
+            resumed = accumulator_state.read()
+            if backfill is not None and resumed is not None and self.lifecycle.backfilled(
+                    resumed.finalize_at(self.lifecycle), self.clock()):
+                # its end is behind the watermark already: a back-fill a drain cut short, or a live run whose job
+                # was down for longer than its timeout; it ends when its sender has been quiet, as a back-fill
+                backfill.write(True)
+                finalize_backfill_timer.set(Timestamp.of(self.clock() + self.lifecycle.backfill_quiet_seconds))
+            return
+        if finalized.read():
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
+                "late: run already finalized", summary.raw_payload(), f"run:{test}/{run}", float(timestamp)))
+            return
+        accumulator = accumulator_state.read()
+        if accumulator is None:
+            accumulator = RunAccumulator(test, run)
+            if backfill is not None and self.lifecycle.backfilled(float(timestamp), self.clock()):
+                backfill.write(True)
+        try:
+            overflow = accumulator.add(summary)  # all or nothing: a failure leaves the run as it was
+            finalize_at = accumulator.finalize_at(self.lifecycle)
+        except Exception as error:  # noqa: BLE001 - one message's failure is that message's, not the run's
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, assembly_failure(summary, test, run, float(timestamp),
+                                                                              error))
+            return
+        yield from events_over_the_limit(overflow, f"run:{test}/{run}")
+        accumulator_state.write(accumulator)
+        if backfill is not None and backfill.read():
+            finalize_backfill_timer.set(Timestamp.of(self.clock() + self.lifecycle.backfill_quiet_seconds))
+        else:
+            finalize_timer.set(Timestamp.of(finalize_at))
+
+    def _resume(self, stored: RunAccumulator, accumulator_state, finalized, finalize_timer):
+        """A run a drained job left open: its stored state joins what this job has of it (its events first), and
+        its timer is set again (a run that never hears from its trainer again still ends, as ``missing``, at its
+        own timeout). Its element comes from the seed, at the start of time: its dead letters have no time."""
+        if (yield from self._merge(stored, True, "resume run", None, accumulator_state, finalized, finalize_timer)):
+            self.runs_resumed.inc()
+
+    def _merge(self, other: RunAccumulator, older: bool, step: str, at: Optional[float], accumulator_state,
+               finalized, finalize_timer):
+        """Merges another accumulator of the run into its state (``older``: before what the state holds) and
+        sets its timer; returns whether it did. What cannot be merged is a dead letter of ``step``."""
+        source = f"run:{other.test}/{other.run}"
+        if finalized.read():  # cannot happen: a seed holds the watermark back, a bounded input is read whole first
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
+                "late: run already finalized", record_payload(other.to_state()), source, at))
+            return False
+        current = accumulator_state.read()
+        try:
+            if older:
+                accumulator = copy.deepcopy(other)  # the element's object may be shared: never change it
+                overflow = [] if current is None else accumulator.absorb(current)
+            else:
+                accumulator = current or RunAccumulator(other.test, other.run)
+                overflow = accumulator.absorb(other)  # takes copies of what it keeps
+            finalize_at = accumulator.finalize_at(self.lifecycle)
+        except Exception as error:  # noqa: BLE001 - what cannot be merged is a dead letter, not a crash
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
+                failure_reason(step, error), record_payload(other.to_state()), source, at))
+            return False
+        yield from events_over_the_limit(overflow, source)
+        accumulator_state.write(accumulator)
+        finalize_timer.set(Timestamp.of(finalize_at))
+        return True
+
+    @on_timer(FINALIZE)
+    def finalize(self, key=beam.DoFn.KeyParam, fired_at=beam.DoFn.TimestampParam,
+                 accumulator_state=beam.DoFn.StateParam(ACCUMULATOR),
+                 finalized=beam.DoFn.StateParam(FINALIZED),
+                 backfill=beam.DoFn.StateParam(BACKFILL),
+                 expire_timer=beam.DoFn.TimerParam(EXPIRE)):
+        if backfill.read():  # a back-fill ends on its own timer, by the wall clock
+            return
+        accumulator = accumulator_state.read()
+        if accumulator is None:  # the runner fired a timer for a run whose state is gone
+            return
+        expire_timer.set(fired_at + Duration(seconds=self.lifecycle.retention_seconds))
+        yield from self._finalize(key, accumulator, accumulator_state, finalized, float(fired_at))
+
+    def _finalize(self, key, accumulator: RunAccumulator, accumulator_state, finalized, at: float,
+                  out_of_order: bool = False, timer_at: Optional[float] = None):
+        """Ends the run at event time ``at``: its ``RunResult`` (or its dead letter) out, its tombstone in.
+        ``timer_at``: a back-fill's, the wall-clock time its quiet period ends."""
+        accumulator_state.clear()
+        finalized.write(True)
+        try:
+            result = accumulator.result(self.configs.for_test(key[0], at), self.lifecycle)
+            if out_of_order:
+                result = dataclasses.replace(result, out_of_order=True)
+            if self.interruptions and result.status == RunStatus.MISSING:
+                now = self.clock()
+                if (self.lifecycle.interrupted(at, now) if timer_at is None
+                        else self.lifecycle.backfill_interrupted(timer_at, now)):
+                    result = interrupt(result, now, encoding.to_text(accumulator))
+        except Exception as error:  # noqa: BLE001 - a run that cannot be summed up is that run's dead letter
+            self.runs_finalized.inc()
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
+                failure_reason("finalize run", error), record_payload({
+                    "test": accumulator.test, "run": accumulator.run, "tags": sorted(accumulator.tags),
+                    "events": [event._asdict() for event in accumulator.events]}),
+                f"run:{key[0]}/{key[1]}", at))
+            return
+        if result.status == RunStatus.INTERRUPTED:
+            self.runs_interrupted.inc()
+            yield beam.pvalue.TaggedOutput(INTERRUPTED, result)
+        else:
+            self.runs_finalized.inc()
+            yield result
+
+    @on_timer(EXPIRE)
+    def expire(self, finalized=beam.DoFn.StateParam(FINALIZED), resumed=beam.DoFn.StateParam(RESUMED)):
+        finalized.clear()
+        resumed.clear()

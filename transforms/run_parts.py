@@ -1,0 +1,169 @@
+"""A bounded replay's run assembly: messages taken into run parts before the shuffle, merged after it, each
+message id once."""
+
+from __future__ import annotations
+
+import copy
+from typing import Optional
+
+import apache_beam as beam
+from apache_beam.transforms.timeutil import TimeDomain
+from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
+from apache_beam.utils.timestamp import Duration, Timestamp
+from apache_beam.utils.windowed_value import WindowedValue
+
+from core.config import Configs
+from core.parse import different_copy_reason, payload_of, summarize_again
+from core.records import dead_letter_row, failure_reason, record_payload
+from core.run_parts import RunPart
+from core.runs import RunAccumulator
+from core.schema import DEAD_LETTER
+from trainguard import wire
+from transforms.coders import RecordCoder
+from transforms.run_assembly import AssembleRunFn, assembly_failure, events_over_the_limit
+
+
+class PreAssembleRunsFn(beam.DoFn):
+    """MessageSummary -> ((test, run), RunPart) per run and bundle, and dead-letter rows.
+
+    A bounded replay's messages are taken into their runs' accumulators before the shuffle to run assembly,
+    as ``AssembleRunFn`` would take them one by one (a message that fails is dead-lettered alone): the shuffle,
+    which a batch runner holds whole in memory, then carries one element per run and bundle instead of one per
+    message. A message whose id the bundle already brought for its run is another copy: nothing if its bytes
+    are the same, else the copy whose bytes sort first counts and the other is put aside
+    (``core.run_parts.RunPart.offer``; ``AssembleRunPartsFn`` does the same across bundles and dead-letters
+    the copies put aside). Events over a run's limit are found when the run ends. Not for a streaming job,
+    whose runs end while messages still come.
+    """
+
+    def __init__(self, configs: Configs):
+        self.configs = configs
+
+    def start_bundle(self):
+        self._parts = {}
+        self._summary_of = lambda source: summarize_again(source, self.configs)
+
+    def process(self, summary, timestamp=beam.DoFn.TimestampParam, window=beam.DoFn.WindowParam):
+        test, run = summary.test, summary.run
+        part = self._parts.get((test, run))
+        if part is None:
+            part = self._parts[(test, run)] = [RunPart(RunAccumulator(test, run)), timestamp, window]
+        try:
+            part[0], failed = part[0].offer(summary, self._summary_of)
+        except Exception as error:  # noqa: BLE001 - one message's failure is that message's, not the run's
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, assembly_failure(summary, test, run, float(timestamp),
+                                                                              error))
+            return
+        yield from _taken_again_failures(failed, test, run, float(timestamp))
+        part[1] = max(part[1], timestamp)
+
+    def finish_bundle(self):
+        for key, (part, latest, window) in self._parts.items():
+            if part.ids:  # (not a run whose every message failed)
+                yield WindowedValue((key, part), latest, [window])
+        self._parts = {}
+
+
+def _taken_again_failures(failed, test: str, run: str, at: Optional[float]):
+    """The dead-letter rows of messages a run could not read or take again (``RunPart.without``)."""
+    for source, error in failed:
+        yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
+            failure_reason("assemble run", error), payload_of(source), f"run:{test}/{run}", at))
+
+
+class AssembleRunPartsFn(AssembleRunFn):
+    """``AssembleRunFn`` of a bounded replay: its input is ``RunPart``s (``PreAssembleRunsFn``), and it is where
+    the replay de-duplicates messages, by id within their run.
+
+    The run's parts are merged into one, kept in state (``RUN_PART``): its accumulator and, per message taken,
+    where to read it again. A part that brings an id the run took is merged by ``RunPart.merged``: the same
+    bytes count once, and of different bytes the copy that sorts first counts, whichever came first (the part
+    that took the other is taken again without it, its other messages read again from their files). So a
+    replay keeps where to read each message of its runs (tens of bytes a message; a batch runner finalizes
+    runs once the input is read, then the job ends) instead of a keyed state per message, and the rows are
+    those of de-duplicating first. When the run ends, the copies not taken are dead letters (reason
+    ``core.parse.DIFFERENT_COPY``, naming the copy taken), and so, if the run is at its events' limit, are the
+    events it does not keep, each once (``RunPart.events_over_the_limit``). A run a drained job left open
+    (a ``RunAccumulator`` from the seed) is kept apart in ``ACCUMULATOR`` and joins the run when it ends.
+    """
+
+    RUN_PART = ReadModifyWriteStateSpec("run_part", RecordCoder())
+    # The base class's timer, with this class's callback (a timer spec takes one): the same name.
+    FINALIZE = TimerSpec(AssembleRunFn.FINALIZE.name, TimeDomain.WATERMARK)
+
+    def process(self, element, timestamp=beam.DoFn.TimestampParam,
+                run_part=beam.DoFn.StateParam(RUN_PART),
+                resumed_state=beam.DoFn.StateParam(AssembleRunFn.ACCUMULATOR),
+                finalized=beam.DoFn.StateParam(AssembleRunFn.FINALIZED),
+                finalize_timer=beam.DoFn.TimerParam(FINALIZE)):
+        (test, run), value = element
+        at = float(timestamp) if isinstance(value, RunPart) else None  # (a resumed run comes at the start of time)
+        if finalized.read():  # cannot happen: a bounded input is read whole before any timer fires
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
+                "late: run already finalized", record_payload(value.to_state()), f"run:{test}/{run}", at))
+            return
+        held, resumed = run_part.read(), resumed_state.read()
+        failed = []
+        try:
+            if not isinstance(value, RunPart):  # a run a drained job left open
+                resumed = value
+            elif held is None:
+                held = value
+            else:
+                held, failed = held.merged(value, lambda source: summarize_again(source, self.configs))
+            finalize_at = self._whole(held, resumed).finalize_at(self.lifecycle)
+        except Exception as error:  # noqa: BLE001 - what cannot be merged is a dead letter, not a crash
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
+                failure_reason("assemble run", error), record_payload(value.to_state()), f"run:{test}/{run}", at))
+            return
+        yield from _taken_again_failures(failed, test, run, at)
+        if isinstance(value, RunPart):
+            run_part.write(held)
+        else:
+            resumed_state.write(resumed)
+            self.runs_resumed.inc()
+        finalize_timer.set(Timestamp.of(finalize_at))
+
+    @staticmethod
+    def _whole(held: Optional[RunPart], resumed: Optional[RunAccumulator]) -> RunAccumulator:
+        """The run's accumulator: its messages' and a resumed run's (earlier: its events first), changing
+        neither."""
+        if resumed is None:
+            return held.accumulator
+        whole = copy.deepcopy(resumed)
+        if held is not None:
+            whole.absorb(held.accumulator)  # events it leaves out: see RunPart.events_over_the_limit
+        return whole
+
+    @on_timer(FINALIZE)
+    def finalize(self, key=beam.DoFn.KeyParam, fired_at=beam.DoFn.TimestampParam,
+                 run_part=beam.DoFn.StateParam(RUN_PART),
+                 resumed_state=beam.DoFn.StateParam(AssembleRunFn.ACCUMULATOR),
+                 finalized=beam.DoFn.StateParam(AssembleRunFn.FINALIZED),
+                 expire_timer=beam.DoFn.TimerParam(AssembleRunFn.EXPIRE)):
+        held, resumed = run_part.read(), resumed_state.read()
+        if held is None and resumed is None:  # the runner fired a timer for a run whose state is gone
+            return
+        expire_timer.set(fired_at + Duration(seconds=self.lifecycle.retention_seconds))
+        at, source = float(fired_at), f"run:{key[0]}/{key[1]}"
+        accumulator = self._whole(held, resumed)
+        run_part.clear()
+        if held is not None:
+            yield from self._copies_not_taken(held, source)
+            if accumulator.at_event_limit():
+                over, failed = held.events_over_the_limit(resumed.events if resumed is not None else ())
+                yield from events_over_the_limit(over, source)
+                yield from _taken_again_failures(failed, key[0], key[1], at)
+        yield from self._finalize(key, accumulator, resumed_state, finalized, at)
+
+    @staticmethod
+    def _copies_not_taken(held: RunPart, source: str):
+        """The dead-letter rows of the copies of the run's message ids that did not count, each at its own event
+        time."""
+        for payload, taken in held.copies_not_taken():
+            try:
+                at: Optional[float] = wire.parse_message(payload)[0].event_time
+            except Exception:  # noqa: BLE001 - the copy is a dead letter all the same, without a time
+                at = None
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
+                different_copy_reason(taken), payload, source, at))

@@ -27,7 +27,7 @@ import os
 import pickle
 import sys
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -100,6 +100,23 @@ class Timer:
 
     def clear(self) -> None:
         self.at = None
+
+
+def arguments(method: Callable, key: Any, cells: Dict[str, Any], timers: Dict[str, Any], at: Timestamp) -> Dict:
+    """What a runner passes a DoFn method besides its element: state cells and timers by spec name, the key, the
+    element's (or the firing's) timestamp."""
+    passed = {}
+    for name, parameter in inspect.signature(method).parameters.items():
+        default = parameter.default
+        if getattr(default, "state_spec", None) is not None:
+            passed[name] = cells[default.state_spec.name]
+        elif getattr(default, "timer_spec", None) is not None:
+            passed[name] = timers[default.timer_spec.name]
+        elif default is beam.DoFn.KeyParam:
+            passed[name] = key
+        elif default is beam.DoFn.TimestampParam:
+            passed[name] = at
+    return passed
 
 
 class OneKey:

@@ -36,7 +36,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import heapq
-import inspect
 import json
 import math
 import os
@@ -54,7 +53,7 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import Duration, Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
-from bench.bench_ordered import CodedBag, CodedCell
+from bench.bench_ordered import CodedBag, CodedCell, arguments
 from core import encoding
 from core.alert_details import finish_alert
 from core.config import ConfigSet, parse_test_config, ranks_matter
@@ -338,23 +337,6 @@ def outputs_of(results: Optional[Iterable[Any]], at: float) -> List[Out]:
             when, result = float(result.timestamp), result.value
         outputs.append(Out(tag, result, when))
     return outputs
-
-
-def arguments(method: Callable, key: Any, cells: Dict[str, Any], timers: Dict[str, Any], at: Timestamp) -> Dict:
-    """What a runner passes a DoFn method besides its element: state cells and timers by spec name, the key, the
-    element's (or the firing's) timestamp."""
-    passed = {}
-    for name, parameter in inspect.signature(method).parameters.items():
-        default = parameter.default
-        if getattr(default, "state_spec", None) is not None:
-            passed[name] = cells[default.state_spec.name]
-        elif getattr(default, "timer_spec", None) is not None:
-            passed[name] = timers[default.timer_spec.name]
-        elif default is beam.DoFn.KeyParam:
-            passed[name] = key
-        elif default is beam.DoFn.TimestampParam:
-            passed[name] = at
-    return passed
 
 
 class KeyedStage:

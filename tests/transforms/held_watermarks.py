@@ -11,7 +11,6 @@ earliest first, and says where its output watermark stands: the least of the inp
 
 from __future__ import annotations
 
-import inspect
 from typing import Any, Dict, List, Optional, Tuple
 
 import apache_beam as beam
@@ -19,7 +18,7 @@ from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import BagStateSpec, get_dofn_specs
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, Timestamp
 
-from bench.bench_ordered import CodedBag, CodedCell
+from bench.bench_ordered import CodedBag, CodedCell, arguments
 
 
 class HeldTimer:
@@ -37,23 +36,6 @@ class HeldTimer:
 
     def clear(self) -> None:
         self.fires = self.hold = None
-
-
-def arguments(method, key: Any, cells: Dict[str, Any], timers: Dict[str, Any], timestamp: Timestamp) -> Dict:
-    """The arguments a runner passes a DoFn method besides its element: state cells and timers by spec name,
-    the key, the element's (or the firing's) timestamp."""
-    passed = {}
-    for name, parameter in inspect.signature(method).parameters.items():
-        default = parameter.default
-        if getattr(default, "state_spec", None) is not None:
-            passed[name] = cells[default.state_spec.name]
-        elif getattr(default, "timer_spec", None) is not None:
-            passed[name] = timers[default.timer_spec.name]
-        elif default is beam.DoFn.KeyParam:
-            passed[name] = key
-        elif default is beam.DoFn.TimestampParam:
-            passed[name] = timestamp
-    return passed
 
 
 class HeldStage:

@@ -18,10 +18,9 @@ from apache_beam.transforms.userstate import BagStateSpec, TimerSpec, get_dofn_s
 from apache_beam.utils.timestamp import Timestamp
 
 import transforms
-from bench.bench_ordered import CodedBag, CodedCell, Timer
+from bench.bench_ordered import CodedBag, CodedCell, Timer, arguments
 from core.runs import RunLifecycle
 from tests.support import T0
-from tests.transforms.held_watermarks import arguments
 from tests.transforms.support import configs, stateful_dofns
 
 STATEFUL_DOFNS = stateful_dofns(configs(), RunLifecycle(backfill_lag_seconds=900.0))

@@ -10,7 +10,7 @@ Usage: ./run_dataflow.sh [deploy] [options]     create what is missing, then lau
 
 deploy first checks, before it creates anything:
   - that every file in CONFIG_DIR is a valid config (python -m pipeline.check_configs);
-  - with --write_method=storage_write_api (the default), that Java 11+ runs on this machine (see below);
+  - with --write_method=storage_write_api, that Java 11+ runs on this machine (see below);
   - that the subscription PREFIX-metrics-pipeline, if it exists, has no dead-letter or retry policy:
     Dataflow does not support them (it acks a message only once its work is committed, and extends
     the ack deadline itself); messages the job cannot use go to its own dead_letter table instead.
@@ -23,8 +23,9 @@ then creates, idempotently ("describe || create"), everything the job needs:
   - the bucket gs://BUCKET for Dataflow's temp and staging files
 then makes CONFIG_GCS a copy of CONFIG_DIR (gcloud storage rsync: files not in CONFIG_DIR are deleted
 there) and launches the streaming job from setup.py: python -m pipeline
---runner=DataflowRunner --streaming --config_dir=CONFIG_GCS with Streaming Engine, the Storage Write API
-for BigQuery and autoscaling up to MAX_WORKERS. Before it submits the job, that launch tries the history
+--runner=DataflowRunner --streaming --config_dir=CONFIG_GCS with Streaming Engine, streaming inserts
+for BigQuery (the graph whose step names tests/pipeline/step_names.txt pins for --update) and autoscaling
+up to MAX_WORKERS. Before it submits the job, that launch tries the history
 seed (a dry run of each of its queries and a read of one row of each table) and stops with one line if
 the seed cannot be read; in the job, a seed that still cannot be read after 3 tries cancels the job.
 
@@ -45,7 +46,7 @@ multi-word options may also be spelled with dashes, --job-name for --job_name):
   --service_account EMAIL   worker service account [TRAINGUARD_SERVICE_ACCOUNT] (the default compute one)
   --max_workers N           autoscaling limit [TRAINGUARD_MAX_WORKERS] (4)
   --machine_type TYPE       worker machine type [TRAINGUARD_MACHINE_TYPE] (n2-standard-2)
-  --write_method METHOD     storage_write_api or streaming_inserts [TRAINGUARD_WRITE_METHOD] (storage_write_api)
+  --write_method METHOD     streaming_inserts or storage_write_api [TRAINGUARD_WRITE_METHOD] (streaming_inserts)
   --config_dir DIR          per-test configs, checked and uploaded [TRAINGUARD_CONFIG_DIR] (configs/ here)
   --config_gcs URL          where the job reads the configs [TRAINGUARD_CONFIG_GCS]
                             (gs://BUCKET/JOB_NAME/configs)
@@ -70,8 +71,9 @@ runs that ended are finalized, open runs are stored as 'interrupted' (no alert),
 discarded; the next job seeds its history from BigQuery and resumes the interrupted runs. 'cancel'
 stops at once and loses in-flight messages' work and open runs (Pub/Sub redelivers unacked messages).
 
-Java: the Storage Write API is a cross-language transform that Beam expands on the machine running
-this script with a Java expansion service. Beam runs $JAVA_HOME/bin/java if JAVA_HOME is set, else
+Java: the Storage Write API (--write_method=storage_write_api: exactly-once, and cheaper than streaming
+inserts beyond its free 2 TiB a month; its Java-expanded steps are not among the pinned step names) is a
+cross-language transform that Beam expands on the machine running this script with a Java expansion service. Beam runs $JAVA_HOME/bin/java if JAVA_HOME is set, else
 java from the PATH; deploy checks that one for Java 11+ and, without it, stops with an error before
 creating anything: install a JDK, or pass --write_method=streaming_inserts (no Java needed). On the
 first launch Beam downloads the expansion service jar from Maven Central into ~/.apache_beam/cache/jars;
@@ -100,7 +102,7 @@ JOB_NAME=${TRAINGUARD_JOB_NAME:-}
 SERVICE_ACCOUNT=${TRAINGUARD_SERVICE_ACCOUNT:-}
 MAX_WORKERS=${TRAINGUARD_MAX_WORKERS:-4}
 MACHINE_TYPE=${TRAINGUARD_MACHINE_TYPE:-n2-standard-2}
-WRITE_METHOD=${TRAINGUARD_WRITE_METHOD:-storage_write_api}
+WRITE_METHOD=${TRAINGUARD_WRITE_METHOD:-streaming_inserts}
 CONFIG_DIR=${TRAINGUARD_CONFIG_DIR:-$REPO/configs}
 CONFIG_GCS=${TRAINGUARD_CONFIG_GCS:-}
 ID_ATTRIBUTE=${TRAINGUARD_ID_ATTRIBUTE-id}

@@ -62,7 +62,8 @@ def test_dry_run_prints_every_command_and_runs_none(tmp_path):
                    "--temp_location=gs://proj-trainguard/temp",
                    "--input_subscription=projects/proj/subscriptions/trainguard-metrics-pipeline",
                    "--alerts_topic=projects/proj/topics/trainguard-alerts", "--bigquery_dataset=trainguard",
-                   "--write_method=storage_write_api",
+                   "--write_method=streaming_inserts",
+                   "--triage_topic=projects/proj/topics/trainguard-metrics",
                    "--config_dir=gs://proj-trainguard/trainguard-streaming/configs"]:
         assert option in launch, option
     assert "--update" not in launch

@@ -11,6 +11,7 @@ import pytest
 from tests.deploy.support import SCRIPT, commands, fake_java, run_script
 from tests.support import REPO_ROOT
 
+STORAGE_WRITE = "--write_method=storage_write_api"
 NO_JAVA = ("run_dataflow.sh: error: --write_method=storage_write_api needs Java 11+ on this machine for Beam's "
            "expansion service, and there is no java on the PATH: install a JDK (java on the PATH, or JAVA_HOME), "
            "or pass --write_method=streaming_inserts\n")
@@ -29,7 +30,7 @@ def launch(result):
     'java version "25" 2025-09-16 LTS',
 ])
 def test_java_11_or_newer_launches_with_the_storage_write_api(tmp_path, version):
-    result, called = run_script(tmp_path, "--dry_run", "--project=proj", java=version + "\n")
+    result, called = run_script(tmp_path, "--dry_run", "--project=proj", STORAGE_WRITE, java=version + "\n")
     assert result.returncode == 0 and called == "", result.stderr
     assert "--write_method=storage_write_api" in launch(result)
 
@@ -40,7 +41,7 @@ def test_java_11_or_newer_launches_with_the_storage_write_api(tmp_path, version)
     ("Error: could not find libjava.so", "'java -version' names no version:"),
 ])
 def test_an_old_or_unreadable_java_stops_before_anything_with_one_line_naming_the_fix(tmp_path, version, problem):
-    result, called = run_script(tmp_path, "--dry_run", "--project=proj", java=version + "\n")
+    result, called = run_script(tmp_path, "--dry_run", "--project=proj", STORAGE_WRITE, java=version + "\n")
     assert result.returncode == 2 and called == "" and result.stdout == ""
     (line,) = result.stderr.splitlines()
     assert problem in line and line.endswith("or pass --write_method=streaming_inserts"), line
@@ -48,38 +49,40 @@ def test_an_old_or_unreadable_java_stops_before_anything_with_one_line_naming_th
 
 def test_no_java_stops_before_anything_is_created_with_one_line_naming_the_fix(tmp_path):
     for dry_run in (["--dry_run"], []):
-        result, called = run_script(tmp_path, *dry_run, "--project=proj", java=None)
+        result, called = run_script(tmp_path, *dry_run, "--project=proj", STORAGE_WRITE, java=None)
         assert (result.returncode, result.stderr, result.stdout, called) == (2, NO_JAVA, "", ""), dry_run
 
 
 def test_a_java_that_does_not_run_is_refused(tmp_path):
     fake_java(tmp_path / "broken", "Segmentation fault\n", exit_code=134)
-    result, called = run_script(tmp_path, "--dry_run", "--project=proj", java=None,
+    result, called = run_script(tmp_path, "--dry_run", "--project=proj", STORAGE_WRITE, java=None,
                                 env={"JAVA_HOME": str(tmp_path / "broken" / "..")})
     assert result.returncode == 2 and called == ""
     # JAVA_HOME/bin/java does not exist: Beam would not fall back to the PATH, and neither does the check.
     assert f"there is no java at {tmp_path}/broken/../bin/java (JAVA_HOME)" in result.stderr
     java_home = tmp_path / "jdk"
     fake_java(java_home / "bin", "Segmentation fault\n", exit_code=134)
-    result, _ = run_script(tmp_path, "--dry_run", "--project=proj", java=None, env={"JAVA_HOME": str(java_home)})
+    result, _ = run_script(tmp_path, "--dry_run", "--project=proj", STORAGE_WRITE, java=None, env={"JAVA_HOME": str(java_home)})
     assert result.returncode == 2 and f"'{java_home}/bin/java -version' fails:" in result.stderr
 
 
 def test_java_is_looked_for_where_beam_looks_java_home_first(tmp_path):
     java_home = tmp_path / "jdk"
     fake_java(java_home / "bin", 'openjdk version "21.0.2" 2024-01-16\n')
-    result, called = run_script(tmp_path, "--dry_run", "--project=proj", java=None, env={"JAVA_HOME": str(java_home)})
+    result, called = run_script(tmp_path, "--dry_run", "--project=proj", STORAGE_WRITE, java=None, env={"JAVA_HOME": str(java_home)})
     assert result.returncode == 0 and called == "", result.stderr
     # An old JDK in JAVA_HOME is the one Beam would run, whatever the PATH has.
     fake_java(java_home / "bin", 'java version "1.8.0_392"\n')
-    result, _ = run_script(tmp_path, "--dry_run", "--project=proj", env={"JAVA_HOME": str(java_home)})
+    result, _ = run_script(tmp_path, "--dry_run", "--project=proj", STORAGE_WRITE, env={"JAVA_HOME": str(java_home)})
     assert result.returncode == 2 and f"the java at {java_home}/bin/java (JAVA_HOME) is Java 8:" in result.stderr
 
 
-def test_streaming_inserts_and_the_demo_need_no_java(tmp_path):
-    result, called = run_script(tmp_path, "--dry_run", "--project=proj", "--write_method=streaming_inserts", java=None)
-    assert result.returncode == 0 and called == "", result.stderr
-    assert "--write_method=streaming_inserts" in launch(result)
+def test_the_default_streaming_inserts_and_the_demo_need_no_java(tmp_path):
+    """The default write method is streaming inserts: the graph whose step names are pinned for --update."""
+    for given in ([], ["--write_method=streaming_inserts"]):
+        result, called = run_script(tmp_path, "--dry_run", "--project=proj", *given, java=None)
+        assert result.returncode == 0 and called == "", result.stderr
+        assert "--write_method=streaming_inserts" in launch(result)
     result, called = run_script(tmp_path, "demo", "--dry_run", "--project=proj", java=None)
     assert result.returncode == 0 and called == "", result.stderr
 

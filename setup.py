@@ -13,6 +13,7 @@ from setuptools import find_packages, setup
 
 TRAINER = [
     "google-cloud-pubsub>=2.18,<3",
+    "orjson>=3.9.7,<4",  # the trainer's compiled number writer (trainguard/_encoding.py); Beam[gcp] asks the same
 ]
 # What Dataflow workers need beyond the Beam SDK container: ``--setup_file`` installs install_requires, not extras.
 WORKER = [

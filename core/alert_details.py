@@ -244,6 +244,11 @@ def describe(alert: Alert, unit: Optional[str] = None) -> str:
     return f"{value}{_window_text(details)} is outside bounds {bounds}: {how}{tail}"
 
 
+# What "scales" means wherever a change is given in them (the report's footnote, the e-mail's note).
+SCALES_NOTE = ("scales: how far a value is from the centre of its history, in the scale its bounds used: the "
+               "standard deviation (stddevs_from_mean), the robust standard deviation MAD \u00d7 1.4826 "
+               "(mads_from_median) or Qn \u00d7 2.2219 (false_alert_rate) of the history.")
+
 # -- what the test's config adds ---------------------------------------------------------------------------
 
 

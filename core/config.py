@@ -298,7 +298,7 @@ def _unit(reader: StrictReader, value: Any, key: str) -> str:
     return unit
 
 
-def _report_url_pattern(reader: StrictReader, value: Any, key: str) -> str:
+def checked_report_url_pattern(reader: StrictReader, value: Any, key: str) -> str:
     """An http(s) URL whose only placeholders are {test} and {run}."""
     pattern = reader.string(value, key)
     try:
@@ -353,7 +353,7 @@ def _parse_regression(reader: StrictReader, raw: Any) -> RegressionTestConfig:
         false_alerts_per_100_runs=_budget(reader, obj.get("false_alerts_per_100_runs",
                                                           DEFAULT_FALSE_ALERTS_PER_100_RUNS),
                                           f"{where}.false_alerts_per_100_runs"),
-        report_url_pattern=None if obj.get("report_url_pattern") is None else _report_url_pattern(
+        report_url_pattern=None if obj.get("report_url_pattern") is None else checked_report_url_pattern(
             reader, obj["report_url_pattern"], f"{where}.report_url_pattern"),
     )
 

@@ -13,6 +13,7 @@ import email.utils
 import fnmatch
 from typing import Any, Mapping, Optional, Tuple
 
+from core.config import RegressionTestConfig, checked_report_url_pattern
 from core.strict_json import ConfigError, StrictReader, read_json_file
 
 __all__ = ["ConfigError", "EmailConfig", "RetryConfig", "TestOverride", "config_from_mapping", "load_config",
@@ -55,6 +56,9 @@ class EmailConfig:
     summary_wait_seconds: float = 1800.0
     subject_prefix: str = "[trainguard]"
     links: Tuple[Tuple[str, str], ...] = ()  # (label, URL template with {test}, {run}, {metric}, {alert_id})
+    # The run's page of the report, for alerts whose details carry no report_url (their test's pipeline
+    # config sets no report_url_pattern, or an older pipeline wrote them); same placeholders and quoting.
+    report_url_pattern: Optional[str] = None
     max_sent_ids: int = 100_000
     sent_ids_max_age_days: float = 30.0
     retry: RetryConfig = RetryConfig()
@@ -75,9 +79,13 @@ class EmailConfig:
         override = self.override_for(test)
         return override.sender if override and override.sender else self.sender
 
+    def report_url(self, test: str, run: str) -> Optional[str]:
+        """The run's report page from ``report_url_pattern``, quoted as the pipeline quotes it; None without one."""
+        return RegressionTestConfig(report_url_pattern=self.report_url_pattern).report_url(test, run)
+
 
 _TOP_KEYS = {"sender", "recipients", "per_test", "group_wait_seconds", "daily_budget", "summary_wait_seconds",
-             "subject_prefix", "links", "remember_sent_ids", "retry"}
+             "subject_prefix", "links", "report_url_pattern", "remember_sent_ids", "retry"}
 
 
 class _Reader(StrictReader):
@@ -117,6 +125,9 @@ def parse_config(raw: Any, source: str = "<config>") -> EmailConfig:
         summary_wait_seconds=reader.number(top.get("summary_wait_seconds", 1800.0), "summary_wait_seconds", minimum=0),
         subject_prefix=_subject_prefix(reader, top.get("subject_prefix", "[trainguard]")),
         links=_parse_links(reader, top.get("links", {})),
+        # checked as the pipeline's per-test key is: an http(s) URL with {test} and {run} only
+        report_url_pattern=None if top.get("report_url_pattern") is None else checked_report_url_pattern(
+            reader, top["report_url_pattern"], "report_url_pattern"),
         max_sent_ids=reader.integer(remember.get("max_ids", 100_000), "remember_sent_ids.max_ids", minimum=1),
         sent_ids_max_age_days=reader.number(remember.get("max_age_days", 30.0), "remember_sent_ids.max_age_days", minimum=0),
         retry=_parse_retry(reader, top.get("retry", {})),

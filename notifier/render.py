@@ -15,7 +15,7 @@ import unicodedata
 import urllib.parse
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from core.alert_details import change_text, number, previous_text, threshold_text, with_unit
+from core.alert_details import SCALES_NOTE, change_text, number, previous_text, threshold_text, with_unit
 from core.alert_record import NAME_MAX_CHARS, AlertRecord, alert_problems, by_kind, one_line
 from core.records import iso_utc
 from notifier.config import EmailConfig
@@ -23,6 +23,7 @@ from notifier.config import EmailConfig
 SUBJECT_MAX_CHARS = 200
 _NAME_MAX_CHARS = NAME_MAX_CHARS  # of a test, run or metric name inside a subject
 _COMPARED_RUNS_SHOWN = 5
+SPLIT_MESSAGE_KINDS = {"metric_out_of_bounds", "window_out_of_bounds"}  # messages the value and bounds cells repeat
 CONFIG_FIX = ("fix the file and upload the config directory again (run_dataflow.sh configs): the job re-reads it "
               "every few minutes")
 
@@ -78,8 +79,9 @@ def history_text(alert: AlertRecord) -> str:
 def extra_facts(alert: AlertRecord) -> List[str]:
     """Kind-specific facts: the job status, the window, the compared runs, how to fix a rejected config."""
     facts = []
-    if alert.kind in ("job_failed", "run_missing") and alert.status:
+    if alert.kind in ("job_failed", "run_missing") and alert.status and f"status {alert.status}" not in alert.message:
         facts.append(f"status {alert.status}")
+    facts += lifecycle_facts(alert)
     if alert.kind == "config_rejected":
         facts.append(CONFIG_FIX)
     window = alert.window
@@ -95,6 +97,35 @@ def extra_facts(alert: AlertRecord) -> List[str]:
     return facts
 
 
+def lifecycle_facts(alert: AlertRecord) -> List[str]:
+    """What a lifecycle alert's details say about how the run went, beyond its message: the failures and
+    restarts its jobs reported. (How long it ran, when it was last heard from, its best value and which
+    ranks finished are not in the details the pipeline writes yet: ``core.history.check_job``.)"""
+    if alert.kind not in ("job_failed", "run_missing", "run_stalled"):
+        return []
+    run_data = alert.details.get("run_data")
+    failures = run_data.get("num_failures") if isinstance(run_data, dict) else None
+    if isinstance(failures, int) and not isinstance(failures, bool) and failures > 0:
+        return [f"{failures} failure{'s' if failures != 1 else ''} or restart{'s' if failures != 1 else ''} "
+                f"reported"]
+    return []
+
+
+def message_shown(alert: AlertRecord) -> str:
+    """The message, or "" when the value, bounds and history cells already say all of it.
+
+    A value alert's message (``core.alert_details.describe``) is its value, bounds, how they were computed,
+    change and previous value, and window: each has a cell or a fact of its own in the e-mail."""
+    if alert.kind in SPLIT_MESSAGE_KINDS and alert.metric and alert.message.startswith(f"{alert.metric} = "):
+        return ""
+    return alert.message
+
+
+def report_link(alert: AlertRecord, config: EmailConfig) -> Optional[str]:
+    """The run's report page: the one the pipeline wrote in the alert, else the notifier's pattern."""
+    return alert.report_url or config.report_url(alert.test, alert.run)
+
+
 def safe_url(url: Optional[str]) -> Optional[str]:
     """``url`` if it is an absolute http(s) URL without whitespace or control characters, else None."""
     if not isinstance(url, str) or any(unicodedata.category(c)[0] in "CZ" for c in url):
@@ -106,7 +137,8 @@ def safe_url(url: Optional[str]) -> Optional[str]:
 def alert_links(alert: AlertRecord, config: EmailConfig) -> List[Tuple[str, str]]:
     """(label, URL) pairs: the run's logs link and report page when present, then the configured templates."""
     links = [("logs", alert.logs_link)] if alert.logs_link else []
-    links += [("report", alert.report_url)] if alert.report_url else []
+    report = report_link(alert, config)
+    links += [("report", report)] if report else []
     fields = {"test": alert.test, "run": alert.run, "metric": alert.metric or "", "alert_id": alert.alert_id}
     quoted = {k: urllib.parse.quote(v, safe="") for k, v in fields.items()}
     links += [(label, template.format(**quoted)) for label, template in config.links]
@@ -141,13 +173,20 @@ def summary_subject(alerts: Sequence[AlertRecord], config: EmailConfig) -> str:
 # --------------------------------------------------------------------------
 
 _E = html.escape
-_STYLE_TABLE = "border-collapse:collapse;font-size:14px"
+_STYLE_TABLE = "border-collapse:collapse;font-size:14px;width:100%"
 _STYLE_CELL = "border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top"
 # Metric, details and links are the jobs' own text, any length, maybe without a space: these cells may break
 # them anywhere, so a long name narrows its column instead of widening the e-mail past the screen.
 _STYLE_NAME_CELL = _STYLE_CELL + ";overflow-wrap:anywhere"
-_NAME_COLUMNS = {1, 5, 6, 7}
-_COLUMNS = ("Alert", "Metric", "Value", "Bounds", "History", "Details", "Links", "Next steps")
+_STYLE_WIDE_CELL = _STYLE_NAME_CELL + ";background:#fafafa"
+_STYLE_TITLE_CELL = _STYLE_NAME_CELL + ";font-weight:bold;background:#f0f0f0"
+_STYLE_WORD = "white-space:nowrap"
+_WORD_MAX_CHARS = 40  # a longer word cannot stay whole at 600 px: the cell may break it anywhere
+_STYLE_CODE = "display:block;font-family:monospace;font-size:13px"  # one whole command a line, to copy
+_STYLE_NOTE = "color:#555;font-size:12px"
+# Three columns fit the 600 px mail clients render at: an alert's kind and metric head it in a row across the
+# table, and the long parts (what it says, its links and its next steps) go in a row of their own under it.
+_COLUMNS = ("Value", "Bounds", "History")
 
 
 def _html_link(label: str, url: str) -> str:
@@ -157,29 +196,62 @@ def _html_link(label: str, url: str) -> str:
     return f'<a href="{_E(safe)}">{_E(label)}</a>'
 
 
-def _html_row(alert: AlertRecord, config: EmailConfig) -> str:
-    details = "<br>".join(_E(fact) for fact in [alert.message, *extra_facts(alert)] if fact)
+def _words(text: str) -> str:
+    """Escaped ``text`` that wraps at its spaces only: a word with a ``-`` or ``/`` (a run id, a metric, an
+    option) is kept whole, where a browser would break it after the dash."""
+    return " ".join(f'<span style="{_STYLE_WORD}">{_E(word)}</span>'
+                    if ("-" in word or "/" in word) and len(word) <= _WORD_MAX_CHARS else _E(word)
+                    for word in text.split(" "))
+
+
+def _lines(*parts: str) -> str:
+    return "<br>".join(_words(part) for part in parts if part)
+
+
+def _html_wide_row(alert: AlertRecord, config: EmailConfig) -> str:
+    """The row under an alert: what it says, its links and its next steps; "" when it has none."""
+    details = _lines(message_shown(alert), *extra_facts(alert))
     links = " · ".join(_html_link(label, url) for label, url in alert_links(alert, config))
-    value = "<br>".join(_E(part) for part in (value_text(alert), change_text(alert.details)) if part)
-    bounds = "<br>".join(_E(part) for part in (bounds_text(alert), how_text(alert)) if part)
-    history = "<br>".join(_E(part) for part in (history_text(alert), previous_text(alert.details, alert.unit))
-                          if part)
-    steps = "<br>".join(f"<code>{_E(command)}</code>" for command in alert.next_steps)
-    escaped = [_E(alert.kind), _E(alert.metric or ""), value, bounds, history, details, links, steps]
-    return "<tr>" + "".join(f'<td style="{_STYLE_NAME_CELL if i in _NAME_COLUMNS else _STYLE_CELL}">{c}</td>'
-                            for i, c in enumerate(escaped)) + "</tr>"
+    steps = "".join(f'<code style="{_STYLE_CODE}">{_words(command)}</code>' for command in alert.next_steps)
+    parts = [details, f"Links: {links}" if links else "",
+             f'<span style="{_STYLE_NOTE}">Next steps:</span>{steps}' if steps else ""]
+    content = "<br>".join(part for part in parts if part)
+    return f'<tr><td colspan="{len(_COLUMNS)}" style="{_STYLE_WIDE_CELL}">{content}</td></tr>' if content else ""
+
+
+def _numbers(alert: AlertRecord) -> Tuple[str, str, str]:
+    """The HTML of an alert's value, bounds and history cells (all "" for a lifecycle alert)."""
+    return (_lines(value_text(alert), change_text(alert.details)), _lines(bounds_text(alert), how_text(alert)),
+            _lines(history_text(alert), previous_text(alert.details, alert.unit)))
+
+
+def _html_row(alert: AlertRecord, config: EmailConfig) -> str:
+    """An alert: a title row (kind and metric), its numbers if it has any, and the row of the rest."""
+    title = _E(alert.kind) + (f" · {_E(alert.metric)}" if alert.metric else "")
+    rows = [f'<tr><td colspan="{len(_COLUMNS)}" style="{_STYLE_TITLE_CELL}">{title}</td></tr>']
+    numbers = _numbers(alert)
+    if any(numbers):  # a lifecycle alert has none: no row of empty cells
+        rows.append("<tr>" + "".join(f'<td style="{_STYLE_CELL}">{c}</td>' for c in numbers) + "</tr>")
+    return "".join(rows) + _html_wide_row(alert, config)
 
 
 def html_table(alerts: Sequence[AlertRecord], config: EmailConfig) -> str:
     header = "".join(f'<th style="{_STYLE_CELL}">{c}</th>' for c in _COLUMNS)
+    header = f"<tr>{header}</tr>\n" if any(any(_numbers(a)) for a in alerts) else ""  # none: no empty columns
     rows = "\n".join(_html_row(a, config) for a in alerts)
-    return f'<table style="{_STYLE_TABLE}">\n<tr>{header}</tr>\n{rows}\n</table>'
+    note = f'\n<p style="{_STYLE_NOTE}">{_E(SCALES_NOTE)}</p>' if _says_scales(alerts) else ""
+    return f'<table style="{_STYLE_TABLE}">\n{header}{rows}\n</table>{note}'
+
+
+def _says_scales(alerts: Sequence[AlertRecord]) -> bool:
+    """Whether an alert gives its change in scales: then the e-mail says what a scale is."""
+    return any("scales" in change_text(a.details) or "scales" in a.message for a in alerts)
 
 
 def _html_footer(alerts: Sequence[AlertRecord]) -> str:
     ids = ", ".join(_E(a.alert_id) for a in alerts)
     raised = [iso_utc(t) for t in sorted({a.created_at for a in alerts if a.created_at is not None})]
-    when = f" · raised {_E(raised[0])}" + (f" to {_E(raised[-1])}" if len(raised) > 1 else "") if raised else ""
+    when = f" · {_words(f'raised {raised[0]}' + (f' to {raised[-1]}' if len(raised) > 1 else ''))}" if raised else ""
     return f'<p style="color:#888;font-size:12px">alert ids: {ids}{when}</p>'
 
 
@@ -187,7 +259,7 @@ def html_section(alerts: Sequence[AlertRecord], config: EmailConfig, heading_lev
     """Heading (test and run), the alert table and a footer with ids: the HTML of one run's alerts."""
     first = alerts[0]
     tag = f"h{heading_level}"
-    heading = f"<{tag}>Test {_E(first.test)} · run {_E(first.run)}</{tag}>"
+    heading = f"<{tag}>Test {_words(first.test)} · run {_words(first.run)}</{tag}>"
     return "\n".join([heading, html_table(alerts, config), _html_footer(alerts)])
 
 
@@ -211,10 +283,11 @@ def _text_alert(index: int, alert: AlertRecord, config: EmailConfig) -> List[str
         f"bounds {bounds_text(alert)}" if bounds_text(alert) else "",
         f"history {history_text(alert)}" if history_text(alert) else "") if part)
     # what the message does not already say (a message of an older writer says none of it)
-    how = f"bounds from {how_text(alert)}" if how_text(alert) and how_text(alert) not in alert.message else ""
+    message = message_shown(alert)
+    how = f"bounds from {how_text(alert)}" if how_text(alert) and how_text(alert) not in message else ""
     change = "; ".join(part for part in (change_text(alert.details), previous_text(alert.details, alert.unit))
-                       if part and part not in alert.message)
-    lines = [title] + [f"   {fact}" for fact in [measured, how, change, alert.message, *extra_facts(alert)] if fact]
+                       if part and part not in message)
+    lines = [title] + [f"   {fact}" for fact in [measured, how, change, message, *extra_facts(alert)] if fact]
     lines += [f"   {label}: {url}" for label, url in alert_links(alert, config)]
     if alert.next_steps:
         lines += ["   next steps (see README, After an alert):"] + [f"     $ {command}" for command in alert.next_steps]
@@ -227,6 +300,8 @@ def text_section(alerts: Sequence[AlertRecord], config: EmailConfig) -> str:
     lines = [f"Test {first.test}, run {first.run}", ""]
     for index, alert in enumerate(alerts, 1):
         lines += _text_alert(index, alert, config) + [""]
+    if _says_scales(alerts):
+        lines += [SCALES_NOTE, ""]
     return "\n".join(lines)
 
 
@@ -252,7 +327,7 @@ def render_digest(alerts: Sequence[AlertRecord], config: EmailConfig) -> Rendere
     alerts = _ordered(alerts)
     first = alerts[0]
     subject = digest_subject(alerts, config)
-    intro = f"trainguard raised {_plural(len(alerts), 'alert')} for test {first.test}, run {first.run}."
+    intro = f"trainguard raised {_plural(len(alerts), 'alert')}."  # the heading under it names the test and run
     return RenderedEmail(
         sender=config.sender_for(first.test), recipients=config.recipients_for(first.test), subject=subject,
         html=html_document(subject, intro, [html_section(alerts, config, 2)]),

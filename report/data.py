@@ -21,6 +21,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Protocol, Sequence, 
 from core.alert_record import alert_problems
 from core.config import ConfigSet, TestConfig, WindowCheck
 from core.triage import TriageItem
+from core.vocabulary import TriageAction
 from core.window_checks import (
     NUMERIC_AGGREGATIONS,
     CheckedWindow,
@@ -84,6 +85,7 @@ class HistoryPoint:
     upper: Optional[float]
     within: Optional[bool]
     status: str
+    triage: Optional[str] = None  # "accept" or "dismiss": someone looked at this value and said so
 
     @property
     def out_of_bounds(self) -> bool:
@@ -95,10 +97,11 @@ class MetricPanel:
     """One metric of a test over its runs, in run-end order."""
     metric: str
     points: Tuple[HistoryPoint, ...]
+    unit: Optional[str] = None  # the metric's unit in its test's config (metric_units), for the y axis
 
     @property
     def latest_out_of_bounds(self) -> bool:
-        return bool(self.points) and self.points[-1].out_of_bounds
+        return bool(self.points) and self.points[-1].out_of_bounds and not self.points[-1].triage
 
 
 class Bounded(Protocol):
@@ -238,6 +241,7 @@ class Curve:
     alert_spans: Tuple[Tuple[int, int], ...]   # steps of the windows that raised window_out_of_bounds
     check: Optional[WindowCheck] = None           # the check whose bounds are drawn; None: the tag has none
     limits: Optional[Tuple[float, float]] = None  # y-range shared by the test's pictures of this tag
+    unit: Optional[str] = None                    # the tag's unit in its test's config, for the y axis
 
     @property
     def key(self) -> Tuple[str, str, str]:
@@ -539,6 +543,24 @@ def curveless_notes(pictures: Sequence[RunPicture], runs: Sequence[RunWindows]) 
                  for tag, kind in keys)
 
 
+TRIAGED_VALUE_ACTIONS = (TriageAction.ACCEPT, TriageAction.DISMISS)
+
+
+def with_triage(panels: Sequence[MetricPanel], actions: Sequence[TriageItem]) -> List[MetricPanel]:
+    """The panels with each value that an accept or a dismiss names (its metric and run) marked so: an
+    out-of-bounds value somebody triaged is not an open problem, and the figure must not draw it as one."""
+    done = {(a.metric, a.run): a.action for a in sorted(actions, key=lambda a: a.time)
+            if a.action in TRIAGED_VALUE_ACTIONS and a.metric and a.run}
+    return [dataclasses.replace(panel, points=tuple(
+        dataclasses.replace(p, triage=done[(panel.metric, p.run)]) if (panel.metric, p.run) in done else p
+        for p in panel.points)) for panel in panels]
+
+
+def with_units(panels: Sequence[MetricPanel], config: TestConfig) -> List[MetricPanel]:
+    """The panels with their metrics' units from the test's config: an axis without one cannot be read."""
+    return [dataclasses.replace(p, unit=config.metric_collection.unit_for(p.metric)) for p in panels]
+
+
 def section_for_test(test: str, jobs: Sequence[JobRow], metrics: Sequence[MetricRow],
                      windows: Sequence[WindowResult], alerts: Sequence[AlertRecord],
                      settings: ReportSettings, config: TestConfig = TestConfig(),
@@ -554,7 +576,9 @@ def section_for_test(test: str, jobs: Sequence[JobRow], metrics: Sequence[Metric
     pictures = shared_limits([run_picture(test, runs, i, alerts_by_run[runs[i].run], checks)
                               for i in runs_to_draw(runs, settings)])
     tags = tuple(sorted({tag for tag, _ in keys}))
-    panels = metric_panels(metrics, {j.run: j.status for j in jobs})
+    panels = with_triage(with_units(metric_panels(metrics, {j.run: j.status for j in jobs}), config), actions)
+    pictures = [dataclasses.replace(p, curves=tuple(dataclasses.replace(c, unit=config.metric_collection.unit_for(c.tag))
+                                                    for c in p.curves)) for p in pictures]
     curveless = tuple(p.metric for p in panels if not any(p.metric.startswith(t + "_") for t in tags))
     unchecked = tuple(sorted({tag for (tag, kind), found in checks.items() if found is None}))
     return ReportSection(test, tuple(panels), incidents(jobs), tuple(pictures), tags, tuple(sorted(curveless)),
@@ -622,6 +646,8 @@ class ReportData:
     alerts: Tuple[AlertRecord, ...]
     alerts_left_out: int
     run_count: int  # runs in job_history (of the selected tests)
+    # (test, run) -> its job_history row: what lifecycle alerts leave out (how long it ran, when last heard from)
+    jobs: Mapping[Tuple[str, str], JobRow] = dataclasses.field(default_factory=dict)
 
 
 def prepare_report(jobs: Sequence[JobRow], metrics: Sequence[MetricRow], windows: Sequence[WindowResult],
@@ -648,4 +674,5 @@ def prepare_report(jobs: Sequence[JobRow], metrics: Sequence[MetricRow], windows
     all_alerts = [a for rows in alerts_t.values() for a in rows]
     oob = out_of_bounds_runs((m for t in tests for m in metrics_t[t]), all_alerts)
     shown, left_out = alert_list(all_alerts, settings.max_alerts)
-    return ReportData(sections, status_grid(all_jobs, oob, settings.days), shown, left_out, len(all_jobs))
+    return ReportData(sections, status_grid(all_jobs, oob, settings.days), shown, left_out, len(all_jobs),
+                      {(j.test, j.run): j for j in all_jobs})

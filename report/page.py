@@ -12,19 +12,31 @@ import posixpath
 import urllib.parse
 from typing import Iterable, List, Optional, Set, Tuple
 
-from core.alert_details import threshold_text, with_unit
+from core.alert_details import SCALES_NOTE, change_text, previous_text, threshold_text, with_unit
 from report.data import AlertRecord, ReportData, ReportSection, RunPicture, safe_name
+from report.source import JobRow
 
 STATUS_FILE = "status.png"
-NAME_CELLS = {3, 4, 5, 8, 9}  # test, run, metric, message, next steps of an alert row: training jobs' own text, any length
+# test, run, metric and message of an alert row are training jobs' own text, any length
+CELL_CLASSES = {3: "name", 4: "name", 6: "bounds", 7: "name message"}
+COLUMNS = ("time (UTC)", "kind", "state", "test and run", "metric", "value", "bounds", "message")
+LIFECYCLE_KINDS = {"job_failed", "run_missing", "run_stalled"}
+SPLIT_MESSAGE_KINDS = {"metric_out_of_bounds", "window_out_of_bounds"}  # messages the value and bounds cells repeat
 CSS = """
-body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; max-width: 1200px;
-       overflow-wrap: break-word; }  /* a long name without spaces wraps instead of widening the page */
+body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222;
+       overflow-wrap: break-word; }  /* the page width, all of it; a long heading wraps instead of widening it */
 h2 { border-bottom: 1px solid #ddd; padding-bottom: .2em; margin-top: 1.6em; }
 img { max-width: 100%; border: 1px solid #eee; }
-table { border-collapse: collapse; font-size: 90%; }
-td, th { border-bottom: 1px solid #eee; padding: .25em .5em; text-align: left; vertical-align: top; }
-td.name { overflow-wrap: anywhere; }  /* names may have no spaces: let the table shrink them, not the page grow */
+.scroll { overflow-x: auto; max-width: 100%; }  /* a table wider than the window scrolls by itself */
+table { border-collapse: collapse; font-size: 90%; width: 100%; }
+td, th { border-bottom: 1px solid #eee; padding: .25em .4em; text-align: left; vertical-align: top; }
+td.name { overflow-wrap: normal; }
+table.alerts td:first-child { white-space: nowrap; }  /* a date and time, not broken at its dashes */
+td.message { min-width: 14em; }  /* the one column of prose: room to read it */
+td.bounds { min-width: 8em; }
+.id { white-space: nowrap; }  /* an identifier never breaks mid-word: the table scrolls instead */
+tr:has(+ tr.steps) td { border-bottom: none; }  /* an alert and its next steps read as one */
+pre.cmd { margin: 0 0 .2em; white-space: pre; font-size: 90%; }  /* whole commands, to copy as they are */
 .meta, figcaption, .note { color: #555; font-size: 90%; }
 .bad { color: #c62828; font-weight: 600; }
 nav a { margin-right: .8em; display: inline-block; max-width: 100%; }
@@ -66,8 +78,61 @@ def web_link(url) -> Optional[str]:
     return None
 
 
-def alert_row(alert: AlertRecord, drawn: Set[Tuple[str, str]]) -> str:
-    """One alert as a table row; the run links to its picture when there is one."""
+def ident(text) -> str:
+    """An identifier (test, run, metric): one unbreakable piece, so a table never wraps it mid-word."""
+    return f'<span class="id">{esc(text)}</span>'
+
+
+def words_html(text: str) -> str:
+    """Prose that names identifiers (runs, metrics, files): it wraps at its spaces only, never at a ``-`` or
+    ``/`` inside a word, which a browser would otherwise break at."""
+    return " ".join(ident(word) if "-" in word or "/" in word else esc(word) for word in text.split(" "))
+
+
+def message_html(alert: AlertRecord) -> str:
+    """The message, less what the value and bounds cells of the row already say.
+
+    A value alert's message (``core.alert_details.describe``) repeats the value, the bounds and how they were
+    computed: the row shows only the rest (change, previous value, window)."""
+    if alert.kind not in SPLIT_MESSAGE_KINDS or alert.metric is None or \
+            not alert.message.startswith(f"{alert.metric} = "):
+        return words_html(alert.message)
+    window = alert.details.get("window")
+    where = f"{window.get('kind')} window {window.get('index')} (steps {window.get('start_step')}-" \
+        f"{window.get('end_step')})" if isinstance(window, dict) else ""
+    rest = [part for part in (where, change_text(alert.details), previous_text(alert.details, alert.unit)) if part]
+    return "<br>".join(words_html(part) for part in rest) if rest else words_html(alert.message)
+
+
+def duration(seconds: float) -> str:
+    """``2 h 5 min``, ``14 min``, ``40 s``: how long a run ran, to the minute past a minute."""
+    minutes = int(seconds // 60)
+    if minutes < 1:
+        return f"{max(0, int(seconds))} s"
+    return f"{minutes // 60} h {minutes % 60} min" if minutes >= 60 else f"{minutes} min"
+
+
+def lifecycle_text(alert: AlertRecord, job: Optional[JobRow]) -> str:
+    """For a lifecycle alert, what its run's job_history row adds: how long the run ran and when it was last
+    heard from (a missing run's end is its last message); "" for other alerts or a run without a row."""
+    if alert.kind not in LIFECYCLE_KINDS or job is None:
+        return ""
+    ran = f"ran {duration(job.end - job.start)} from {utc(job.start)} UTC; " if job.start is not None else ""
+    return f"{ran}last heard from {utc(job.end)} UTC"
+
+
+def steps_row(alert: AlertRecord) -> str:
+    """The alert's next steps under its row, across the table: whole commands in a block, to copy."""
+    if not alert.next_steps:
+        return ""
+    commands = "\n".join(f"<code>{esc(command)}</code>" for command in alert.next_steps)
+    return (f'<tr class="steps"><td colspan="{len(COLUMNS)}"><span class="note">next steps:</span>'
+            f'<pre class="cmd">{commands}</pre></td></tr>')
+
+
+def alert_row(alert: AlertRecord, drawn: Set[Tuple[str, str]], job: Optional[JobRow] = None) -> str:
+    """One alert as a table row (and its next steps in a row under it); the run links to its picture when
+    there is one."""
     section = f"#t-{safe_name(alert.test)}"
     run_target = f"#r-{safe_name(alert.test)}-{safe_name(alert.run)}" if (alert.test, alert.run) in drawn \
         else section
@@ -79,27 +144,30 @@ def alert_row(alert: AlertRecord, drawn: Set[Tuple[str, str]]) -> str:
     value = "" if alert.value is None else with_unit(alert.value, alert.unit)
     run_data = alert.details.get("run_data")
     logs = web_link(run_data.get("logs_link")) if isinstance(run_data, dict) else None
-    logs_html = f' <a href="{esc(logs)}" rel="noopener noreferrer">logs</a>' if logs else ""
     report = web_link(alert.report_url)
-    logs_html += f' <a href="{esc(report)}" rel="noopener noreferrer">report</a>' if report else ""
-    steps = "<br>".join(f"<code>{esc(command)}</code>" for command in alert.next_steps)
+    outside = [f'<a href="{esc(url)}" rel="noopener noreferrer">{label}</a>'
+               for label, url in (("logs", logs), ("report", report)) if url]
+    logs_html = "<br>" + " ".join(outside) if outside else ""
     note = alert.triage.get("note")
     state = esc(alert.state.value) + (f'<br><span class="note">{esc(note)}</span>' if isinstance(note, str) else "")
     cells = [esc(utc(alert.created_at)) if alert.created_at is not None else '', esc(alert.kind), state,
-             f'<a href="{esc(section)}">{esc(alert.test)}</a>',
-             f'<a href="{esc(run_target)}">{esc(alert.run)}</a>{logs_html}', esc(alert.metric or ""),
-             esc(value), bounds_html, esc(alert.message), steps]
-    return "<tr>" + "".join(f'<td class="name">{c}</td>' if i in NAME_CELLS else f"<td>{c}</td>"
-                            for i, c in enumerate(cells)) + "</tr>"
+             f'<a href="{esc(section)}">{ident(alert.test)}</a><br>'  # one column for both: room for the prose
+             f'<a href="{esc(run_target)}">{ident(alert.run)}</a>{logs_html}',
+             ident(alert.metric) if alert.metric else "", esc(value), bounds_html,
+             "<br>".join(part for part in (message_html(alert), words_html(lifecycle_text(alert, job))) if part)]
+    return "<tr>" + "".join(f'<td class="{CELL_CLASSES[i]}">{c}</td>' if i in CELL_CLASSES else f"<td>{c}</td>"
+                            for i, c in enumerate(cells)) + "</tr>" + steps_row(alert)
 
 
 def alerts_html(data: ReportData, drawn: Set[Tuple[str, str]]) -> List[str]:
     if not data.alerts:
         return ["<p>No alerts.</p>"]
-    lines = ["<table>", "<tr><th>time (UTC)</th><th>kind</th><th>state</th><th>test</th><th>run</th><th>metric</th>"
-                        "<th>value</th><th>bounds</th><th>message</th><th>next steps</th></tr>"]
-    lines += [alert_row(alert, drawn) for alert in data.alerts]
-    lines.append("</table>")
+    lines = ['<div class="scroll"><table class="alerts">', "<tr>" + "".join(f"<th>{c}</th>" for c in COLUMNS) + "</tr>"]
+    rows = [alert_row(alert, drawn, data.jobs.get(alert.group_key)) for alert in data.alerts]
+    lines += rows
+    lines.append("</table></div>")
+    if any("scales" in row for row in rows):
+        lines.append(f'<p class="note" id="scales">{esc(SCALES_NOTE)}</p>')
     if data.alerts_left_out:
         lines.append(f'<p class="note">{data.alerts_left_out} older alerts not shown (--max_alerts).</p>')
     return lines

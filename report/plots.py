@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import io
 import math
-from typing import Dict, Iterator, List, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from matplotlib import dates as mdates
 from matplotlib import rc_context
@@ -58,6 +58,7 @@ STYLE = {
 VALUE = "#1f4e9c"
 BAND = "#2e9d5b"
 ALERT = "#d32f2f"
+TRIAGED = "#757575"  # grey: a value someone accepted or dismissed is no open alert
 STATE_COLORS = {NO_RUN: "#f0f0f0", "success": "#4caf50", OUT_OF_BOUNDS: "#ffb300", "failure": "#d32f2f",
                 "timeout": "#8e24aa", "missing": "#757575", "running": "#42a5f5"}
 STATE_LABELS = {NO_RUN: "no run", OUT_OF_BOUNDS: "metrics out of bounds"}
@@ -171,6 +172,11 @@ def has_values(line: Sequence[float]) -> bool:
 # --------------------------------------------------------------------------
 
 
+def axis_unit(unit: Optional[str]) -> str:
+    """A y-axis label: the unit, or that the config gives none (``metric_units``), never a bare number line."""
+    return f"value ({unit})" if unit else "value (no unit in metric_units)"
+
+
 def history_layout(count: int) -> Figure:
     """Panels for ``count`` metrics sharing the date axis: one column up to 2, then two."""
     columns = 1 if count <= 2 else 2
@@ -182,10 +188,11 @@ def history_layout(count: int) -> Figure:
     for index, ax in enumerate(axes[:count]):
         if index + columns >= count:  # the lowest panel of its column shows the dates
             ax.xaxis.set_tick_params(labelbottom=True)
+            ax.set_xlabel("run end (UTC)", fontsize=8)
     locator = mdates.AutoDateLocator(minticks=3, maxticks=8)
     axes[0].xaxis.set_major_locator(locator)  # shared by every panel
     axes[0].xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
-    margins(figure, top=0.95, bottom=0.45)
+    margins(figure, top=0.95, bottom=0.6, left=0.95)  # room for the axis labels
     return figure
 
 
@@ -214,15 +221,20 @@ def history_panel(ax, panel: MetricPanel, section: ReportSection) -> None:
     if bad:
         ax.scatter([xi for xi, _ in bad], [p.value for _, p in bad], s=30, zorder=3, facecolors="white",
                    edgecolors=[STATE_COLORS.get(p.status, "black") for _, p in bad], linewidths=1.2)
-    out = [(xi, p.value) for xi, p in zip(x, points) if p.out_of_bounds]
+    out = [(xi, p.value) for xi, p in zip(x, points) if p.out_of_bounds and not p.triage]
     if out:
         ax.plot(*zip(*out), linestyle="none", marker="X", markersize=8, color=ALERT, zorder=4)
+    triaged = [(xi, p.value) for xi, p in zip(x, points) if p.triage]
+    if triaged:  # looked at and accepted or dismissed: no longer an open alert
+        ax.plot(*zip(*triaged), linestyle="none", marker="s", markersize=7, markerfacecolor="none",
+                markeredgecolor=TRIAGED, markeredgewidth=1.5, zorder=4)
     for status in ("failure", "timeout", "missing"):
         times = [i.time / DAY_SECONDS for i in section.incidents if i.status == status]
         if times:
             ax.vlines(times, 0, 1, transform=ax.get_xaxis_transform(), colors=STATE_COLORS[status],
                       linestyles=":", linewidth=1.3)
     ax.set_ylim(*value_range(panel))
+    ax.set_ylabel(axis_unit(panel.unit), fontsize=8)
     ax.set_title(short_label(panel.metric, 70), loc="left", color=ALERT if panel.latest_out_of_bounds else "black")
     if panel.latest_out_of_bounds:
         ax.set_title("latest value out of bounds", loc="right", color=ALERT, fontsize=8)
@@ -248,8 +260,11 @@ def history_legend(section: ReportSection) -> List:
         handles.append(Patch(color=BAND, alpha=0.3, label="bounds (both sides)"))
     if any((p.lower is None) != (p.upper is None) for p in points):
         handles.append(Line2D([], [], color=BAND, linestyle="--", label="bound (one side)"))
-    if any(p.out_of_bounds for p in points):
+    if any(p.out_of_bounds and not p.triage for p in points):
         handles.append(Line2D([], [], color=ALERT, marker="X", linestyle="none", label="out of bounds"))
+    if any(p.triage for p in points):
+        handles.append(Line2D([], [], color=TRIAGED, marker="s", markerfacecolor="none", linestyle="none",
+                              label="triaged (accepted or dismissed)"))
     for status in sorted({i.status for i in section.incidents}):
         handles.append(Line2D([], [], color=STATE_COLORS.get(status, "black"), linestyle=":",
                               label=f"{status} run"))
@@ -268,8 +283,8 @@ def run_layout(count: int) -> Figure:
     """``count`` panels stacked on a shared step axis."""
     figure = new_figure(10, 1.2 + 2.3 * max(1, count))
     axes = figure.subplots(max(1, count), 1, sharex=True, squeeze=False).ravel()
-    axes[-1].set_xlabel("step")
-    margins(figure, top=1.1, bottom=0.45, left=0.8, hspace=0.5)
+    axes[-1].set_xlabel("training step")
+    margins(figure, top=1.1, bottom=0.5, left=0.95, hspace=0.5)
     return figure
 
 
@@ -337,6 +352,7 @@ def curve_panel(ax, curve: Curve) -> None:
         else:
             ax.axvspan(start, end, color=ALERT, alpha=0.18, linewidth=0)
     ax.set_ylim(*(curve.limits or (0.0, 1.0)))
+    ax.set_ylabel(axis_unit(curve.unit), fontsize=8)
     bad = bool(curve.alert_spans or curve.out_of_bounds)
     ax.set_title(short_label(curve.tag, 50), loc="left", color=ALERT if bad else "black")
     check = short_label(check_text(curve), 75)

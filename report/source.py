@@ -37,6 +37,7 @@ class JobRow:
     status: str
     end: float        # end of the run (last activity for a missing run)
     finalized: float  # processed_at: orders the history (ties by run id)
+    start: Optional[float] = None  # its run_started (or first message): how long it ran, in lifecycle alerts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,7 +114,7 @@ class SqlReportSource:
         # A run a drain interrupted is still running: its ``interrupted`` row (until it ends) is not its end.
         rows = self._query(
             f"SELECT {q('test_name')}, {q('run_id')}, {q('job_status')}, {epoch(q('timestamp'))}, "
-            f"{epoch(q('processed_at'))} FROM {self._sql.table(JOB_HISTORY)} {self._where('timestamp')} "
+            f"{epoch(q('processed_at'))}, {epoch(q('start_time'))} FROM {self._sql.table(JOB_HISTORY)} {self._where('timestamp')} "
             f"AND {q('job_status')} != '{RunStatus.INTERRUPTED.value}'")
         return [JobRow(*row) for row in rows]
 

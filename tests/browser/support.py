@@ -17,6 +17,7 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 INSTALL = "apt-get install chromium chromium-driver"
 WIDTH, HEIGHT = 1280, 900
+WIDE, NARROW = 1400, 600  # a desktop window, and the width mail clients render an e-mail at
 FLAGS = (
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     # This machine's network is closed: without these Chromium keeps calling home and its connections
@@ -71,10 +72,15 @@ def watch_for_injection(browser) -> None:
     browser.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": WATCH})
 
 
-def open_page(browser, path: pathlib.Path) -> None:
-    """Opens a local HTML file at 1280 px and brings every image, lazy ones included, in to load."""
+def open_page(browser, path: pathlib.Path, width: int = WIDTH) -> None:
+    """Opens a local HTML file at ``width`` px and brings every image, lazy ones included, in to load.
+
+    The width is emulated (as DevTools' device toolbar does) and set on every call, so a narrow page of one
+    test never leaks into the next."""
+    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                            {"width": width, "height": HEIGHT, "deviceScaleFactor": 1, "mobile": False})
     browser.get(path.resolve().as_uri())
-    assert browser.execute_script("return window.innerWidth") == WIDTH
+    assert browser.execute_script("return window.innerWidth") == width
     browser.execute_async_script(f"""
         const done = arguments[arguments.length - 1];
         const settled = image => new Promise(settle => {{
@@ -177,17 +183,60 @@ def overflow(browser) -> Dict[str, object]:
     """)
 
 
-def fits(browser) -> bool:
-    """No horizontal scrolling at 1280 px."""
+def fits(browser, width: int = WIDTH) -> bool:
+    """No horizontal scrolling of the page at ``width`` px."""
     widths = overflow(browser)
-    return widths["clientWidth"] <= WIDTH and widths["scrollWidth"] <= widths["clientWidth"] + OVERFLOW_MARGIN_PX
+    return widths["clientWidth"] <= width and widths["scrollWidth"] <= widths["clientWidth"] + OVERFLOW_MARGIN_PX
 
 
-def screenshot(browser, path: pathlib.Path) -> pathlib.Path:
-    """A PNG of the whole page (beyond the viewport), 1280 px wide."""
+SCROLLED = """
+const scrolls = e => ['auto', 'scroll'].includes(getComputedStyle(e).overflowX);
+const scrolled = e => { for (let p = e.parentElement; p; p = p.parentElement) if (scrolls(p)) return true; return false; };
+"""
+
+
+def sticking_out(browser) -> List[str]:
+    """Elements reaching past the window's client width, but those inside a horizontally scrolling box.
+
+    Such a box (the report's table container) scrolls on its own and is allowed to hold wide content;
+    the box itself, and everything else, must fit."""
+    return browser.execute_script(SCROLLED + f"""
+        const limit = document.documentElement.clientWidth + {OVERFLOW_MARGIN_PX};
+        return Array.from(document.body.querySelectorAll('*'))
+            .filter(e => e.getBoundingClientRect().right + window.scrollX > limit && !scrolled(e))
+            .slice(0, 5).map(e => e.tagName.toLowerCase() + ' ' + Math.round(e.getBoundingClientRect().right)
+                             + 'px: ' + (e.innerText || e.getAttribute('src') || '').slice(0, 80));
+    """)
+
+
+def content_width(browser) -> float:
+    """The body's width as a fraction of the window's client width (1: all of it)."""
+    return browser.execute_script(
+        "return document.body.getBoundingClientRect().width / document.documentElement.clientWidth")
+
+
+def wrapped(browser, selector: str) -> List[str]:
+    """Texts of the elements matching ``selector`` that the layout broke over more than one line.
+
+    An inline element laid out on several lines has one client rect per line."""
+    return browser.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0])).filter(e => e.getClientRects().length > 1)"
+        ".map(e => e.textContent.slice(0, 80))", selector)
+
+
+def table_columns(browser) -> List[int]:
+    """Per table, the most cells of any of its rows, a cell spanning n columns counting n."""
+    return browser.execute_script("""
+        return Array.from(document.querySelectorAll('table')).map(t => Math.max(0, ...Array.from(t.rows).map(
+            r => Array.from(r.cells).reduce((n, c) => n + c.colSpan, 0))));
+    """)
+
+
+def screenshot(browser, path: pathlib.Path, width: int = WIDTH) -> pathlib.Path:
+    """A PNG of the whole page (beyond the viewport), ``width`` px wide."""
     height = browser.execute_script("return document.documentElement.scrollHeight")
     shot = browser.execute_cdp_cmd("Page.captureScreenshot", {
         "format": "png", "captureBeyondViewport": True,
-        "clip": {"x": 0, "y": 0, "width": WIDTH, "height": height, "scale": 1}})
+        "clip": {"x": 0, "y": 0, "width": width, "height": height, "scale": 1}})
     path.write_bytes(base64.b64decode(shot["data"]))
     return path

@@ -23,6 +23,8 @@ from tests.browser.support import (
     FLAG_TEST,
     LONG_RUN,
     LONG_TEST,
+    NARROW,
+    WIDE,
     broken_images,
     event_handler_attributes,
     fits,
@@ -32,6 +34,8 @@ from tests.browser.support import (
     overflow,
     screenshot,
     shows,
+    sticking_out,
+    table_columns,
     tag_counts,
 )
 from tests.notifier.support import alert
@@ -87,6 +91,25 @@ def test_every_e_mail_of_the_dry_run_loads_fits_and_links_only_to_the_web(browse
         assert all(link["resolved"].startswith(("https://", "http://")) for link in links(browser)), subject
         assert fits(browser), (subject, overflow(browser))
         assert injected(browser) == [], subject
+
+
+@pytest.mark.parametrize("width", [WIDE, NARROW])
+def test_every_e_mail_reads_at_600_px_and_1400_px(browser, emails, artifacts, width):
+    """At most 5 columns and nothing sticking out at the width mail clients render at, and on a desktop."""
+    for subject, page in emails.items():
+        open_page(browser, page, width)
+        screenshot(browser, artifacts / f"email-{page.stem[:40]}-{width}px.png", width)
+        assert all(columns <= 5 for columns in table_columns(browser)), (subject, table_columns(browser))
+        assert fits(browser, width), (subject, overflow(browser))
+        assert sticking_out(browser) == [], subject
+
+
+def test_every_e_mail_links_the_runs_report(browser, emails):
+    """The example config's ``report_url_pattern`` gives every alert a report link (the demo's tests set none)."""
+    for subject, page in emails.items():
+        open_page(browser, page)
+        labels = browser.execute_script("return Array.from(document.links).map(a => a.textContent)")
+        assert "report" in labels, subject
 
 
 HOSTILE_EMAILS = {  # id -> (names in the subject, texts the e-mail must show)

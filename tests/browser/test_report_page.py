@@ -22,7 +22,10 @@ from tests.browser.support import (
     FLAG_TEST,
     LONG_RUN,
     LONG_TEST,
+    NARROW,
+    WIDE,
     broken_images,
+    content_width,
     dangling_anchors,
     event_handler_attributes,
     fits,
@@ -33,7 +36,9 @@ from tests.browser.support import (
     payload,
     screenshot,
     shows,
+    sticking_out,
     tag_counts,
+    wrapped,
 )
 from tests.report.test_report import (
     HOSTILE,
@@ -118,6 +123,44 @@ def test_every_link_inside_the_report_resolves(report_page):
 def test_nothing_overflows_a_1280_px_window(report_page):
     browser, _, _ = report_page
     assert fits(browser), overflow(browser)
+
+
+@pytest.fixture(params=[(name, width) for name in ("hostile", "demo") for width in (WIDE, NARROW)],
+                ids=lambda p: f"{p[0]}-{p[1]}px")
+def sized_report_page(request, browser, artifacts):
+    """(browser, report name, width): a report opened at 1,400 px or 600 px, after a screenshot of it."""
+    name, width = request.param
+    index, _ = request.getfixturevalue(f"{name}_report")
+    open_page(browser, index, width)
+    assert screenshot(browser, artifacts / f"report-{name}-{width}px.png", width).stat().st_size > 0
+    return browser, name, width
+
+
+def test_the_report_uses_the_page_width_and_only_a_table_scrolls(sized_report_page):
+    browser, name, width = sized_report_page
+    assert content_width(browser) > 0.9  # no narrow column in a wide window
+    assert fits(browser, width), overflow(browser)
+    assert sticking_out(browser) == []  # but inside the table's own scrolling box
+    if name == "demo" and width == WIDE:  # names of a usual length: the table fits, nothing to scroll
+        assert browser.execute_script(
+            "const s = document.querySelector('.scroll'); return s.scrollWidth <= s.clientWidth + 2")
+
+
+def test_no_identifier_or_command_is_broken_over_lines(sized_report_page):
+    browser, name, _ = sized_report_page
+    assert wrapped(browser, ".id") == []  # test, run and metric names: each on one line
+    assert wrapped(browser, "pre.cmd code") == []  # each next step: one whole line, in a block to copy
+    if name == "demo":
+        commands = browser.execute_script(
+            "return Array.from(document.querySelectorAll('pre.cmd code')).map(c => c.textContent)")
+        assert commands and all(c.startswith("trainguard-triage ") for c in commands)
+
+
+def test_scales_are_explained_where_they_appear(browser, demo_report):
+    index, _ = demo_report
+    open_page(browser, index)
+    assert shows(browser, "scales) vs the")  # the demo's alerts say how far off they are in scales
+    assert browser.execute_script("return document.getElementById('scales').innerText").count("1.4826") == 1
 
 
 def test_hostile_names_show_as_text_and_inject_nothing(browser, hostile_report):

@@ -20,6 +20,7 @@ def test_example_config_loads():
     assert loaded.recipients == ("ml-oncall@example.com",) and loaded.daily_budget == 100
     assert loaded.recipients_for("tf-bert-squad-v100") == ("tf-owners@example.com",)
     assert loaded.sender_for("pt-cifar-tpu-v3-8") == loaded.sender
+    assert loaded.report_url("pt-cifar-tpu-v3-8", "r1").startswith("https://")  # every e-mail links the report
 
 
 @pytest.mark.parametrize("overrides, key", [
@@ -33,6 +34,8 @@ def test_example_config_loads():
     ({"per_test": {"t": {}}}, "per_test.t"),
     ({"links": {"logs": "javascript:alert(1)"}}, "links.logs"),
     ({"links": {"logs": "https://x.example/{user}"}}, "links.logs"),
+    ({"report_url_pattern": "javascript:alert('{test}')"}, "report_url_pattern"),
+    ({"report_url_pattern": "https://r.example/{metric}"}, "report_url_pattern"),
     ({"subject_prefix": "a\nBcc: x@y.example"}, "subject_prefix"),
     ({"retry": {"initial_seconds": 10, "max_seconds": 1}}, "retry.initial_seconds"),
     ({"remember_sent_ids": {"max_ids": 0}}, "remember_sent_ids.max_ids"),

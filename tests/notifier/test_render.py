@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import html.parser
+import re
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -41,8 +42,8 @@ def elements(document: str) -> _Elements:
 
 
 ALLOWED_TAGS = {"html", "head", "meta", "title", "body", "p", "h2", "h3", "table", "tr", "th", "td", "br", "a",
-                "code"}
-ALLOWED_ATTRIBUTES = {"charset", "style", "href"}
+                "code", "span"}
+ALLOWED_ATTRIBUTES = {"charset", "style", "href", "colspan"}
 
 
 def assert_inert(document: str, *texts: str) -> None:
@@ -54,6 +55,11 @@ def assert_inert(document: str, *texts: str) -> None:
     all_text = "".join(parsed.text)
     for text in texts:
         assert text in all_text
+
+
+def shown(document: str) -> str:
+    """The text of an HTML body as a reader gets it (words kept whole sit in elements of their own)."""
+    return "".join(elements(document).text)
 
 
 def digest(*alerts, **config_overrides):
@@ -72,9 +78,10 @@ def test_subject_names_test_run_and_what_went_wrong():
 def test_each_alert_shows_metric_value_bounds_history_and_links():
     email = digest(alert(metric="Accuracy/test_final", value=70.5, lower=74.0, history_size=10),
                    links={"history": "https://bq.example/q?test={test}&run={run}&m={metric}"})
-    for body in (email.html, email.text):
+    for body in (shown(email.html), email.text):
         assert "Accuracy/test_final" in body and "70.5" in body and "(74, +inf) [greater]" in body
-        assert "10 earlier values" in body and "https://logs.example/cifar/1" in body
+        assert "10 earlier values" in body
+    assert 'href="https://logs.example/cifar/1"' in email.html and "https://logs.example/cifar/1" in email.text
     assert "https://bq.example/q?test=pt-cifar&run=run-1&m=Accuracy%2Ftest_final" in email.text
     assert 'href="https://bq.example/q?test=pt-cifar&amp;run=run-1&amp;m=Accuracy%2Ftest_final"' in email.html
     assert email.text.count("logs: https://logs.example/cifar/1") == 1
@@ -106,7 +113,7 @@ def test_a_rejected_config_names_the_file_and_key_and_says_how_to_fix_it():
                         "unknown key", "pt-cifar", True)
     email = digest(config_rejected_alert(check))
     assert email.subject == "[trainguard] pt-cifar run config: config pt-cifar.json rejected"
-    for body in (email.html, email.text):
+    for body in (shown(email.html), email.text):
         assert ("gs://b/tg/configs/pt-cifar.json: regression_test_config.alert_for_failed_job: unknown key "
                 "(what was read before stays in use)") in body
         assert CONFIG_FIX in body and "config_rejected" in body
@@ -184,14 +191,15 @@ def test_each_alert_shows_unit_how_the_bounds_were_computed_previous_change_repo
     raised = finished_alert()
     email = digest(raised)
     steps = raised.details["next_steps"]
-    for body in (email.html, email.text):
+    for body in (shown(email.html), email.text):
         assert "70.1 %" in body and "+inf) % [greater]" in body
         assert "median 74.6 % \u2212 5 \u00d7 robust scale" in body and "from 5 earlier runs" in body
         assert "previous 74.6 % (run run-1-4)" in body and "change \u22126.03%" in body
         assert all(step in body for step in steps)
     assert 'href="https://reports.example/pt-cifar/run-1.html">report</a>' in email.html
     assert "report: https://reports.example/pt-cifar/run-1.html" in email.text
-    assert all(f"<code>{step}</code>" in email.html for step in steps)
+    codes = re.findall(r'<code style="display:block;[^"]*">(.*?)</code>', email.html)
+    assert ["".join(elements(code).text) for code in codes] == steps  # a block a command, whole, to copy
     assert "Next steps" in email.html
     assert_inert(email.html, *steps)
 
@@ -202,3 +210,30 @@ def test_hostile_names_in_next_steps_and_a_non_web_report_link_stay_text():
     email = digest(dataclasses.replace(raised, details=hostile_link))
     assert_inert(email.html, *raised.details["next_steps"], "javascript:alert(1)")
     assert "<script>" not in email.html and 'href="javascript' not in email.html
+
+
+def test_the_notifiers_report_pattern_links_runs_whose_alerts_carry_no_report_url():
+    pattern = {"report_url_pattern": "https://reports.example/{test}/{run}.html"}
+    email = digest(alert(test="a/b", run="r 1"), **pattern)
+    assert 'href="https://reports.example/a%2Fb/r%201.html">report</a>' in email.html
+    own = digest(finished_alert(pattern="https://own.example/{test}/{run}"), **pattern)
+    assert "https://own.example/pt-cifar/run-1" in own.html and "reports.example" not in own.html  # the alert's wins
+
+
+def test_no_text_is_said_twice():
+    """The message of a value alert is its value, bounds, change and previous value: each said once."""
+    email = digest(finished_alert())
+    text = "".join(elements(email.html).text)
+    for said in ("previous 74.6 % (run run-1-4)", "median 74.6 % \u2212 5 \u00d7 robust scale", "change \u22126.03%",
+                 "pt-cifar \u00b7 run run-1"):
+        assert text.count(said) == 1, said
+    assert email.text.count("previous 74.6 % (run run-1-4)") == 1
+    failed = digest(dataclasses.replace(alert(kind="job_failed", status="timeout"),
+                                        message="run run-1 finished with status timeout"))
+    assert "".join(elements(failed.html).text).count("status timeout") == 1
+
+
+def test_a_change_in_scales_says_what_a_scale_is():
+    email = digest(finished_alert())
+    assert "scales)" in email.html and "MAD \u00d7 1.4826" in email.html and "MAD \u00d7 1.4826" in email.text
+    assert "1.4826" not in digest(alert(kind="run_missing", status="missing")).html

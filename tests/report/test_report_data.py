@@ -136,6 +136,29 @@ def test_panels_whose_latest_value_is_out_of_bounds_come_first():
     assert panels[0].latest_out_of_bounds and not panels[2].latest_out_of_bounds
 
 
+def test_panels_carry_units_and_triaged_values_and_the_figure_draws_both():
+    from core.config import parse_test_config
+    from report.data import ReportSettings, section_for_test
+    from report.plots import TRIAGED, history_figure
+
+    config = parse_test_config({"metric_collection_config": {"metric_units": {"acc": "%"}}}, "t.json")
+    rows = [metric("r0", 0, "acc", 75.0, 74.0, 76.0, True), metric("r1", 1, "acc", 70.0, 74.0, 76.0, False),
+            metric("r0", 0, "other", 1.0), metric("r1", 1, "other", 1.0)]
+    dismissed = TriageItem("a1", "t", "dismiss", T0 + 2 * DAY, metric="acc", run="r1")
+    section = section_for_test("t", [job("r0", 0), job("r1", 1)], rows, [], [], ReportSettings(), config,
+                               [dismissed])
+    acc, other = sorted(section.panels, key=lambda p: p.metric)
+    assert (acc.unit, other.unit) == ("%", None)
+    assert [p.triage for p in acc.points] == [None, "dismiss"] and not acc.latest_out_of_bounds
+    figure = history_figure(section)
+    labels = {ax.get_title(loc="left"): (ax.get_ylabel(), ax.get_xlabel()) for ax in figure.axes}
+    assert labels["acc"][0] == "value (%)" and labels["other"][0] == "value (no unit in metric_units)"
+    assert sorted(x for _, x in labels.values()) == ["", "run end (UTC)"]  # the lowest panel shows the dates
+    acc_axes, = [ax for ax in figure.axes if ax.get_title(loc="left") == "acc"]
+    markers = {(line.get_marker(), line.get_markeredgecolor()) for line in acc_axes.lines}
+    assert ("s", TRIAGED) in markers and not any(marker == "X" for marker, _ in markers)  # not drawn as an alert
+
+
 def test_points_carry_the_status_of_their_run():
     panel, = metric_panels([metric("r0", 0, "m", 1.0), metric("r1", 1, "m", 1.0), metric("r9", 9, "m", 1.0)],
                            {"r0": "success", "r1": "failure"})

@@ -24,6 +24,7 @@ alerts table, the e-mail and the report say the same. Everything here is a pure 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import math
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
@@ -243,6 +244,34 @@ def describe(alert: Alert, unit: Optional[str] = None) -> str:
         return f"{where} is a straggler: {value}{_window_text(details)} is outside bounds {bounds}: {how}{tail}"
     return f"{value}{_window_text(details)} is outside bounds {bounds}: {how}{tail}"
 
+
+
+def duration_text(seconds: float) -> str:
+    """``2 h 5 min``, ``14 min``, ``40 s``: how long a run ran, to the minute past a minute."""
+    minutes = int(seconds // 60)
+    if minutes < 1:
+        return f"{max(0, int(seconds))} s"
+    return f"{minutes // 60} h {minutes % 60} min" if minutes >= 60 else f"{minutes} min"
+
+
+def utc_minute(seconds: float) -> str:
+    """``2025-11-28 00:16``: a time to the minute, UTC."""
+    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+def run_lifecycle_text(started_at: Optional[float], last_heard_at: Optional[float],
+                       ranks_missing: Sequence[int] = ()) -> str:
+    """How a run went, for a lifecycle alert: how long it ran, from when, when it was last heard from (a missing
+    run's end is its last message), and the ranks of a distributed run that never finished; "" if unknown."""
+    parts = []
+    if started_at is not None and last_heard_at is not None:
+        parts.append(f"ran {duration_text(last_heard_at - started_at)} from {utc_minute(started_at)} UTC")
+    if last_heard_at is not None:
+        parts.append(f"last heard from {utc_minute(last_heard_at)} UTC")
+    if ranks_missing:
+        listed = ", ".join(str(rank) for rank in ranks_missing)
+        parts.append(f"rank{'s' if len(ranks_missing) > 1 else ''} {listed} never finished")
+    return "; ".join(parts)
 
 # What "scales" means wherever a change is given in them (the report's footnote, the e-mail's note).
 SCALES_NOTE = ("scales: how far a value is from the centre of its history, in the scale its bounds used: the "

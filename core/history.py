@@ -35,7 +35,7 @@ from core.config import (
 )
 from core.records import Alert, MetricObservation, metric_history_row
 from core.registry import record
-from core.runs import RunAccumulator, RunResult
+from core.runs import RANKS_MISSING, RunAccumulator, RunResult
 from core.shifts import RECENT, find_shift
 from core.triage import AlertLedger, TriageItem
 from core.vocabulary import AlertKind, RunStatus, TriageAction
@@ -355,13 +355,26 @@ def _shift_alert(history: MetricHistory, observation: MetricObservation, conditi
     return dataclasses.replace(alert, message=describe(alert))
 
 
+def run_facts(run: RunResult) -> Dict[str, Any]:
+    """What a run alert says of how the run went: when it started, when it was last heard from (a missing run's
+    end is its last message), and for a distributed run the ranks that never sent ``run_finished``."""
+    facts: Dict[str, Any] = {"last_heard_at": run.end_time}
+    if run.start_time is not None:
+        facts["started_at"] = run.start_time
+    missing = sorted({rank for event in run.events if event.type == RANKS_MISSING
+                      for rank in event.data.get("ranks", ()) if isinstance(rank, int)})
+    if missing:
+        facts["ranks_missing"] = missing
+    return facts
+
+
 def check_job(history: JobHistory, run: RunResult, config: TestConfig) -> List[Alert]:
     """Run-level alerts: failed or missing job, missing required metrics, accuracy never reached."""
     if run.status == RunStatus.INTERRUPTED:  # not an end: a drain cut it short, the next job resumes it
         return []
     regression = config.regression_test
     alerts = []
-    run_details = {"status": run.status, "run_data": run.run_data, **out_of_order(run.out_of_order)}
+    run_details = {"status": run.status, "run_data": run.run_data, **run_facts(run), **out_of_order(run.out_of_order)}
 
     def run_alert(kind: AlertKind, message: str, metric: Optional[str] = None) -> Alert:
         return Alert(kind=kind, test=run.test, run=run.run, created_at=run.finalized_at, metric=metric,

@@ -13,9 +13,17 @@ import dataclasses
 import html
 import unicodedata
 import urllib.parse
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from core.alert_details import SCALES_NOTE, change_text, number, previous_text, threshold_text, with_unit
+from core.alert_details import (
+    SCALES_NOTE,
+    change_text,
+    number,
+    previous_text,
+    run_lifecycle_text,
+    threshold_text,
+    with_unit,
+)
 from core.alert_record import NAME_MAX_CHARS, AlertRecord, alert_problems, by_kind, one_line
 from core.records import iso_utc
 from notifier.config import EmailConfig
@@ -98,17 +106,26 @@ def extra_facts(alert: AlertRecord) -> List[str]:
 
 
 def lifecycle_facts(alert: AlertRecord) -> List[str]:
-    """What a lifecycle alert's details say about how the run went, beyond its message: the failures and
-    restarts its jobs reported. (How long it ran, when it was last heard from, its best value and which
-    ranks finished are not in the details the pipeline writes yet: ``core.history.check_job``.)"""
+    """What a lifecycle alert's details say about how the run went, beyond its message: how long it ran, when
+    it was last heard from, the ranks that never finished (``core.history.run_facts``), and the failures and
+    restarts its jobs reported."""
     if alert.kind not in ("job_failed", "run_missing", "run_stalled"):
         return []
-    run_data = alert.details.get("run_data")
+    details = alert.details
+    started, heard, missing = details.get("started_at"), details.get("last_heard_at"), details.get("ranks_missing")
+    facts = [run_lifecycle_text(_seconds(started), _seconds(heard),
+                                [r for r in missing if isinstance(r, int)] if isinstance(missing, list) else [])]
+    run_data = details.get("run_data")
     failures = run_data.get("num_failures") if isinstance(run_data, dict) else None
     if isinstance(failures, int) and not isinstance(failures, bool) and failures > 0:
-        return [f"{failures} failure{'s' if failures != 1 else ''} or restart{'s' if failures != 1 else ''} "
-                f"reported"]
-    return []
+        facts.append(f"{failures} failure{'s' if failures != 1 else ''} or restart{'s' if failures != 1 else ''} "
+                     f"reported")
+    return [fact for fact in facts if fact]
+
+
+def _seconds(value: Any) -> Optional[float]:
+    """A time from an alert's details (user-reachable JSON: anything), or None."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def message_shown(alert: AlertRecord) -> str:

@@ -6,13 +6,20 @@ file names come from ``data.safe_name`` and links to logs are kept only for http
 
 from __future__ import annotations
 
-import datetime
 import html
 import posixpath
 import urllib.parse
 from typing import Iterable, List, Optional, Set, Tuple
 
-from core.alert_details import SCALES_NOTE, change_text, previous_text, threshold_text, with_unit
+from core.alert_details import (
+    SCALES_NOTE,
+    change_text,
+    previous_text,
+    run_lifecycle_text,
+    threshold_text,
+    utc_minute,
+    with_unit,
+)
 from report.data import AlertRecord, ReportData, ReportSection, RunPicture, safe_name
 from report.source import JobRow
 
@@ -63,10 +70,6 @@ def href(path: str) -> str:
     return esc(urllib.parse.quote(path))
 
 
-def utc(seconds: float) -> str:
-    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
-
-
 def number(value: Optional[float], missing: str = "") -> str:
     return missing if value is None else f"{value:.6g}"
 
@@ -104,21 +107,13 @@ def message_html(alert: AlertRecord) -> str:
     return "<br>".join(words_html(part) for part in rest) if rest else words_html(alert.message)
 
 
-def duration(seconds: float) -> str:
-    """``2 h 5 min``, ``14 min``, ``40 s``: how long a run ran, to the minute past a minute."""
-    minutes = int(seconds // 60)
-    if minutes < 1:
-        return f"{max(0, int(seconds))} s"
-    return f"{minutes // 60} h {minutes % 60} min" if minutes >= 60 else f"{minutes} min"
-
-
 def lifecycle_text(alert: AlertRecord, job: Optional[JobRow]) -> str:
     """For a lifecycle alert, what its run's job_history row adds: how long the run ran and when it was last
     heard from (a missing run's end is its last message); "" for other alerts or a run without a row."""
     if alert.kind not in LIFECYCLE_KINDS or job is None:
         return ""
-    ran = f"ran {duration(job.end - job.start)} from {utc(job.start)} UTC; " if job.start is not None else ""
-    return f"{ran}last heard from {utc(job.end)} UTC"
+    missing = alert.details.get("ranks_missing")
+    return run_lifecycle_text(job.start, job.end, missing if isinstance(missing, list) else ())
 
 
 def steps_row(alert: AlertRecord) -> str:
@@ -150,7 +145,7 @@ def alert_row(alert: AlertRecord, drawn: Set[Tuple[str, str]], job: Optional[Job
     logs_html = "<br>" + " ".join(outside) if outside else ""
     note = alert.triage.get("note")
     state = esc(alert.state.value) + (f'<br><span class="note">{esc(note)}</span>' if isinstance(note, str) else "")
-    cells = [esc(utc(alert.created_at)) if alert.created_at is not None else '', esc(alert.kind), state,
+    cells = [esc(utc_minute(alert.created_at)) if alert.created_at is not None else '', esc(alert.kind), state,
              f'<a href="{esc(section)}">{ident(alert.test)}</a><br>'  # one column for both: room for the prose
              f'<a href="{esc(run_target)}">{ident(alert.run)}</a>{logs_html}',
              ident(alert.metric) if alert.metric else "", esc(value), bounds_html,
@@ -201,7 +196,7 @@ def picture_html(picture: RunPicture) -> str:
     alerts = f", {picture.alert_count} alert{'' if picture.alert_count == 1 else 's'}" if picture.alert_count else ""
     return (f'<figure id="{esc(anchor)}"><img loading="lazy" src="{href(run_file(picture.test, picture.run))}" '
             f'alt="{esc(f"curves of run {picture.run}")}"><figcaption>run {esc(picture.run)}: {status}, '
-            f'{"ended" if picture.status != "running" else "last window"} {esc(utc(picture.end))} UTC'
+            f'{"ended" if picture.status != "running" else "last window"} {esc(utc_minute(picture.end))} UTC'
             f'{alerts}{problems}</figcaption></figure>')
 
 

@@ -62,6 +62,11 @@ def check(outputs):
         equal_to([("hung", [3])]), label="missing ranks")
     assert_that(outputs[ALERTS.name] | beam.Map(lambda a: (a["run_id"], a["kind"])),
                 equal_to([("crashed", "job_failed"), ("hung", "run_missing")]), label="alerts")
+    # a lifecycle alert says how the run went: when it started, when it was last heard from, which ranks hung
+    assert_that(outputs[ALERTS.name] | beam.Filter(lambda a: a["run_id"] == "hung") | beam.Map(lambda a: {
+        key: json.loads(a["details"]).get(key) for key in ("started_at", "last_heard_at", "ranks_missing")}),
+        equal_to([{"started_at": T0 + 2 * DAY, "last_heard_at": T0 + 2 * DAY + 102, "ranks_missing": [3]}]),
+        label="how the hung run went")
     assert_that(outputs[METRIC_HISTORY.name] | beam.Filter(lambda r: r["metric_name"] == "loss_final")
                 | beam.Map(lambda r: (r["run_id"], r["metric_value"])),
                 equal_to([("healthy", 1.0), ("crashed", 1.1), ("hung", 1.2), ("restarted", 1.3)]), label="rank 0")

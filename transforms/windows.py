@@ -63,10 +63,17 @@ class WindowRunFn(beam.DoFn):
     revision), never towards dropping one.
 
     In streaming mode the settle timer is set at the earliest due time (a
-    buffered point, a time window's end, a stall span) rounded up to its bucket
+    buffered message, a time window's end, a stall span) rounded up to its bucket
     of ``lifecycle.timer_bucket_seconds`` (``transforms.ordered.bucket_end``):
     a firing settles everything due up to its time at once, so the watermark
-    passing many points costs a firing per bucket, not one per point time.
+    passing many points costs a firing per bucket, not one per point time. A
+    message (its points, its stall span) is due at its LATEST point, not its
+    earliest: a message of 1,000 points spans ~50 s, 5-6 buckets, and each
+    firing reads and rewrites the run's value and the bag, so settling it as
+    the watermark passes each bucket cost ~5.7 firings per message (bench:
+    ``bench/bench_state_bytes.py``); due at its end, one. Its windows come out
+    up to one message span later; what they hold is the same (points are placed
+    in step order once the watermark passed them, whenever that is noticed).
 
     A back-filled run (``RunLifecycle.backfilled``: its first message far behind
     the wall clock) gets no live windows and no stall check in the streaming job:
@@ -157,9 +164,9 @@ class WindowRunFn(beam.DoFn):
             run_windows.world_size = max(run_windows.world_size or 0, summary.world_size)
         run_windows.last_time = max(summary.last_time, run_windows.last_time or summary.last_time)
         close.set(Timestamp.of(self._finalized_at(run_windows)))
-        if self.incremental:
-            span_due = [summary.first_time] if run_windows.stalls is not None else []
-            due = min([item[1].time for item in waiting] + span_due + [run_windows.scheduled or float("inf")])
+        if self.incremental:  # the message is due at its latest point (see the class docstring)
+            message_due = [summary.last_time] if waiting or run_windows.stalls is not None else []
+            due = min(message_due + [run_windows.scheduled or float("inf")])
             if due < float("inf") and due != run_windows.scheduled:
                 self._set_settle(run_windows, settle, max(due, run_windows.watermark_floor))
             if run_windows.stalls is not None:
@@ -170,16 +177,20 @@ class WindowRunFn(beam.DoFn):
     def _take_pending(run_windows: _RunWindows, pending, upto: float) -> List[float]:
         """Moves the buffered points at or before ``upto`` into their tag's windows.
 
-        Returns the times of the points left buffered."""
-        waiting = [item for batch in pending.read() for item in batch]
-        later = [item for item in waiting if item[1].time > upto]
+        Returns when each batch left buffered is due: its latest point (a batch is one message's points,
+        or what a firing left of them), so that a message settles in one firing."""
+        batches = list(pending.read())
         pending.clear()
-        if later:
-            pending.add(later)
-        for tag, point in waiting:
-            if point.time <= upto and tag in run_windows.tags:
-                run_windows.tags[tag].pending.append(point)
-        return [point.time for _, point in later]
+        dues = []
+        for batch in batches:
+            later = [item for item in batch if item[1].time > upto]
+            if later:
+                pending.add(later)
+                dues.append(max(point.time for _, point in later))
+            for tag, point in batch:
+                if point.time <= upto and tag in run_windows.tags:
+                    run_windows.tags[tag].pending.append(point)
+        return dues
 
     @staticmethod
     def _dead_point(test: str, run: str, tag: str, point: WindowPoint, reason: str):
@@ -232,11 +243,11 @@ class WindowRunFn(beam.DoFn):
                         f"after {iso_utc(gap_start)}",
                 details={"silent_since": iso_utc(gap_start), "stall_seconds": run_windows.stalls.stall_seconds}))
 
-    def _schedule(self, run_windows: _RunWindows, settle, buffered_times: List[float]) -> None:
+    def _schedule(self, run_windows: _RunWindows, settle, buffered_dues: List[float]) -> None:
         dues = [d for d in (w.next_due() for w in run_windows.tags.values()) if d is not None]
-        dues += buffered_times
-        if run_windows.stalls is not None and run_windows.stalls.next_due() is not None:
-            dues.append(run_windows.stalls.next_due())
+        dues += buffered_dues
+        if run_windows.stalls is not None and run_windows.stalls.pending:
+            dues.append(min(last for _, last in run_windows.stalls.pending))  # a message's span: due at its end
         if dues:
             self._set_settle(run_windows, settle, max(min(dues), run_windows.watermark_floor))
         else:
@@ -278,11 +289,11 @@ class WindowRunFn(beam.DoFn):
             return
         watermark = float(fired_at)
         run_windows.watermark_floor = max(run_windows.watermark_floor, watermark)
-        buffered_times = self._take_pending(run_windows, pending, watermark)
+        buffered_dues = self._take_pending(run_windows, pending, watermark)
         yield from self._advance(key, run_windows, False, watermark, watermark)
         if run_windows.stalls is not None:
             yield from self._stall_alerts(key, run_windows, run_windows.stalls.settle(watermark))
-        self._schedule(run_windows, settle, buffered_times)
+        self._schedule(run_windows, settle, buffered_dues)
         state.write(run_windows)
 
     @on_timer(CLOSE)

@@ -500,10 +500,13 @@ class StreamingGraph:
 
     def _windows_parts(self, run_windows, size: int, stage: str, test: str) -> None:
         """Where a written ``run_windows`` value's bytes are: what the value loses without each part of every tag's
-        windows (emptied for a moment), and what is left without all three. Its time is not the stage's."""
+        windows (emptied for a moment), and what is left without all three. Its time is not the stage's. The
+        emitted windows' part is what the value keeps of them: since the bags of closed windows
+        (``WindowRunFn._stash``), their index, end and last point (``kept``) and where they are (``stored``)."""
         started = time.process_time()
         tags = list(run_windows.tags.values())
-        saved = [(w.emitted, w.open, w.open_by_index, w.pending) for w in tags]
+        saved = [(w.emitted, w.kept, w.open, w.open_by_index, w.pending) for w in tags]
+        stored = run_windows.stored
         parts: Dict[str, int] = collections.Counter()
         emptied = {"emitted": ("emitted", {}), "open": ("open", []), "pending": ("pending", [])}
         for part, (field, empty) in emptied.items():
@@ -511,15 +514,20 @@ class StreamingGraph:
                 setattr(w, field, type(empty)())
                 if part == "open":
                     w.open_by_index = {}
+                if part == "emitted":
+                    w.kept, run_windows.stored = {}, {}
             parts[part] += size - len(encoding.encode(run_windows))
-            for w, (emitted, open_, by_index, pending) in zip(tags, saved):
-                w.emitted, w.open, w.open_by_index, w.pending = emitted, open_, by_index, pending
+            for w, (emitted, kept, open_, by_index, pending) in zip(tags, saved):
+                w.emitted, w.kept, w.open, w.open_by_index, w.pending = emitted, kept, open_, by_index, pending
+            run_windows.stored = stored
         for w in tags:
-            w.emitted, w.open, w.open_by_index, w.pending = {}, [], {}, []
+            w.emitted, w.kept, w.open, w.open_by_index, w.pending = {}, {}, [], {}, []
+        run_windows.stored = {}
         parts["rest"] += len(encoding.encode(run_windows))
-        for w, (emitted, open_, by_index, pending) in zip(tags, saved):
-            w.emitted, w.open, w.open_by_index, w.pending = emitted, open_, by_index, pending
-            parts["emitted count"] += len(emitted)
+        run_windows.stored = stored
+        for w, (emitted, kept, open_, by_index, pending) in zip(tags, saved):
+            w.emitted, w.kept, w.open, w.open_by_index, w.pending = emitted, kept, open_, by_index, pending
+            parts["emitted count"] += len(kept)
             parts["emitted points"] += sum(len(window.points) for window in emitted.values())
             parts["open points"] += len(open_) + sum(len(points) for points in by_index.values())
         parts["tags"] += len(tags)
@@ -874,10 +882,11 @@ def report(m: Measure, args) -> str:
         lines.append("")
         lines.append(f"LiveWindows `run_windows`, an average write: {_b(parts['bytes'] / writes)} B, "
                      f"{parts['tags'] / writes:,.1f} tags, {parts['emitted count'] / writes:,.1f} emitted windows "
-                     f"kept ({parts['emitted points'] / writes:,.0f} points), {parts['open points'] / writes:,.0f} "
+                     f"kept ({parts['emitted points'] / writes:,.0f} of their points in the value), {parts['open points'] / writes:,.0f} "
                      "points in open windows; B the value loses without each part:")
         lines.append("")
-        lines.append("| emitted windows (kept for late points) | open windows' points | points taken from the bag, "
+        lines.append("| emitted windows kept for late points (their index, end and last point: the windows are in "
+                     "the bags `closed_windows_0`/`_1`) | open windows' points | points taken from the bag, "
                      "not yet placed | without all three (specs, stall watch, fields, type table) |")
         lines.append("|---:|---:|---:|---:|")
         lines.append("| " + " | ".join(_b(parts[name] / writes) for name in ("emitted", "open", "pending", "rest"))

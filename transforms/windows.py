@@ -48,6 +48,11 @@ class _RunWindows:
     rank: int = 0                            # the worker of a distributed run these windows are of
     world_size: Optional[int] = None
     host: Optional[str] = None
+    # Where each kept emitted window is (``WindowRunFn._stash``): tag -> index -> [seq, revision, bag].
+    stored: Dict[str, Dict[int, List[int]]] = dataclasses.field(default_factory=dict)
+    stored_seq: int = 0                      # the last seq given to a stored window
+    closed_bag: int = 0                      # the bag of closed windows new ones go to (0 or 1)
+    closed_used: List[bool] = dataclasses.field(default_factory=lambda: [False, False])
 
 
 class WindowRunFn(beam.DoFn):
@@ -92,6 +97,9 @@ class WindowRunFn(beam.DoFn):
 
     STATE = ReadModifyWriteStateSpec("run_windows", RecordCoder())
     POINTS = BagStateSpec("window_points", RecordCoder())  # batches of (tag, point) not yet placed
+    # Emitted windows kept for late points, out of ``run_windows`` (``_stash``): batches of (seq, tag, Window).
+    CLOSED_0 = BagStateSpec("closed_windows_0", RecordCoder())
+    CLOSED_1 = BagStateSpec("closed_windows_1", RecordCoder())
     SETTLE = TimerSpec("settle_windows", TimeDomain.WATERMARK)
     CLOSE = TimerSpec("close_windows", TimeDomain.WATERMARK)
     STALL = TimerSpec("stall", TimeDomain.WATERMARK)
@@ -111,7 +119,8 @@ class WindowRunFn(beam.DoFn):
 
     def process(self, element, timestamp=beam.DoFn.TimestampParam, state=beam.DoFn.StateParam(STATE),
                 pending=beam.DoFn.StateParam(POINTS), settle=beam.DoFn.TimerParam(SETTLE),
-                close=beam.DoFn.TimerParam(CLOSE), stall=beam.DoFn.TimerParam(STALL)):
+                close=beam.DoFn.TimerParam(CLOSE), stall=beam.DoFn.TimerParam(STALL),
+                closed_0=beam.DoFn.StateParam(CLOSED_0), closed_1=beam.DoFn.StateParam(CLOSED_1)):
         (test, run, rank), summary = element
         run_windows = state.read()
         if run_windows is None and self.incremental and self.lifecycle.backfilled(float(timestamp), self.clock()):
@@ -121,13 +130,16 @@ class WindowRunFn(beam.DoFn):
             {}, None if config.stall_seconds is None or rank else StallWatch(config.stall_seconds), rank=rank)
         if run_windows.closed:  # the run assembler dead-letters the whole late message
             return ()
-        outputs = list(self._absorb(test, run, summary, config, run_windows, pending, settle, close, stall))
+        bags = (closed_0, closed_1)
+        outputs = list(self._absorb(test, run, summary, config, run_windows, pending, settle, close, stall, bags))
+        self._stash(run_windows, bags)
         state.write(run_windows)
         return outputs
 
-    def _absorb(self, test, run, summary, config, run_windows, pending, settle, close, stall):
+    def _absorb(self, test, run, summary, config, run_windows, pending, settle, close, stall, bags):
         """Takes one message's points into the run's windows (or the late output) and sets the timers."""
         waiting = []
+        loaded = False
         for tag, value, step, time in summary.window_points:
             if time < run_windows.watermark_floor - config.allowed_lateness_seconds:
                 yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
@@ -143,7 +155,11 @@ class WindowRunFn(beam.DoFn):
                     continue  # its windows were removed from the config since the message was summarized
                 windows = run_windows.tags[tag] = TagWindows(config.tags[tag].spec)
             try:
-                updated = windows.update_emitted(point) if windows.emitted else None
+                needed = windows.needs_emitted(point)
+                if needed and not loaded:
+                    self._load(run_windows, bags)
+                    loaded = True
+                updated = windows.update_emitted(point) if needed else None
             except Exception as error:  # noqa: BLE001 - one point's failure is that point's
                 yield self._dead_point(test, run, tag, point, failure_reason("window a point", error))
                 continue
@@ -191,6 +207,63 @@ class WindowRunFn(beam.DoFn):
                 if point.time <= upto and tag in run_windows.tags:
                     run_windows.tags[tag].pending.append(point)
         return dues
+
+    @staticmethod
+    def _load(run_windows: _RunWindows, bags) -> None:
+        """Puts every kept emitted window back into its tag's ``emitted``, from the bags of closed windows.
+
+        Read only for a point behind a tag's open window (``TagWindows.needs_emitted``): a late point."""
+        for bag, used in zip(bags, run_windows.closed_used):
+            if not used:
+                continue
+            for batch in bag.read():
+                for seq, tag, window in batch:
+                    ref = run_windows.stored.get(tag, {}).get(window.index)
+                    windows = run_windows.tags.get(tag)
+                    if ref is not None and ref[0] == seq and windows is not None and window.index in windows.kept:
+                        windows.emitted.setdefault(window.index, window)
+
+    @staticmethod
+    def _stash(run_windows: _RunWindows, bags) -> None:
+        """Moves the emitted windows out of ``run_windows`` into a bag of closed windows, those new or revised.
+
+        31 KB of the run's 36 KB value were emitted windows kept only for late points (bench, 20 tags,
+        60 s lateness), read and rewritten with it at every firing; in a bag, a window is written once when
+        emitted (or revised) and read only when a point behind the open window comes (``_load``). Each
+        stored window has a seq (``stored``), the latest version of a window is the one whose seq is there.
+        Two bags take turns, so that old windows go without being read: new windows go to ``closed_bag``;
+        once no kept window is in the other bag, that one is cleared (blind) and takes the new windows.
+        Each bag then holds about the allowed lateness' worth of windows. A value written before the bags
+        (its windows in ``emitted``, none ``stored``) moves them at its next write."""
+        for tag in [t for t in run_windows.stored if t not in run_windows.tags]:
+            del run_windows.stored[tag]
+        for tag, refs in run_windows.stored.items():
+            kept = run_windows.tags[tag].kept
+            run_windows.stored[tag] = {i: ref for i, ref in refs.items() if i in kept}
+        batch = []
+        for tag in sorted(run_windows.tags):
+            windows = run_windows.tags[tag]
+            refs = run_windows.stored.setdefault(tag, {})
+            for index, window in sorted(windows.emitted.items()):
+                ref = refs.get(index)
+                if index in windows.kept and (ref is None or ref[1] != window.revision):
+                    run_windows.stored_seq += 1
+                    batch.append((run_windows.stored_seq, tag, window))
+                    refs[index] = [run_windows.stored_seq, window.revision, -1]
+            windows.emitted = {}
+        if not batch:
+            return
+        current, other = run_windows.closed_bag, 1 - run_windows.closed_bag
+        live = {ref[2] for refs in run_windows.stored.values() for ref in refs.values()}
+        if run_windows.closed_used[current] and other not in live:
+            if run_windows.closed_used[other]:
+                bags[other].clear()
+            run_windows.closed_used[other] = False
+            current = run_windows.closed_bag = other
+        for _, tag, window in batch:
+            run_windows.stored[tag][window.index][2] = current
+        bags[current].add(batch)
+        run_windows.closed_used[current] = True
 
     @staticmethod
     def _dead_point(test: str, run: str, tag: str, point: WindowPoint, reason: str):
@@ -283,7 +356,8 @@ class WindowRunFn(beam.DoFn):
     @on_timer(SETTLE)
     def on_settle(self, key=beam.DoFn.KeyParam, fired_at=beam.DoFn.TimestampParam,
                   state=beam.DoFn.StateParam(STATE), pending=beam.DoFn.StateParam(POINTS),
-                  settle=beam.DoFn.TimerParam(SETTLE)):
+                  settle=beam.DoFn.TimerParam(SETTLE), closed_0=beam.DoFn.StateParam(CLOSED_0),
+                  closed_1=beam.DoFn.StateParam(CLOSED_1)):
         run_windows = state.read()
         if run_windows is None or run_windows.closed:
             return
@@ -294,12 +368,14 @@ class WindowRunFn(beam.DoFn):
         if run_windows.stalls is not None:
             yield from self._stall_alerts(key, run_windows, run_windows.stalls.settle(watermark))
         self._schedule(run_windows, settle, buffered_dues)
+        self._stash(run_windows, (closed_0, closed_1))
         state.write(run_windows)
 
     @on_timer(CLOSE)
     def on_close(self, key=beam.DoFn.KeyParam, fired_at=beam.DoFn.TimestampParam,
                  state=beam.DoFn.StateParam(STATE), pending=beam.DoFn.StateParam(POINTS),
-                 expire=beam.DoFn.TimerParam(EXPIRE)):
+                 expire=beam.DoFn.TimerParam(EXPIRE), closed_0=beam.DoFn.StateParam(CLOSED_0),
+                 closed_1=beam.DoFn.StateParam(CLOSED_1)):
         run_windows = state.read()
         if run_windows is None or run_windows.closed:
             return
@@ -310,6 +386,8 @@ class WindowRunFn(beam.DoFn):
             gaps = stalls.settle(float("inf")) + stalls.ongoing(float("inf"), run_windows.last_time)
             yield from self._stall_alerts(key, run_windows, gaps)
         # Keep only the fact that the run is closed (its windows can no longer change) for a while.
+        closed_0.clear()
+        closed_1.clear()
         state.write(_RunWindows({}, closed=True))
         expire.set(fired_at + self.lifecycle.retention_seconds)
 

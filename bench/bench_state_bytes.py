@@ -75,7 +75,7 @@ from transforms.parse import ParseMessageFn, SummarizeMessageFn, _FirstPerKeyFn
 from transforms.runs import INTERRUPTED, AssembleRunOrBackfillFn
 from transforms.triage import _LedgerMachine
 from transforms.window_checks import _WindowCheckMachine
-from transforms.windows import WindowRunFn
+from transforms.windows import WindowRunFn, without_payload
 
 T0 = 1763596800.0  # 2025-11-20T00:00:00Z
 RUN_LEVEL, WINDOWED = "bench-run-level", "bench-windowed"
@@ -600,7 +600,8 @@ class StreamingGraph:
         self._feed("AssembleRuns", (summary.test, summary.run), summary, at)
         config = self.configs.for_test(summary.test, summary.last_time)
         if config.windows.tags and (not summary.rank or any(ranks_matter(config, t) for t in config.windows.tags)):
-            self._feed("LiveWindows", (summary.test, summary.run, effective_rank(summary.rank)), summary, at)
+            self._feed("LiveWindows", (summary.test, summary.run, effective_rank(summary.rank)),
+                       without_payload(summary), at)  # as ``LiveWindows``' KeyByRun gives it
 
     def _run(self, run: RunResult, at: float) -> None:
         self.runs.append(run)

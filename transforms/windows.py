@@ -408,6 +408,15 @@ class WindowRunFn(beam.DoFn):
         yield from self._stall_alerts(key, run_windows, gaps)
 
 
+def without_payload(summary: MessageSummary) -> MessageSummary:
+    """The summary as ``WindowRunFn`` takes it: without its raw payload (or replay-file span).
+
+    The payload rides along so that a message too late for its run can be dead-lettered whole (``AssembleRuns``,
+    de-duplication); live windows never read it (a late point is dead-lettered as the point's JSON), and it was
+    16 KB of the 56 KB each 1,000-point message of the bench's windowed test put through the shuffle into them."""
+    return dataclasses.replace(summary, payload=b"", payload_span=None)
+
+
 class LiveWindows(beam.PTransform):
     """(MessageSummary, RunResult, interrupted RunResult, TriageItem) -> (metric_windows rows, window alerts,
     late points).
@@ -424,7 +433,9 @@ class LiveWindows(beam.PTransform):
     summaries may hold a message twice (a bounded replay de-duplicates while
     assembling runs, ``AssembleRunPartsFn``), so those of windowed tests are
     de-duplicated here first, by the same rule (per run, the copy whose bytes
-    sort first); a streaming job de-duplicates every message before this.
+    sort first); a streaming job de-duplicates every message before this. The
+    summaries lose their raw payload before the shuffle into the windows
+    (``without_payload``), after any de-duplication (which compares them).
     """
 
     def __init__(self, configs: Configs, lifecycle: RunLifecycle, seed, streaming: bool = False,
@@ -452,7 +463,8 @@ class LiveWindows(beam.PTransform):
             windowed, _ = windowed | "Deduplicate" >> DeduplicateMessages(self.fn.lifecycle.dedup_horizon_seconds,
                                                                           forget=False, per_run=True)
         windowed = (windowed
-                    | "KeyByRun" >> beam.Map(lambda s: ((s.test, s.run, effective_rank(s.rank)), s)).with_output_types(
+                    | "KeyByRun" >> beam.Map(lambda s: ((s.test, s.run, effective_rank(s.rank)), without_payload(s)))
+                    .with_output_types(
                         beam.typehints.KV[beam.typehints.Tuple[str, str, int], MessageSummary])
                     | "Windows" >> beam.ParDo(self.fn).with_outputs(ALERTS.name, DEAD_LETTER.name, main="results"))
         by_rank = windowed.results | "RankOrRun" >> beam.Partition(

@@ -25,7 +25,7 @@ from core.runs import RunLifecycle, effective_rank
 from core.schema import ALERTS, DEAD_LETTER
 from core.stalls import StallWatch
 from core.vocabulary import AlertKind
-from core.windows import TagWindows, Window, WindowPoint, WindowResult, window_aggregates
+from core.windows import PointColumns, TagWindows, Window, WindowPoint, WindowResult, window_aggregates
 from trainguard import wire
 from transforms.coders import RecordCoder
 from transforms.ordered import bucket_end
@@ -96,8 +96,10 @@ class WindowRunFn(beam.DoFn):
     """
 
     STATE = ReadModifyWriteStateSpec("run_windows", RecordCoder())
-    POINTS = BagStateSpec("window_points", RecordCoder())  # batches of (tag, point) not yet placed
-    # Emitted windows kept for late points, out of ``run_windows`` (``_stash``): batches of (seq, tag, Window).
+    # Batches of points not yet placed: ``PointColumns`` (before them, lists of (tag, point): still read).
+    POINTS = BagStateSpec("window_points", RecordCoder())
+    # Emitted windows kept for late points, out of ``run_windows`` (``_stash``): batches of
+    # (seq, tag, Window without its points, its points as ``PointColumns``).
     CLOSED_0 = BagStateSpec("closed_windows_0", RecordCoder())
     CLOSED_1 = BagStateSpec("closed_windows_1", RecordCoder())
     SETTLE = TimerSpec("settle_windows", TimeDomain.WATERMARK)
@@ -168,7 +170,7 @@ class WindowRunFn(beam.DoFn):
             else:
                 yield from self._results(test, run, tag, [updated], windows.spec.aggregations, run_windows)
         if waiting:
-            pending.add(waiting)
+            pending.add(PointColumns.of(waiting))
         if run_windows.stalls is not None:
             run_windows.stalls.add(summary.first_time, summary.last_time)
         for event in summary.events:
@@ -195,13 +197,13 @@ class WindowRunFn(beam.DoFn):
 
         Returns when each batch left buffered is due: its latest point (a batch is one message's points,
         or what a firing left of them), so that a message settles in one firing."""
-        batches = list(pending.read())
+        batches = [batch if isinstance(batch, list) else batch.items() for batch in pending.read()]
         pending.clear()
         dues = []
         for batch in batches:
             later = [item for item in batch if item[1].time > upto]
             if later:
-                pending.add(later)
+                pending.add(PointColumns.of(later))
                 dues.append(max(point.time for _, point in later))
             for tag, point in batch:
                 if point.time <= upto and tag in run_windows.tags:
@@ -217,10 +219,11 @@ class WindowRunFn(beam.DoFn):
             if not used:
                 continue
             for batch in bag.read():
-                for seq, tag, window in batch:
+                for seq, tag, window, points in batch:
                     ref = run_windows.stored.get(tag, {}).get(window.index)
                     windows = run_windows.tags.get(tag)
                     if ref is not None and ref[0] == seq and windows is not None and window.index in windows.kept:
+                        window.points = [point for _, point in points.items()]
                         windows.emitted.setdefault(window.index, window)
 
     @staticmethod
@@ -233,7 +236,8 @@ class WindowRunFn(beam.DoFn):
         stored window has a seq (``stored``), the latest version of a window is the one whose seq is there.
         Two bags take turns, so that old windows go without being read: new windows go to ``closed_bag``;
         once no kept window is in the other bag, that one is cleared (blind) and takes the new windows.
-        Each bag then holds about the allowed lateness' worth of windows. A value written before the bags
+        Each bag then holds about the allowed lateness' worth of windows, their points as ``PointColumns``.
+        A value written before the bags
         (its windows in ``emitted``, none ``stored``) moves them at its next write."""
         for tag in [t for t in run_windows.stored if t not in run_windows.tags]:
             del run_windows.stored[tag]
@@ -248,7 +252,8 @@ class WindowRunFn(beam.DoFn):
                 ref = refs.get(index)
                 if index in windows.kept and (ref is None or ref[1] != window.revision):
                     run_windows.stored_seq += 1
-                    batch.append((run_windows.stored_seq, tag, window))
+                    batch.append((run_windows.stored_seq, tag, dataclasses.replace(window, points=[]),
+                                  PointColumns.of([(tag, point) for point in window.points])))
                     refs[index] = [run_windows.stored_seq, window.revision, -1]
             windows.emitted = {}
         if not batch:
@@ -260,7 +265,7 @@ class WindowRunFn(beam.DoFn):
                 bags[other].clear()
             run_windows.closed_used[other] = False
             current = run_windows.closed_bag = other
-        for _, tag, window in batch:
+        for _, tag, window, _ in batch:
             run_windows.stored[tag][window.index][2] = current
         bags[current].add(batch)
         run_windows.closed_used[current] = True

@@ -173,3 +173,18 @@ def test_the_bags_hold_about_the_allowed_lateness_of_windows_however_long_the_ru
     cells, _ = held.keys[KEY]
     assert cells["closed_windows_0"].data == [] and cells["closed_windows_1"].data == []  # the run's close
 
+
+def test_a_batch_of_points_of_the_layout_before_the_columns_is_still_placed():
+    """The bag of points waiting for the watermark held lists of (tag, point) before ``PointColumns``: an updated
+    job reads those it finds there."""
+    new, updated = stage(), stage()
+    for held in (new, updated):
+        held.process(KEY, summary(raw("cifar", "r", "r/start", events=[started(T0)])), T0)
+        held.process(KEY, summary(point_message(0)), T0 + 5)
+    cells, _ = updated.keys[KEY]
+    (columns,) = cells["window_points"].read()
+    cells["window_points"].clear()
+    cells["window_points"].add(columns.items())  # as the code before the columns wrote it
+    assert isinstance(cells["window_points"].read()[0], list)
+    assert plain(updated.advance(T0 + 45, T0 + 45)) == plain(new.advance(T0 + 45, T0 + 45))
+    assert plain(second_half(updated)) == plain(second_half(new))

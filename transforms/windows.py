@@ -183,7 +183,8 @@ class WindowRunFn(beam.DoFn):
         run_windows.last_time = max(summary.last_time, run_windows.last_time or summary.last_time)
         close.set(Timestamp.of(self._finalized_at(run_windows)))
         if self.incremental:  # the message is due at its latest point (see the class docstring)
-            message_due = [summary.last_time] if waiting or run_windows.stalls is not None else []
+            latest = [max(point.time for _, point in waiting)] if waiting else []
+            message_due = latest or ([summary.last_time] if run_windows.stalls is not None else [])
             due = min(message_due + [run_windows.scheduled or float("inf")])
             if due < float("inf") and due != run_windows.scheduled:
                 self._set_settle(run_windows, settle, max(due, run_windows.watermark_floor))
@@ -237,8 +238,8 @@ class WindowRunFn(beam.DoFn):
         Two bags take turns, so that old windows go without being read: new windows go to ``closed_bag``;
         once no kept window is in the other bag, that one is cleared (blind) and takes the new windows.
         Each bag then holds about the allowed lateness' worth of windows, their points as ``PointColumns``.
-        A value written before the bags
-        (its windows in ``emitted``, none ``stored``) moves them at its next write."""
+        A value written before the bags (its windows in ``emitted``, none ``stored``) moves them at its next
+        write."""
         for tag in [t for t in run_windows.stored if t not in run_windows.tags]:
             del run_windows.stored[tag]
         for tag, refs in run_windows.stored.items():

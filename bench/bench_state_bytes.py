@@ -75,7 +75,7 @@ from transforms.parse import ParseMessageFn, SummarizeMessageFn, _FirstPerKeyFn
 from transforms.runs import INTERRUPTED
 from transforms.triage import _LedgerMachine
 from transforms.window_checks import _WindowCheckMachine
-from transforms.windows import WindowRunFn
+from transforms.windows import WindowRunFn, without_payload
 
 T0 = 1763596800.0  # 2025-11-20T00:00:00Z
 RUN_LEVEL, WINDOWED = "bench-run-level", "bench-windowed"
@@ -483,10 +483,13 @@ class StreamingGraph:
 
     def _windows_parts(self, run_windows, size: int, stage: str, test: str) -> None:
         """Where a written ``run_windows`` value's bytes are: what the value loses without each part of every tag's
-        windows (emptied for a moment), and what is left without all three. Its time is not the stage's."""
+        windows (emptied for a moment), and what is left without all three. Its time is not the stage's. The
+        emitted windows' part is what the value keeps of them: since the bags of closed windows
+        (``WindowRunFn._stash``), their index, end and last point (``kept``) and where they are (``stored``)."""
         started = time.process_time()
         tags = list(run_windows.tags.values())
-        saved = [(w.emitted, w.open, w.open_by_index, w.pending) for w in tags]
+        saved = [(w.emitted, w.kept, w.open, w.open_by_index, w.pending) for w in tags]
+        stored = run_windows.stored
         parts: Dict[str, int] = collections.Counter()
         emptied = {"emitted": ("emitted", {}), "open": ("open", []), "pending": ("pending", [])}
         for part, (field, empty) in emptied.items():
@@ -494,15 +497,20 @@ class StreamingGraph:
                 setattr(w, field, type(empty)())
                 if part == "open":
                     w.open_by_index = {}
+                if part == "emitted":
+                    w.kept, run_windows.stored = {}, {}
             parts[part] += size - len(encoding.encode(run_windows))
-            for w, (emitted, open_, by_index, pending) in zip(tags, saved):
-                w.emitted, w.open, w.open_by_index, w.pending = emitted, open_, by_index, pending
+            for w, (emitted, kept, open_, by_index, pending) in zip(tags, saved):
+                w.emitted, w.kept, w.open, w.open_by_index, w.pending = emitted, kept, open_, by_index, pending
+            run_windows.stored = stored
         for w in tags:
-            w.emitted, w.open, w.open_by_index, w.pending = {}, [], {}, []
+            w.emitted, w.kept, w.open, w.open_by_index, w.pending = {}, {}, [], {}, []
+        run_windows.stored = {}
         parts["rest"] += len(encoding.encode(run_windows))
-        for w, (emitted, open_, by_index, pending) in zip(tags, saved):
-            w.emitted, w.open, w.open_by_index, w.pending = emitted, open_, by_index, pending
-            parts["emitted count"] += len(emitted)
+        run_windows.stored = stored
+        for w, (emitted, kept, open_, by_index, pending) in zip(tags, saved):
+            w.emitted, w.kept, w.open, w.open_by_index, w.pending = emitted, kept, open_, by_index, pending
+            parts["emitted count"] += len(kept)
             parts["emitted points"] += sum(len(window.points) for window in emitted.values())
             parts["open points"] += len(open_) + sum(len(points) for points in by_index.values())
         parts["tags"] += len(tags)
@@ -575,7 +583,8 @@ class StreamingGraph:
         self._feed("AssembleRuns", (summary.test, summary.run), summary, at)
         config = self.configs.for_test(summary.test, summary.last_time)
         if config.windows.tags and (not summary.rank or any(ranks_matter(config, t) for t in config.windows.tags)):
-            self._feed("LiveWindows", (summary.test, summary.run, effective_rank(summary.rank)), summary, at)
+            self._feed("LiveWindows", (summary.test, summary.run, effective_rank(summary.rank)),
+                       without_payload(summary), at)  # as ``LiveWindows``' KeyByRun gives it
 
     def _run(self, run: RunResult, at: float) -> None:
         self.runs.append(run)
@@ -857,10 +866,11 @@ def report(m: Measure, args) -> str:
         lines.append("")
         lines.append(f"LiveWindows `run_windows`, an average write: {_b(parts['bytes'] / writes)} B, "
                      f"{parts['tags'] / writes:,.1f} tags, {parts['emitted count'] / writes:,.1f} emitted windows "
-                     f"kept ({parts['emitted points'] / writes:,.0f} points), {parts['open points'] / writes:,.0f} "
+                     f"kept ({parts['emitted points'] / writes:,.0f} of their points in the value), {parts['open points'] / writes:,.0f} "
                      "points in open windows; B the value loses without each part:")
         lines.append("")
-        lines.append("| emitted windows (kept for late points) | open windows' points | points taken from the bag, "
+        lines.append("| emitted windows kept for late points (their index, end and last point: the windows are in "
+                     "the bags `closed_windows_0`/`_1`) | open windows' points | points taken from the bag, "
                      "not yet placed | without all three (specs, stall watch, fields, type table) |")
         lines.append("|---:|---:|---:|---:|")
         lines.append("| " + " | ".join(_b(parts[name] / writes) for name in ("emitted", "open", "pending", "rest"))

@@ -25,7 +25,7 @@ from core.runs import RunLifecycle, effective_rank
 from core.schema import ALERTS, DEAD_LETTER
 from core.stalls import StallWatch
 from core.vocabulary import AlertKind
-from core.windows import TagWindows, Window, WindowPoint, WindowResult, window_aggregates
+from core.windows import PointColumns, TagWindows, Window, WindowPoint, WindowResult, window_aggregates
 from trainguard import wire
 from transforms.coders import RecordCoder
 from transforms.ordered import bucket_end
@@ -48,6 +48,11 @@ class _RunWindows:
     rank: int = 0                            # the worker of a distributed run these windows are of
     world_size: Optional[int] = None
     host: Optional[str] = None
+    # Where each kept emitted window is (``WindowRunFn._stash``): tag -> index -> [seq, revision, bag].
+    stored: Dict[str, Dict[int, List[int]]] = dataclasses.field(default_factory=dict)
+    stored_seq: int = 0                      # the last seq given to a stored window
+    closed_bag: int = 0                      # the bag of closed windows new ones go to (0 or 1)
+    closed_used: List[bool] = dataclasses.field(default_factory=lambda: [False, False])
 
 
 class WindowRunFn(beam.DoFn):
@@ -63,10 +68,17 @@ class WindowRunFn(beam.DoFn):
     revision), never towards dropping one.
 
     In streaming mode the settle timer is set at the earliest due time (a
-    buffered point, a time window's end, a stall span) rounded up to its bucket
+    buffered message, a time window's end, a stall span) rounded up to its bucket
     of ``lifecycle.timer_bucket_seconds`` (``transforms.ordered.bucket_end``):
     a firing settles everything due up to its time at once, so the watermark
-    passing many points costs a firing per bucket, not one per point time.
+    passing many points costs a firing per bucket, not one per point time. A
+    message (its points, its stall span) is due at its LATEST point, not its
+    earliest: a message of 1,000 points spans ~50 s, 5-6 buckets, and each
+    firing reads and rewrites the run's value and the bag, so settling it as
+    the watermark passes each bucket cost ~5.7 firings per message (bench:
+    ``bench/bench_state_bytes.py``); due at its end, one. Its windows come out
+    up to one message span later; what they hold is the same (points are placed
+    in step order once the watermark passed them, whenever that is noticed).
 
     A back-filled run (``RunLifecycle.backfilled``: its first message far behind
     the wall clock) gets no live windows and no stall check in the streaming job:
@@ -84,7 +96,12 @@ class WindowRunFn(beam.DoFn):
     """
 
     STATE = ReadModifyWriteStateSpec("run_windows", RecordCoder())
-    POINTS = BagStateSpec("window_points", RecordCoder())  # batches of (tag, point) not yet placed
+    # Batches of points not yet placed: ``PointColumns`` (before them, lists of (tag, point): still read).
+    POINTS = BagStateSpec("window_points", RecordCoder())
+    # Emitted windows kept for late points, out of ``run_windows`` (``_stash``): batches of
+    # (seq, tag, Window without its points, its points as ``PointColumns``).
+    CLOSED_0 = BagStateSpec("closed_windows_0", RecordCoder())
+    CLOSED_1 = BagStateSpec("closed_windows_1", RecordCoder())
     SETTLE = TimerSpec("settle_windows", TimeDomain.WATERMARK)
     CLOSE = TimerSpec("close_windows", TimeDomain.WATERMARK)
     STALL = TimerSpec("stall", TimeDomain.WATERMARK)
@@ -104,7 +121,8 @@ class WindowRunFn(beam.DoFn):
 
     def process(self, element, timestamp=beam.DoFn.TimestampParam, state=beam.DoFn.StateParam(STATE),
                 pending=beam.DoFn.StateParam(POINTS), settle=beam.DoFn.TimerParam(SETTLE),
-                close=beam.DoFn.TimerParam(CLOSE), stall=beam.DoFn.TimerParam(STALL)):
+                close=beam.DoFn.TimerParam(CLOSE), stall=beam.DoFn.TimerParam(STALL),
+                closed_0=beam.DoFn.StateParam(CLOSED_0), closed_1=beam.DoFn.StateParam(CLOSED_1)):
         (test, run, rank), summary = element
         run_windows = state.read()
         if run_windows is None and self.incremental and self.lifecycle.backfilled(float(timestamp), self.clock()):
@@ -114,13 +132,16 @@ class WindowRunFn(beam.DoFn):
             {}, None if config.stall_seconds is None or rank else StallWatch(config.stall_seconds), rank=rank)
         if run_windows.closed:  # the run assembler dead-letters the whole late message
             return ()
-        outputs = list(self._absorb(test, run, summary, config, run_windows, pending, settle, close, stall))
+        bags = (closed_0, closed_1)
+        outputs = list(self._absorb(test, run, summary, config, run_windows, pending, settle, close, stall, bags))
+        self._stash(run_windows, bags)
         state.write(run_windows)
         return outputs
 
-    def _absorb(self, test, run, summary, config, run_windows, pending, settle, close, stall):
+    def _absorb(self, test, run, summary, config, run_windows, pending, settle, close, stall, bags):
         """Takes one message's points into the run's windows (or the late output) and sets the timers."""
         waiting = []
+        loaded = False
         for tag, value, step, time in summary.window_points:
             if time < run_windows.watermark_floor - config.allowed_lateness_seconds:
                 yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
@@ -136,7 +157,11 @@ class WindowRunFn(beam.DoFn):
                     continue  # its windows were removed from the config since the message was summarized
                 windows = run_windows.tags[tag] = TagWindows(config.tags[tag].spec)
             try:
-                updated = windows.update_emitted(point) if windows.emitted else None
+                needed = windows.needs_emitted(point)
+                if needed and not loaded:
+                    self._load(run_windows, bags)
+                    loaded = True
+                updated = windows.update_emitted(point) if needed else None
             except Exception as error:  # noqa: BLE001 - one point's failure is that point's
                 yield self._dead_point(test, run, tag, point, failure_reason("window a point", error))
                 continue
@@ -145,7 +170,7 @@ class WindowRunFn(beam.DoFn):
             else:
                 yield from self._results(test, run, tag, [updated], windows.spec.aggregations, run_windows)
         if waiting:
-            pending.add(waiting)
+            pending.add(PointColumns.of(waiting))
         if run_windows.stalls is not None:
             run_windows.stalls.add(summary.first_time, summary.last_time)
         for event in summary.events:
@@ -157,9 +182,10 @@ class WindowRunFn(beam.DoFn):
             run_windows.world_size = max(run_windows.world_size or 0, summary.world_size)
         run_windows.last_time = max(summary.last_time, run_windows.last_time or summary.last_time)
         close.set(Timestamp.of(self._finalized_at(run_windows)))
-        if self.incremental:
-            span_due = [summary.first_time] if run_windows.stalls is not None else []
-            due = min([item[1].time for item in waiting] + span_due + [run_windows.scheduled or float("inf")])
+        if self.incremental:  # the message is due at its latest point (see the class docstring)
+            latest = [max(point.time for _, point in waiting)] if waiting else []
+            message_due = latest or ([summary.last_time] if run_windows.stalls is not None else [])
+            due = min(message_due + [run_windows.scheduled or float("inf")])
             if due < float("inf") and due != run_windows.scheduled:
                 self._set_settle(run_windows, settle, max(due, run_windows.watermark_floor))
             if run_windows.stalls is not None:
@@ -170,16 +196,80 @@ class WindowRunFn(beam.DoFn):
     def _take_pending(run_windows: _RunWindows, pending, upto: float) -> List[float]:
         """Moves the buffered points at or before ``upto`` into their tag's windows.
 
-        Returns the times of the points left buffered."""
-        waiting = [item for batch in pending.read() for item in batch]
-        later = [item for item in waiting if item[1].time > upto]
+        Returns when each batch left buffered is due: its latest point (a batch is one message's points,
+        or what a firing left of them), so that a message settles in one firing."""
+        batches = [batch if isinstance(batch, list) else batch.items() for batch in pending.read()]
         pending.clear()
-        if later:
-            pending.add(later)
-        for tag, point in waiting:
-            if point.time <= upto and tag in run_windows.tags:
-                run_windows.tags[tag].pending.append(point)
-        return [point.time for _, point in later]
+        dues = []
+        for batch in batches:
+            later = [item for item in batch if item[1].time > upto]
+            if later:
+                pending.add(PointColumns.of(later))
+                dues.append(max(point.time for _, point in later))
+            for tag, point in batch:
+                if point.time <= upto and tag in run_windows.tags:
+                    run_windows.tags[tag].pending.append(point)
+        return dues
+
+    @staticmethod
+    def _load(run_windows: _RunWindows, bags) -> None:
+        """Puts every kept emitted window back into its tag's ``emitted``, from the bags of closed windows.
+
+        Read only for a point behind a tag's open window (``TagWindows.needs_emitted``): a late point."""
+        for bag, used in zip(bags, run_windows.closed_used):
+            if not used:
+                continue
+            for batch in bag.read():
+                for seq, tag, window, points in batch:
+                    ref = run_windows.stored.get(tag, {}).get(window.index)
+                    windows = run_windows.tags.get(tag)
+                    if ref is not None and ref[0] == seq and windows is not None and window.index in windows.kept:
+                        window.points = [point for _, point in points.items()]
+                        windows.emitted.setdefault(window.index, window)
+
+    @staticmethod
+    def _stash(run_windows: _RunWindows, bags) -> None:
+        """Moves the emitted windows out of ``run_windows`` into a bag of closed windows, those new or revised.
+
+        31 KB of the run's 36 KB value were emitted windows kept only for late points (bench, 20 tags,
+        60 s lateness), read and rewritten with it at every firing; in a bag, a window is written once when
+        emitted (or revised) and read only when a point behind the open window comes (``_load``). Each
+        stored window has a seq (``stored``), the latest version of a window is the one whose seq is there.
+        Two bags take turns, so that old windows go without being read: new windows go to ``closed_bag``;
+        once no kept window is in the other bag, that one is cleared (blind) and takes the new windows.
+        Each bag then holds about the allowed lateness' worth of windows, their points as ``PointColumns``.
+        A value written before the bags (its windows in ``emitted``, none ``stored``) moves them at its next
+        write."""
+        for tag in [t for t in run_windows.stored if t not in run_windows.tags]:
+            del run_windows.stored[tag]
+        for tag, refs in run_windows.stored.items():
+            kept = run_windows.tags[tag].kept
+            run_windows.stored[tag] = {i: ref for i, ref in refs.items() if i in kept}
+        batch = []
+        for tag in sorted(run_windows.tags):
+            windows = run_windows.tags[tag]
+            refs = run_windows.stored.setdefault(tag, {})
+            for index, window in sorted(windows.emitted.items()):
+                ref = refs.get(index)
+                if index in windows.kept and (ref is None or ref[1] != window.revision):
+                    run_windows.stored_seq += 1
+                    batch.append((run_windows.stored_seq, tag, dataclasses.replace(window, points=[]),
+                                  PointColumns.of([(tag, point) for point in window.points])))
+                    refs[index] = [run_windows.stored_seq, window.revision, -1]
+            windows.emitted = {}
+        if not batch:
+            return
+        current, other = run_windows.closed_bag, 1 - run_windows.closed_bag
+        live = {ref[2] for refs in run_windows.stored.values() for ref in refs.values()}
+        if run_windows.closed_used[current] and other not in live:
+            if run_windows.closed_used[other]:
+                bags[other].clear()
+            run_windows.closed_used[other] = False
+            current = run_windows.closed_bag = other
+        for _, tag, window, _ in batch:
+            run_windows.stored[tag][window.index][2] = current
+        bags[current].add(batch)
+        run_windows.closed_used[current] = True
 
     @staticmethod
     def _dead_point(test: str, run: str, tag: str, point: WindowPoint, reason: str):
@@ -232,11 +322,11 @@ class WindowRunFn(beam.DoFn):
                         f"after {iso_utc(gap_start)}",
                 details={"silent_since": iso_utc(gap_start), "stall_seconds": run_windows.stalls.stall_seconds}))
 
-    def _schedule(self, run_windows: _RunWindows, settle, buffered_times: List[float]) -> None:
+    def _schedule(self, run_windows: _RunWindows, settle, buffered_dues: List[float]) -> None:
         dues = [d for d in (w.next_due() for w in run_windows.tags.values()) if d is not None]
-        dues += buffered_times
-        if run_windows.stalls is not None and run_windows.stalls.next_due() is not None:
-            dues.append(run_windows.stalls.next_due())
+        dues += buffered_dues
+        if run_windows.stalls is not None and run_windows.stalls.pending:
+            dues.append(min(last for _, last in run_windows.stalls.pending))  # a message's span: due at its end
         if dues:
             self._set_settle(run_windows, settle, max(min(dues), run_windows.watermark_floor))
         else:
@@ -272,23 +362,26 @@ class WindowRunFn(beam.DoFn):
     @on_timer(SETTLE)
     def on_settle(self, key=beam.DoFn.KeyParam, fired_at=beam.DoFn.TimestampParam,
                   state=beam.DoFn.StateParam(STATE), pending=beam.DoFn.StateParam(POINTS),
-                  settle=beam.DoFn.TimerParam(SETTLE)):
+                  settle=beam.DoFn.TimerParam(SETTLE), closed_0=beam.DoFn.StateParam(CLOSED_0),
+                  closed_1=beam.DoFn.StateParam(CLOSED_1)):
         run_windows = state.read()
         if run_windows is None or run_windows.closed:
             return
         watermark = float(fired_at)
         run_windows.watermark_floor = max(run_windows.watermark_floor, watermark)
-        buffered_times = self._take_pending(run_windows, pending, watermark)
+        buffered_dues = self._take_pending(run_windows, pending, watermark)
         yield from self._advance(key, run_windows, False, watermark, watermark)
         if run_windows.stalls is not None:
             yield from self._stall_alerts(key, run_windows, run_windows.stalls.settle(watermark))
-        self._schedule(run_windows, settle, buffered_times)
+        self._schedule(run_windows, settle, buffered_dues)
+        self._stash(run_windows, (closed_0, closed_1))
         state.write(run_windows)
 
     @on_timer(CLOSE)
     def on_close(self, key=beam.DoFn.KeyParam, fired_at=beam.DoFn.TimestampParam,
                  state=beam.DoFn.StateParam(STATE), pending=beam.DoFn.StateParam(POINTS),
-                 expire=beam.DoFn.TimerParam(EXPIRE)):
+                 expire=beam.DoFn.TimerParam(EXPIRE), closed_0=beam.DoFn.StateParam(CLOSED_0),
+                 closed_1=beam.DoFn.StateParam(CLOSED_1)):
         run_windows = state.read()
         if run_windows is None or run_windows.closed:
             return
@@ -299,6 +392,8 @@ class WindowRunFn(beam.DoFn):
             gaps = stalls.settle(float("inf")) + stalls.ongoing(float("inf"), run_windows.last_time)
             yield from self._stall_alerts(key, run_windows, gaps)
         # Keep only the fact that the run is closed (its windows can no longer change) for a while.
+        closed_0.clear()
+        closed_1.clear()
         state.write(_RunWindows({}, closed=True))
         expire.set(fired_at + self.lifecycle.retention_seconds)
 
@@ -319,6 +414,15 @@ class WindowRunFn(beam.DoFn):
         yield from self._stall_alerts(key, run_windows, gaps)
 
 
+def without_payload(summary: MessageSummary) -> MessageSummary:
+    """The summary as ``WindowRunFn`` takes it: without its raw payload (or replay-file span).
+
+    The payload rides along so that a message too late for its run can be dead-lettered whole (``AssembleRuns``,
+    de-duplication); live windows never read it (a late point is dead-lettered as the point's JSON), and it was
+    16 KB of the 56 KB each 1,000-point message of the bench's windowed test put through the shuffle into them."""
+    return dataclasses.replace(summary, payload=b"", payload_span=None)
+
+
 class LiveWindows(beam.PTransform):
     """(MessageSummary, RunResult, interrupted RunResult, TriageItem) -> (metric_windows rows, window alerts,
     late points).
@@ -335,7 +439,9 @@ class LiveWindows(beam.PTransform):
     summaries may hold a message twice (a bounded replay de-duplicates while
     assembling runs, ``AssembleRunPartsFn``), so those of windowed tests are
     de-duplicated here first, by the same rule (per run, the copy whose bytes
-    sort first); a streaming job de-duplicates every message before this.
+    sort first); a streaming job de-duplicates every message before this. The
+    summaries lose their raw payload before the shuffle into the windows
+    (``without_payload``), after any de-duplication (which compares them).
     """
 
     def __init__(self, configs: Configs, lifecycle: RunLifecycle, seed, streaming: bool = False,
@@ -363,7 +469,8 @@ class LiveWindows(beam.PTransform):
             windowed, _ = windowed | "Deduplicate" >> DeduplicateMessages(self.fn.lifecycle.dedup_horizon_seconds,
                                                                           forget=False, per_run=True)
         windowed = (windowed
-                    | "KeyByRun" >> beam.Map(lambda s: ((s.test, s.run, effective_rank(s.rank)), s)).with_output_types(
+                    | "KeyByRun" >> beam.Map(lambda s: ((s.test, s.run, effective_rank(s.rank)), without_payload(s)))
+                    .with_output_types(
                         beam.typehints.KV[beam.typehints.Tuple[str, str, int], MessageSummary])
                     | "Windows" >> beam.ParDo(self.fn).with_outputs(ALERTS.name, DEAD_LETTER.name, main="results"))
         by_rank = windowed.results | "RankOrRun" >> beam.Partition(

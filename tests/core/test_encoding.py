@@ -30,7 +30,7 @@ from core.stalls import StallWatch
 from core.triage import AlertLedger, RaisedAlert, TriageItem
 from core.vocabulary import AlertKind, RunStatus
 from core.window_checks import FinishedRun, RunEnded, WindowHistory, WindowTriage, _Debounce, _OpenRun
-from core.windows import TagWindows, Window, WindowPoint, WindowResult, WindowSpec
+from core.windows import PointColumns, TagWindows, Window, WindowPoint, WindowResult, WindowSpec
 from tests.support import REPO_ROOT, T0
 from trainguard import wire
 
@@ -130,6 +130,7 @@ run_parts = st.builds(run_part, st.builds(
 
 STRATEGIES: Dict[type, Any] = {
     WindowPoint: window_points,
+    PointColumns: st.lists(st.tuples(names, window_points), max_size=6).map(PointColumns.of),
     WindowResult: window_results,
     WindowSpec: st.builds(WindowSpec, st.none() | st.integers(1, 100), optional_floats, optional_floats,
                           st.lists(names, max_size=3).map(tuple)),

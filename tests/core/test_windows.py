@@ -1,18 +1,21 @@
 import json
 import math
 import random
+import struct
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from core import encoding
 from core.stats import percentile
 from core.windows import (
     AGGREGATIONS,
     COUNT,
     COUNT_OR_TIME,
     TIME,
+    PointColumns,
     TagWindows,
     WindowPoint,
     WindowSpec,
@@ -154,3 +157,21 @@ def test_windows_do_not_depend_on_arrival_order(raw, rng, spec):
 def test_percentile_interpolates():
     assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
     assert percentile([1.0], 90) == 1.0
+
+
+def _bits(items):
+    return sorted((tag, struct.pack("<d", p.time), p.step, struct.pack("<d", p.value)) for tag, p in items)
+
+
+@given(st.lists(st.tuples(st.sampled_from(["loss", "acc", "a/b"]),
+                          st.floats(allow_nan=True, allow_infinity=True),
+                          st.integers(min_value=-1, max_value=2 ** 80) | st.just(-1),
+                          st.floats(allow_nan=True, allow_infinity=True)), max_size=40))
+@settings(max_examples=200, deadline=None)
+def test_point_columns_give_back_every_point_bit_for_bit(raw_items):
+    """NaNs, -0.0, steps of any size and NO_STEP: the bag's columns lose nothing, and keep each tag's order."""
+    items = [(tag, WindowPoint(time, step, value)) for tag, time, step, value in raw_items]
+    back = encoding.decode(encoding.encode(PointColumns.of(items))).items()
+    assert _bits(back) == _bits(items)
+    for tag in {tag for tag, _ in items}:
+        assert [p.step for t, p in back if t == tag] == [p.step for t, p in items if t == tag]

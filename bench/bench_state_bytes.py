@@ -87,9 +87,10 @@ MONTH_HOURS = 730.0
 # List prices, us-central1, USD. Dataflow: https://cloud.google.com/dataflow/pricing, "Default" table of streaming
 # workers and Streaming Engine, as transcribed on 2026-09-08 (the stored copy of the page does not render its
 # tables; the same figures in a transcription "as of 2026-06"). Pub/Sub: https://cloud.google.com/pubsub/pricing
-# (stored copy, undated): $40 per TiB of publish and of delivery, the first 10 GiB a month free. BigQuery Storage
-# Write API: $0.025 per GiB, the first 2 TiB a month free (help.nops.io's BigQuery page, stored 2026; the stored
-# copies of https://cloud.google.com/bigquery/pricing predate the Storage Write API).
+# (stored copy, undated): $40 per TiB of publish and of delivery, the first 10 GiB a month free. BigQuery streaming
+# inserts (run_dataflow.sh's default write method): $0.01 per 200 MB, each row billed as at least 1 KB
+# (https://cloud.google.com/bigquery/pricing, stored copies). Storage Write API: $0.025 per GiB, the first 2 TiB a
+# month free (help.nops.io's BigQuery page, stored 2026; the stored copies of Google's page predate the API).
 PRICES = {
     "streaming_vcpu_hour": 0.069,
     "streaming_gib_hour": 0.003557,
@@ -100,7 +101,9 @@ PRICES = {
     "pubsub_free_gib": 10.0,
     "bigquery_write_gib": 0.025,
     "bigquery_write_free_gib": 2048.0,
+    "bigquery_insert_gib": 0.01 * 1024 / 200,  # $0.01 per 200 MB
 }
+BIGQUERY_INSERT_MIN_ROW_BYTES = 1024  # streaming inserts bill each row as at least 1 KB
 WORKER = {"name": "n2-standard-2", "vcpus": 2, "gib": 8.0, "disk_gib": 30.0}  # run_dataflow.sh's default
 
 
@@ -227,6 +230,7 @@ class Meter:
         self.shuffle_cpu = 0.0
         self.windows_parts: Dict[str, int] = collections.Counter()  # live windows' run_windows, by part
         self.bigquery: Dict[Tuple[str, str], int] = collections.Counter()  # (table, test) -> JSON bytes
+        self.bigquery_billed: Dict[Tuple[str, str], int] = collections.Counter()  # as streaming inserts bill them
         self.pubsub: Dict[str, int] = collections.Counter()
         self.messages: Dict[str, int] = collections.Counter()
         self.points: Dict[str, int] = collections.Counter()
@@ -528,7 +532,9 @@ class StreamingGraph:
 
     def _row(self, table: str, test: str, row: Dict[str, Any]) -> None:
         if self.meter.on:
-            self.meter.bigquery[(table, test)] += len(json.dumps(row, default=str, separators=(",", ":")))
+            size = len(json.dumps(row, default=str, separators=(",", ":")))
+            self.meter.bigquery[(table, test)] += size
+            self.meter.bigquery_billed[(table, test)] += max(size, BIGQUERY_INSERT_MIN_ROW_BYTES)
 
     def receive(self, arrival: Arrival) -> None:
         """One payload from Pub/Sub: parsed, summarized, then through the stateful stages."""
@@ -740,6 +746,7 @@ class PathTotals:
     cpu_us_per_point: float           # the stages' code, state coding and shuffle coding
     pubsub_bytes_per_point: float
     bigquery_bytes_per_point: float
+    bigquery_billed_bytes_per_point: float  # as streaming inserts bill the rows (each at least 1 KB)
 
 
 def path_totals(m: Measure) -> Dict[str, PathTotals]:
@@ -755,7 +762,8 @@ def path_totals(m: Measure) -> Dict[str, PathTotals]:
             sum(r.work_items_per_message for r in mine) / m.points_per_message,
             sum(r.cpu_us_per_point for r in mine) + shuffle_cpu / points * 1e6,
             meter.pubsub[test] / points,
-            sum(v for (_, t), v in meter.bigquery.items() if t == test) / points)
+            sum(v for (_, t), v in meter.bigquery.items() if t == test) / points,
+            sum(v for (_, t), v in meter.bigquery_billed.items() if t == test) / points)
     return totals
 
 
@@ -770,7 +778,8 @@ class CostRow:
     streaming_engine_gib: Tuple[float, float]   # data processed a month: shuffles only, shuffles + state
     streaming_engine_usd: Tuple[float, float]
     pubsub_usd: float
-    bigquery_usd: float
+    bigquery_usd: float  # streaming inserts, run_dataflow.sh's default
+    bigquery_storage_write_usd: float  # with --write_method=storage_write_api instead
 
     @property
     def total_usd(self) -> Tuple[float, float]:
@@ -797,10 +806,12 @@ def cost_rows(totals: Dict[str, PathTotals], fleet: Sequence[int], tags: int, po
             with_state = shuffled + rate * state * seconds / gib
             pubsub_gib = 2 * rate * t.pubsub_bytes_per_point * seconds / gib  # published, and delivered once
             bigquery_gib = rate * t.bigquery_bytes_per_point * seconds / gib
+            billed_gib = rate * t.bigquery_billed_bytes_per_point * seconds / gib
             rows.append(CostRow(
                 runs, test, rate, vcpus, workers, workers * worker_hour * MONTH_HOURS, (shuffled, with_state),
                 (shuffled * PRICES["streaming_engine_gib"], with_state * PRICES["streaming_engine_gib"]),
                 max(0.0, pubsub_gib - PRICES["pubsub_free_gib"]) * PRICES["pubsub_tib"] / 1024,
+                billed_gib * PRICES["bigquery_insert_gib"],
                 max(0.0, bigquery_gib - PRICES["bigquery_write_free_gib"]) * PRICES["bigquery_write_gib"]))
     return rows
 
@@ -892,13 +903,14 @@ def report(m: Measure, args) -> str:
                  "data-processed billing, shuffles only - shuffles + state:")
     lines.append("")
     lines.append("| runs | test | points/s | vCPU needed | workers | workers $ | Streaming Engine GiB | "
-                 "Streaming Engine $ | Pub/Sub $ | BigQuery writes $ | total $ |")
+                 "Streaming Engine $ | Pub/Sub $ | BigQuery streaming inserts $ (Storage Write API $) | total $ |")
     lines.append("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for c in fleet:
         lines.append(f"| {c.runs:,} | {KINDS[c.test]} | {c.points_per_second:,.0f} | {c.vcpus_needed:,.2f} | "
                      f"{c.workers} | {c.workers_usd:,.0f} | {c.streaming_engine_gib[0]:,.0f}-"
                      f"{c.streaming_engine_gib[1]:,.0f} | {c.streaming_engine_usd[0]:,.0f}-"
-                     f"{c.streaming_engine_usd[1]:,.0f} | {c.pubsub_usd:,.0f} | {c.bigquery_usd:,.0f} | "
+                     f"{c.streaming_engine_usd[1]:,.0f} | {c.pubsub_usd:,.0f} | {c.bigquery_usd:,.0f} "
+                     f"({c.bigquery_storage_write_usd:,.0f}) | "
                      f"{c.total_usd[0]:,.0f}-{c.total_usd[1]:,.0f} |")
     lines.append("")
     lines.append(f"{sum(m.finished.values())} runs finalized, {m.windows:,} windows emitted, {m.dead_letters} "

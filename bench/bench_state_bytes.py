@@ -72,7 +72,7 @@ from transforms.coders import AnyRecord
 from transforms.history import _JobMachine, _MetricMachine
 from transforms.ordered import in_event_time_order
 from transforms.parse import ParseMessageFn, SummarizeMessageFn, _FirstPerKeyFn
-from transforms.runs import INTERRUPTED
+from transforms.runs import INTERRUPTED, without_window_points
 from transforms.triage import _LedgerMachine
 from transforms.window_checks import _WindowCheckMachine
 from transforms.windows import WindowRunFn, without_payload
@@ -586,7 +586,7 @@ class StreamingGraph:
 
     def _summary(self, summary: MessageSummary, at: float) -> None:
         """``SkipStoredRuns`` (nothing stored) -> ``AssembleRuns``, and ``LiveWindows`` for a windowed test."""
-        self._feed("AssembleRuns", (summary.test, summary.run), summary, at)
+        self._feed("AssembleRuns", (summary.test, summary.run), without_window_points(summary), at)  # as its KeyByRun
         config = self.configs.for_test(summary.test, summary.last_time)
         if config.windows.tags and (not summary.rank or any(ranks_matter(config, t) for t in config.windows.tags)):
             self._feed("LiveWindows", (summary.test, summary.run, effective_rank(summary.rank)),

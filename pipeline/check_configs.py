@@ -23,6 +23,7 @@ from core.config_versions import BEGINNING, LoadedConfigs, load_local_versions
 from core.locations import CONFIG_DIR
 from core.records import iso_utc
 from core.schema import METRIC_HISTORY
+from sinks.seed import Query, SqlDialect
 from sinks.stores import StoreReader, add_store_options, open_store
 from trainguard.cli import (
     DASHES_NOTE,
@@ -87,10 +88,10 @@ def unreported(configs: ConfigSet, reported: Mapping[str, Set[str]]) -> List[str
     return warnings
 
 
-def reported_metrics(store: StoreReader) -> Dict[str, Set[str]]:
-    q = store.dialect.quote
-    rows = store.query(f"SELECT DISTINCT {q('test_name')}, {q('metric_name')} "
-                       f"FROM {store.dialect.table(METRIC_HISTORY)}")
+def reported_metrics(query: Query, dialect: SqlDialect) -> Dict[str, Set[str]]:
+    """test -> the metric names its stored runs reported."""
+    q = dialect.quote
+    rows = query(f"SELECT DISTINCT {q('test_name')}, {q('metric_name')} FROM {dialect.table(METRIC_HISTORY)}")
     reported: Dict[str, Set[str]] = {}
     for test, metric in rows:
         reported.setdefault(test, set()).add(metric)
@@ -100,15 +101,15 @@ def reported_metrics(store: StoreReader) -> Dict[str, Set[str]]:
 def unreported_in_store(configs: ConfigSet, store: StoreReader) -> List[str]:
     """:func:`unreported` for the names the runs in ``store`` reported; closes the store."""
     try:
-        return unreported(configs, reported_metrics(store))
+        return unreported(configs, reported_metrics(store.query, store.dialect))
     finally:
         store.close()
 
 
-def warn_unreported(configs: ConfigSet, store: StoreReader, prog: str) -> None:
-    """:func:`unreported_in_store`, each a warning line on stderr (the pipeline's, at the start of a streaming job
-    and at the end of a replay)."""
-    for warning in unreported_in_store(configs, store):
+def print_warnings(warnings: List[str], prog: str) -> None:
+    """Each warning a line on stderr (the pipeline's, at the start of a streaming job and at the end of a
+    replay)."""
+    for warning in warnings:
         print(f"{prog}: warning: {warning}", file=sys.stderr)
 
 

@@ -35,7 +35,7 @@ from core.history import HistorySeed
 from core.locations import LEGACY_TRIAGE_FILE, triage_file_for
 from core.schema import ALERT_UPDATES, ALERTS, TABLES
 from pipeline import IMPORTED_AT
-from pipeline.check_configs import warn_unreported
+from pipeline.check_configs import print_warnings, reported_metrics, unreported
 from pipeline.graph import DetectRegressions, GraphSettings
 from pipeline.options import (
     DEFAULT_REPORT_DIR,
@@ -50,7 +50,7 @@ from sinks.crash_points import crash_point
 from sinks.duckdb_store import DuckDBStore
 from sinks.local_outputs import LocalOutputs
 from sinks.staging import StageRows
-from sinks.stores import open_duckdb
+from sinks.stores import DUCKDB_SQL
 from transforms.config_versions import read_config_dir
 from transforms.progress import LocalCounter, ProgressCounter, ReadCounts, register, unregister
 from transforms.sources import LineGroup, ReadReplayFiles, is_local_text, plan_line_groups
@@ -91,6 +91,9 @@ class ReplaySummary:
     store: str
     alerts_file: str
     triage_file: Optional[str] = None  # the store's triage file, applied with the input
+    # what the configs check that no run in the store has reported (``pipeline.check_configs.unreported``), once
+    # the store holds what the replay brought
+    unreported: List[str] = dataclasses.field(default_factory=list)
 
     def render(self) -> str:
         c, rows = self.counters, self.rows_added
@@ -353,12 +356,13 @@ def run(argv: Optional[List[str]] = None) -> ReplaySummary:
                 del result  # so that the next group's gc.collect frees this one's runner
         outputs.complete_alerts_file()
         kinds_after = _alert_kinds(store)
+        not_reported = unreported(configs.latest, reported_metrics(store.query, DUCKDB_SQL))
     return ReplaySummary(
         input_files=files, counters=counters,
         rows_added=rows_added,
         alerts_by_kind={k: n - kinds_before.get(k, 0) for k, n in kinds_after.items() if n > kinds_before.get(k, 0)},
         seconds=time.monotonic() - started, store=local.local_store, alerts_file=local.alerts_file,
-        triage_file=applied)
+        triage_file=applied, unreported=not_reported)
 
 
 def run_and_report(argv: List[str]) -> None:
@@ -371,8 +375,7 @@ def run_and_report(argv: List[str]) -> None:
     with _drawers(enabled=bool(report_dir)) as drawers:
         summary = run(argv)
         print(summary.render())
-        # what the configs check that no run in the store has reported, now that it holds what the replay brought
-        warn_unreported(read_config_dir(local.config_dir).strict().latest, open_duckdb(summary.store), "trainguard")
+        print_warnings(summary.unreported, "trainguard")
         report = _write_report(summary.store, report_dir, local.config_dir, drawers) if report_dir else None
     if report is not None:
         print(f"  report: {report}")

@@ -24,7 +24,7 @@ from apache_beam.runners.runner import PipelineResult
 from core.config_versions import CONFIG_REFRESH_SECONDS, LoadedConfigs
 from core.schema import ALERT_UPDATES, ALERTS
 from core.vocabulary import WriteMethod
-from pipeline.check_configs import warn_unreported
+from pipeline.check_configs import print_warnings, unreported_in_store
 from pipeline.graph import DetectRegressions, GraphSettings
 from pipeline.options import TrainguardOptions, lifecycle_from
 from pipeline.runners import runner_for
@@ -168,8 +168,8 @@ def start_streaming(argv: Optional[List[str]] = None) -> PipelineResult:
     scanned = check_seed(job.target, configs.versions.latest, job.seed_timeout_seconds)
     print(f"trainguard: the history seed's queries and tables answer ({scanned / 1e6:.1f} MB to scan at the "
           "job's start)", flush=True)
-    warn_unreported(configs.versions.latest, open_bigquery(
-        job.target.project, job.target.dataset, job.target.endpoint, job.seed_timeout_seconds), "trainguard")
+    print_warnings(unreported_in_store(configs.versions.latest, open_bigquery(
+        job.target.project, job.target.dataset, job.target.endpoint, job.seed_timeout_seconds)), "trainguard")
     return build_streaming_pipeline(options, configs, job).run()
 
 

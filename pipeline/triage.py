@@ -36,13 +36,12 @@ from core.schema import JOB_HISTORY, METRIC_HISTORY, Table
 from core.triage import TriageItem, alert_states
 from core.vocabulary import AlertState, TriageAction
 from sinks.seed import read_alert_rows, read_triage_actions
-from sinks.stores import StoreReader, add_store_options, open_store
+from sinks.stores import StoreReader, add_store_options, environment_note, from_environment, open_store
 from trainguard import wire
 from trainguard.cli import DASHES_NOTE, StrictArgumentParser, cloud_failure, nearest_name
 
 PROG = "trainguard-triage"
 MIN_ID_PREFIX = 8
-TOPIC_ENVIRONMENT = "TRAINGUARD_TOPIC"  # the default of --topic
 _DURATION = re.compile(r"^\+(\d+(?:\.\d+)?)([smhd])$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -271,9 +270,9 @@ def build_parser(now: float) -> argparse.ArgumentParser:
     where.add_argument("--triage_file", default=None,
                        help="local JSONL file of triage actions, applied by the next replay into --local_store "
                             "(default: the store's own, e.g. trainguard.triage.jsonl beside trainguard.duckdb)")
-    where.add_argument("--topic", default=os.environ.get(TOPIC_ENVIRONMENT) or None,
-                       help="publish to this Pub/Sub topic (the pipeline's input: projects/P/topics/T) instead "
-                            f"[{TOPIC_ENVIRONMENT}]")
+    where.add_argument("--topic", default=from_environment("topic"),
+                       help="publish to this Pub/Sub topic (the pipeline's input: projects/P/topics/T) instead"
+                            + environment_note("topic"))
     where.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for Pub/Sub to take a message")
     where.add_argument("--unchecked", action="store_true",
                        help="accept and mute: do not check the test, metric and run against the store")

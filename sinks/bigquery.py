@@ -240,12 +240,12 @@ def check_seed(target: BigQueryTarget, configs: ConfigSet, timeout_seconds: floa
             job = client.query(text, job_config=bigquery.QueryJobConfig(dry_run=True, use_query_cache=False),
                                job_retry=None, **bound)
         except Exception as error:  # re-raised as one line naming the tables
-            raise SeedReadError(f"cannot read the history seed: the dry run of the query of "
-                                f"{_tables_read(text, target)} failed: {type(error).__name__}: "
-                                f"{error_line(error)}") from error
+            named = " and ".join(target.table_id(table) for table in _tables_read(text, sql))
+            raise SeedReadError(f"cannot read the history seed: the dry run of the query of {named} failed: "
+                                f"{type(error).__name__}: {error_line(error)}") from error
         scanned += job.total_bytes_processed or 0
     for table in TABLES.values():
-        if any(sql.table(table) in text for text in queries):
+        if any(table in _tables_read(text, sql) for text in queries):
             try:
                 list(client.list_rows(target.table_id(table), max_results=1, **bound))
             except Exception as error:  # re-raised as one line naming the table
@@ -254,10 +254,9 @@ def check_seed(target: BigQueryTarget, configs: ConfigSet, timeout_seconds: floa
     return scanned
 
 
-def _tables_read(query: str, target: BigQueryTarget) -> str:
-    """The tables a seed query names, for messages."""
-    sql = bigquery_dialect(target)
-    return " and ".join(target.table_id(table) for table in TABLES.values() if sql.table(table) in query)
+def _tables_read(query: str, sql: SqlDialect) -> List[Table]:
+    """The tables a seed query names."""
+    return [table for table in TABLES.values() if sql.table(table) in query]
 
 
 @dataclasses.dataclass(frozen=True)

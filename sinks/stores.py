@@ -112,29 +112,35 @@ def open_bigquery(project: Optional[str], dataset: str, endpoint: Optional[str] 
                        f"{client.project}.{dataset}")
 
 
-STORE_ENVIRONMENT = {  # option -> the environment variable that gives its default, for every tool
+OPTION_ENVIRONMENT = {  # option -> the environment variable that gives its default, in every tool that has it
     "local_store": "TRAINGUARD_LOCAL_STORE",
     "bigquery_project": "TRAINGUARD_BIGQUERY_PROJECT",
     "bigquery_dataset": "TRAINGUARD_BIGQUERY_DATASET",
+    "topic": "TRAINGUARD_TOPIC",  # trainguard-triage's
 }
 
 
 def from_environment(option: str, default: Optional[str] = None) -> Optional[str]:
-    """An option's default: its ``TRAINGUARD_*`` environment variable (:data:`STORE_ENVIRONMENT`) when set and not
+    """An option's default: its ``TRAINGUARD_*`` environment variable (:data:`OPTION_ENVIRONMENT`) when set and not
     empty, else ``default``. A flag on the command line wins over both."""
-    return os.environ.get(STORE_ENVIRONMENT[option]) or default
+    return os.environ.get(OPTION_ENVIRONMENT[option]) or default
+
+
+def environment_note(option: str) -> str:
+    """The help text's mention of the variable that gives an option's default: `` [TRAINGUARD_...]``."""
+    return f" [{OPTION_ENVIRONMENT[option]}]"
 
 
 def add_store_options(group: Any) -> None:
     """The command-line options that name a store, one spelling for every tool (an argparse parser or group);
     their defaults come from the environment (:func:`from_environment`)."""
     group.add_argument("--local_store", default=from_environment("local_store", locations.LOCAL_STORE),
-                       help="DuckDB store the replay wrote [TRAINGUARD_LOCAL_STORE]")
+                       help="DuckDB store the replay wrote" + environment_note("local_store"))
     group.add_argument("--bigquery_project", default=from_environment("bigquery_project"),
-                       help="project of --bigquery_dataset (none: the client's default project) "
-                            "[TRAINGUARD_BIGQUERY_PROJECT]")
+                       help="project of --bigquery_dataset (none: the client's default project)"
+                            + environment_note("bigquery_project"))
     group.add_argument("--bigquery_dataset", default=from_environment("bigquery_dataset"),
-                       help="read this BigQuery dataset instead [TRAINGUARD_BIGQUERY_DATASET]")
+                       help="read this BigQuery dataset instead" + environment_note("bigquery_dataset"))
     group.add_argument("--bigquery_endpoint", default=None,
                        help="another BigQuery API endpoint, e.g. an emulator (anonymous credentials)")
     group.add_argument("--bigquery_timeout_seconds", type=float, default=TOOL_TIMEOUT_SECONDS,

@@ -86,6 +86,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(scoring.markdown_table(family.rows, "detector, operating point") + "\n")
         print(scoring.markdown_table(family.matched, f"at most {scoring.MATCHED_FALSE_ALERTS:g} false alert "
                                                      "/ 100 healthy runs (or the quietest point)") + "\n")
+        print(harness.per_seed_table(family) + "\n")
         print(harness.distances_table(family) + "\n")
         print(harness.live_line(family) + "\n")
     if not with_change_points:

@@ -377,15 +377,27 @@ def _budget(reader: StrictReader, value: Any, key: str) -> float:
 MAX_FALSE_ALERTS_PER_100_RUNS = 20.0  # beyond this a check alerts on one healthy run in five: no longer a check
 
 
-def budget_shares(config: RegressionTestConfig, windows: WindowConfig) -> int:
+SHIFT_SHARE = 0.25  # what the shift check of a metric condition costs of the budget, against 1 for its cutoff
+
+
+def shift_rate(condition: SuccessCondition) -> float:
+    """The false-alert rate of a condition's persistent-shift check: ``SHIFT_SHARE`` of its cutoff's. The shift
+    statistic caps each value, so its threshold barely moves with the rate (a quarter of the rate: about 10%
+    higher), while a heavy-tailed cutoff moves a lot (twice the rate: about 15% nearer); so the budget buys
+    more power spent on the cutoffs."""
+    assert condition.false_alert_rate is not None
+    return condition.false_alert_rate * SHIFT_SHARE
+
+
+def budget_shares(config: RegressionTestConfig, windows: WindowConfig) -> float:
     """How many checks share the test's false-alert budget: each metric condition and each window check that
-    gives no ``success_threshold``, and the shift check of each such metric condition (``detect_shifts``; the
-    ``default`` condition counts once, rank checks are not history checks). A window check that alerts on two
-    or more out-of-bounds windows (its debounce) takes the same rate without a share: its chance of a false
-    alert per run is about windows × (ways to pick them) × rate², far below one share."""
+    gives no ``success_threshold``, and ``SHIFT_SHARE`` for the shift check of each such metric condition
+    (``detect_shifts``; the ``default`` condition counts once, rank checks are not history checks). A window
+    check that alerts on two or more out-of-bounds windows (its debounce) takes the same rate without a share:
+    its chance of a false alert per run is about windows × (ways to pick them) × rate², far below one share."""
     budgeted = [c for c in config.metric_success_conditions.values() if c.from_budget]
     shifts = sum(c.comparison != "equal" for c in budgeted) if config.detect_shifts else 0
-    return (len(budgeted) + shifts
+    return (len(budgeted) + SHIFT_SHARE * shifts
             + sum(check.condition.from_budget and check.debounce_out_of_bounds < 2
                   for tag in windows.tags.values() for check in tag.checks))
 

@@ -32,11 +32,13 @@ from core.config import (
     RegressionTestConfig,
     SuccessCondition,
     TestConfig,
+    shift_rate,
 )
 from core.records import Alert, MetricObservation, metric_history_row
 from core.registry import record
 from core.runs import RANKS_MISSING, RunAccumulator, RunResult
-from core.shifts import RECENT, find_shift
+from core.shifts import RECENT, find_shift, level_at_end
+from core.stats import median
 from core.triage import AlertLedger, TriageItem
 from core.vocabulary import AlertKind, RunStatus, TriageAction
 
@@ -44,10 +46,13 @@ from core.vocabulary import AlertKind, RunStatus, TriageAction
 @dataclasses.dataclass(frozen=True)
 class HistoryPolicy:
     """How one (test, metric)'s history is kept: its size, when its baseline moves (0: never), and which way
-    is better for a one-sided check (True: higher; None: two-sided or fixed, no improvements to follow)."""
+    is better for a one-sided check (True: higher; None: two-sided or fixed, no improvements to follow), and
+    the false-alert rate at which a persistent improvement moves it too (``core.shifts``; None: only one beyond
+    the improvement bound does)."""
     max_points: int = DEFAULT_HISTORY_MAX_POINTS
     rebaseline_after: int = 0
     improves_upward: Optional[bool] = None
+    improvement_rate: Optional[float] = None
 
 
 def history_policy(config: RegressionTestConfig, metric: str) -> HistoryPolicy:
@@ -57,7 +62,8 @@ def history_policy(config: RegressionTestConfig, metric: str) -> HistoryPolicy:
     # A fixed value is not a baseline: it never moves.
     moves = condition.fixed_value is None
     upward = None if not moves or condition.comparison == "equal" else condition.comparison.startswith("greater")
-    return HistoryPolicy(condition.history_max_points, config.rebaseline_after if moves else 0, upward)
+    return HistoryPolicy(condition.history_max_points, config.rebaseline_after if moves else 0, upward,
+                         shift_rate(condition) if upward is not None and condition.false_alert_rate else None)
 
 
 @record("MetricHistory")
@@ -152,6 +158,8 @@ class MetricHistory:
             self._restart(len(self.entries) - self.improving)
             self._forget(policy.max_points)
             return []
+        if counted and self._improved_for_good(policy):
+            return []
         if not counted:
             streak = self.streak
             if not policy.rebaseline_after or len(streak) < policy.rebaseline_after:
@@ -161,6 +169,33 @@ class MetricHistory:
             return streak
         self._forget(policy.max_points)
         return []
+
+    def _improved_for_good(self, policy: HistoryPolicy) -> bool:
+        """Restarts the history at a persistent improvement that stayed inside the improvement bound (a cutoff
+        calibrated for heavy tails lies many scales out, and a step time 20% faster can sit inside its mirror):
+        the last ``rebaseline_after`` or more counted values all better than the median before them, by the
+        shift statistic of ``core.shifts`` at the check's rate, turned the other way. Left in the history, such
+        a level makes it two-level for as long as the old values stay, its scale several times the noise's
+        and its cutoff blind to a regression back to the old level; a second mode the history already
+        holds (``_holds_level``) is no new level."""
+        if policy.improvement_rate is None or not policy.rebaseline_after or policy.improves_upward is None:
+            return False
+        counted = [index for index, (_, _, was_counted) in enumerate(self.entries) if was_counted]
+        shift = level_at_end([self.entries[i][1] for i in counted], 1 if policy.improves_upward else -1,
+                             policy.improvement_rate)
+        if shift is None or shift.runs < policy.rebaseline_after:
+            return False
+        window = counted[-shift.runs:]
+        # The statistic caps each value, so its best window may open with a run of the old level's noise that
+        # merely leans the better way; the new level starts at the first run nearer to it than to the old one.
+        level = median([self.entries[i][1] for i in window[-policy.rebaseline_after:]])
+        first = next((i for i in window if abs(self.entries[i][1] - level) < abs(self.entries[i][1] - shift.centre)),
+                     window[-policy.rebaseline_after])
+        if self._holds_level(len(self.entries) - first, policy.improves_upward):
+            return False
+        self._restart(first)
+        self._forget(policy.max_points)
+        return True
 
     def _holds_level(self, count: int, upward: bool) -> bool:
         """Whether the counted values before the last ``count`` entries, with the level before this one, already
@@ -332,10 +367,9 @@ def _shift_alert(history: MetricHistory, observation: MetricObservation, conditi
     """``metric_shifted`` when the history, this run's value included, ends in a persistent shift."""
     if not config.checks_shifts(condition) or policy.improves_upward is None:
         return None
-    assert condition.false_alert_rate is not None
     counted = [(run, value) for run, value, counted in history.entries if counted]
-    shift = find_shift([value for _, value in counted], -1 if policy.improves_upward else 1,
-                       condition.false_alert_rate)
+    rate = shift_rate(condition)
+    shift = find_shift([value for _, value in counted], -1 if policy.improves_upward else 1, rate)
     if shift is None:
         return None
     window = counted[-shift.runs:]
@@ -344,7 +378,7 @@ def _shift_alert(history: MetricHistory, observation: MetricObservation, conditi
         kind=AlertKind.METRIC_SHIFTED, test=observation.test, run=observation.run, metric=observation.metric,
         value=observation.value, created_at=observation.finalized_at, message="",
         details={"comparison": condition.comparison, "history_size": len(counted) - RECENT,
-                 "threshold": "false_alert_rate", "false_alert_rate": condition.false_alert_rate,
+                 "threshold": "false_alert_rate", "false_alert_rate": rate,
                  "first_run": window[0][0], "runs": [run for run, _ in window],
                  "values": [value for _, value in window], "old_centre": shift.centre, "shifted_mean": mean,
                  "scale": shift.scale, "size_in_scales": shift.size_in_scales, "statistic": shift.statistic,

@@ -79,6 +79,19 @@ def shift_statistic(values: Sequence[float], worse: int) -> Optional[Tuple[float
 
 def find_shift(values: Sequence[float], worse: int, rate: float) -> Optional[Shift]:
     """The shift the end of ``values`` shows, when its statistic first crosses the threshold for ``rate``."""
+    shift = level_at_end(values, worse, rate)
+    if shift is None:
+        return None
+    for shorter in range(1, QUIET + 1):
+        earlier = shift_statistic(values[:-shorter], worse)
+        if earlier is not None and earlier[0] > shift_threshold(len(values) - shorter - RECENT, rate):
+            return None  # already beyond a run ago: reported then
+    return shift
+
+
+def level_at_end(values: Sequence[float], worse: int, rate: float) -> Optional[Shift]:
+    """The new level the end of ``values`` is at, while its statistic is beyond the threshold for ``rate``
+    (``worse``: the direction looked for), unless the history already holds it as a mode."""
     found = shift_statistic(values, worse)
     if found is None:
         return None
@@ -86,10 +99,6 @@ def find_shift(values: Sequence[float], worse: int, rate: float) -> Optional[Shi
     threshold = shift_threshold(len(values) - RECENT, rate)
     if statistic <= threshold:
         return None
-    for shorter in range(1, QUIET + 1):
-        earlier = shift_statistic(values[:-shorter], worse)
-        if earlier is not None and earlier[0] > shift_threshold(len(values) - shorter - RECENT, rate):
-            return None  # already beyond a run ago: reported then
     level = math.fsum(values[-runs:]) / runs
     size = worse * (level - centre) / scale
     if size >= MODE_GAP and _known_mode(values[:-RECENT], centre, level, worse):

@@ -36,7 +36,7 @@ import operator
 from typing import Any, Deque, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple, cast
 
 from core.alert_details import change_facts, describe, previous_facts, threshold_facts
-from core.bounds import Bounds, compute_bounds, judge, reference, threshold_details
+from core.bounds import MODE_RECENT, Bounds, compute_bounds, judge, reference, threshold_details
 from core.config import TagWindowConfig, WindowCheck, WindowConfig
 from core.records import Alert
 from core.registry import record
@@ -249,13 +249,32 @@ def step_aligned_history(window: WindowResult, runs: Sequence[FinishedRun], aggr
     for finished in reversed(runs):
         if limit is not None and len(values) >= limit:
             break
-        best = finished.most_overlapping(window)
-        if best is not None:
-            value = best.values.get(aggregation)
-            if value is not None and best.index not in finished.excluded.get(aggregation, ()):
-                values.append(value)
-                compared.append(finished.run)
+        found = _aligned_value(finished, window, aggregation)
+        if found is not None and found[1]:
+            values.append(found[0])
+            compared.append(finished.run)
     return values[::-1], compared[::-1]
+
+
+def step_aligned_recent(window: WindowResult, runs: Sequence[FinishedRun], aggregation: str
+                        ) -> List[Tuple[float, bool]]:
+    """The same-step values of the latest ``MODE_RECENT`` runs, oldest first, as (value, counted): the windows
+    left out for being out of bounds included, which only tell a second mode of the history (runs on two
+    machine types: the slower mode's windows, each left out as it alerted, would otherwise leave a one-mode
+    history that alerts on every run of that type; ``core.bounds._beyond_second_mode``)."""
+    return [found for found in (_aligned_value(finished, window, aggregation) for finished in runs[-MODE_RECENT:])
+            if found is not None]
+
+
+def _aligned_value(finished: FinishedRun, window: WindowResult, aggregation: str) -> Optional[Tuple[float, bool]]:
+    """(value, counted) of the run's window overlapping ``window``'s steps the most, if it has one with a value."""
+    best = finished.most_overlapping(window)
+    if best is None:
+        return None
+    value = best.values.get(aggregation)
+    if value is None:
+        return None
+    return value, best.index not in finished.excluded.get(aggregation, ())
 
 
 def _segments(state: WindowHistory, check: WindowCheck) -> Tuple[List[FinishedRun], List[FinishedRun]]:
@@ -287,6 +306,7 @@ def window_bounds(state: WindowHistory, window: WindowResult, check: WindowCheck
     """What ``check`` compares ``window`` with in ``state``: the one place the history and the bounds a window is
     judged by are chosen, for :func:`check_window` and for readers that draw them (the report)."""
     previous: List[float] = []
+    recent: List[Tuple[float, bool]] = []
     if check.history == "trailing":
         open_run = state.open_runs.get(window.run, _OpenRun())
         history = [v for v in (w.values.get(check.aggregation) for w in open_run.windows[-check.trailing_windows:])
@@ -296,8 +316,9 @@ def window_bounds(state: WindowHistory, window: WindowResult, check: WindowCheck
         current, before = _segments(state, check)
         history, compared = step_aligned_history(window, current, check.aggregation, check.history_runs)
         previous, _ = step_aligned_history(window, before, check.aggregation, check.history_runs)
+        recent = step_aligned_recent(window, current, check.aggregation)
     return CheckedWindow(check, window.values.get(check.aggregation), tuple(history), tuple(compared),
-                         tuple(previous), compute_bounds(check.condition, history, previous))
+                         tuple(previous), compute_bounds(check.condition, history, previous, recent))
 
 
 def check_window(state: WindowHistory, window: WindowResult, config: TagWindowConfig) -> List[Alert]:

@@ -12,7 +12,10 @@ scores (:func:`score`), per suite and pooled over suites (:func:`pool`):
   its tag (1 = its first run), median over the shifts caught in time;
 - false alerts per 100 healthy runs per test: every alert (all metrics of a
   test together) on a run with no fault, outside the first
-  :data:`~bench.detection.suite.STRETCH` runs of an accepted change or a shift;
+  :data:`~bench.detection.suite.STRETCH` runs of an accepted change or a shift,
+  but for a shift's first alert on its tag when that comes after the deadline:
+  the shift is there, so that alert is a late detection (counted apart), not a
+  false one;
 - alerts per accepted change: every alert on those first runs of a change;
 - alerts on the constant metric.
 
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from bench.detection.suite import (
     CONSTANT,
@@ -62,6 +65,7 @@ class Counts:
     change_alerts: int = 0
     constant_alerts: int = 0
     alerts: int = 0
+    late_shift_alerts: int = 0  #: a shift's first alert on its tag after the deadline (neither caught nor false)
 
     def add(self, other: Counts) -> Counts:
         return Counts({k: self.caught[k] + other.caught[k] for k in KINDS},
@@ -69,7 +73,7 @@ class Counts:
                       self.shift_delays + other.shift_delays,
                       *(getattr(self, f) + getattr(other, f) for f in (
                           "healthy_runs", "false_alerts", "accepted_changes", "change_alerts", "constant_alerts",
-                          "alerts")))
+                          "alerts", "late_shift_alerts")))
 
     @property
     def recall(self) -> Optional[float]:
@@ -95,7 +99,7 @@ class Counts:
                 "caught": dict(self.caught), "faults": dict(self.faults), "shift_delays": list(self.shift_delays),
                 "healthy_runs": self.healthy_runs, "false_alerts": self.false_alerts,
                 "accepted_changes": self.accepted_changes, "change_alerts": self.change_alerts,
-                "alerts": self.alerts}
+                "alerts": self.alerts, "late_shift_alerts": self.late_shift_alerts}
 
 
 def score(suite: Suite, alerts: Iterable[Alert]) -> Counts:
@@ -104,6 +108,7 @@ def score(suite: Suite, alerts: Iterable[Alert]) -> Counts:
     for alert in alerts:
         by_run.setdefault((alert.test, alert.run), []).append(alert)
     counts = Counts()
+    late: Set[Tuple[int, int, Optional[str]]] = set()  # (test, run, tag) of each shift's first alert, when late
     for plan in suite.plans:
         t = plan.index
         for run, fault in plan.faults.items():
@@ -117,6 +122,9 @@ def score(suite: Suite, alerts: Iterable[Alert]) -> Counts:
             if delay is not None and delay <= SHIFT_DEADLINE:
                 counts.caught[shift.shift.value] += 1
                 counts.shift_delays.append(delay)
+            elif delay is not None:  # found after its deadline: a late detection, not a false alert
+                late.add((t, shift.first_run + delay - 1, shift.metric.tag))
+                counts.late_shift_alerts += 1
         for change in accepted_changes_of(plan):
             counts.accepted_changes += 1
             counts.change_alerts += sum(len(by_run.get((t, run), ())) for run in change.stretch)
@@ -126,7 +134,7 @@ def score(suite: Suite, alerts: Iterable[Alert]) -> Counts:
             counts.constant_alerts += sum(1 for a in here if a.tag == CONSTANT.tag)
             if plan.is_healthy(run):
                 counts.healthy_runs += 1
-                counts.false_alerts += len(here)
+                counts.false_alerts += sum(1 for a in here if (t, run, a.tag) not in late)
     return counts
 
 

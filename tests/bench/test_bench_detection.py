@@ -146,8 +146,11 @@ def test_the_scorer_counts_a_hand_made_alert_list(tiny):
     healthy_runs = sum(1 for p in tiny.plans for r in range(TINY.runs) if p.is_healthy(r))
     assert counts.healthy_runs == healthy_runs and counts.false_alerts == 2
     assert counts.false_alerts_per_100 == 200 / healthy_runs and counts.constant_alerts == 1
-    late = scoring.score(tiny, [Alert(t, shift.first_run + gen.SHIFT_DEADLINE, shift.metric.tag, "x")])
+    sixth, seventh = shift.first_run + gen.SHIFT_DEADLINE, shift.first_run + gen.SHIFT_DEADLINE + 1
+    late = scoring.score(tiny, [Alert(t, sixth, shift.metric.tag, "x"), Alert(t, seventh, shift.metric.tag, "x")])
     assert late.caught[shift.shift.value] == 0 and late.shift_delays == []  # the sixth run is too late
+    # ... but the shift is there: its first alert is late, not false; the one after it is false
+    assert late.late_shift_alerts == 1 and late.false_alerts == (1 if plan.is_healthy(seventh) else 0)
     assert scoring.pool([counts, counts]).false_alerts == 4
 
 
@@ -232,3 +235,18 @@ def test_the_benchmark_prints_its_tables(monkeypatch, capsys, tiny):
     out = capsys.readouterr().out
     assert "| trainguard, false_alerts_per_100_runs 1 (default) | 0.00 | 0.00 |" in out
     assert "| false_alerts_per_100_runs 1: Accuracy/test_final | 2 | 2.0 | 2.8 | 3.0 | 0% |" in out
+
+
+def test_the_tail_frontier_holds_every_family_at_the_rate_and_narrows_normal_cutoffs(capsys):
+    """bench/bench_tail_frontier.py (the README's claim that following the tail weight gains little): its best
+    rule keeps every family's rate at most p and its normal cutoff no wider than today's."""
+    from bench import bench_tail_frontier as frontier
+
+    assert frontier.main(["--sizes", "30", "--histories", "3000", "--bins", "6", "--rate", "0.003"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 30 |")]
+    today, best = ([cell.strip() for cell in row.strip("|").split("|")] for row in rows)
+    assert today[1] == "today" and best[1] == "best tail-following"
+    rates = [float(cell.split()[1].split("·")[0]) for cell in best[2:]]
+    assert max(rates) <= 1.0 + 1e-9
+    median = [float(cell.split(", ")[1].split("σ")[0]) for cell in (today[2], best[2])]
+    assert median[1] <= median[0]

@@ -3,7 +3,16 @@ import os
 
 import pytest
 
-from core.config import ConfigError, SuccessCondition, TestConfig, filename_for_test, load_config_dir, parse_test_config
+from core.config import (
+    SHIFT_SHARE,
+    ConfigError,
+    SuccessCondition,
+    TestConfig,
+    filename_for_test,
+    load_config_dir,
+    parse_test_config,
+    shift_rate,
+)
 from tests.support import REPO_ROOT
 
 REPO_CONFIGS = os.path.join(REPO_ROOT, "configs")
@@ -232,18 +241,20 @@ def test_checks_without_a_threshold_share_the_tests_false_alert_budget():
     config = parse_test_config(raw, "t.json")
     conditions = config.regression_test.metric_success_conditions
     # the default budget, 1 per 100 runs, over the three checks that give no threshold and the shift checks of
-    # the two run-level ones
-    assert conditions["loss_final"].false_alert_rate == pytest.approx(0.01 / 5)
-    assert conditions["acc_final"].false_alert_rate == pytest.approx(0.01 / 5)
-    assert config.windows.tags["loss"].checks[0].condition.false_alert_rate == pytest.approx(0.01 / 5)
+    # the two run-level ones, a quarter share each (they run at a quarter of their cutoff's rate)
+    shares = 3 + 2 * SHIFT_SHARE
+    assert conditions["loss_final"].false_alert_rate == pytest.approx(0.01 / shares)
+    assert shift_rate(conditions["loss_final"]) == pytest.approx(0.01 / shares * SHIFT_SHARE)
+    assert conditions["acc_final"].false_alert_rate == pytest.approx(0.01 / shares)
+    assert config.windows.tags["loss"].checks[0].condition.false_alert_rate == pytest.approx(0.01 / shares)
     # a debounced window check (2 of its last 3 windows) takes the rate without a share
-    assert config.windows.tags["loss"].checks[1].condition.false_alert_rate == pytest.approx(0.01 / 5)
+    assert config.windows.tags["loss"].checks[1].condition.false_alert_rate == pytest.approx(0.01 / shares)
     assert conditions["step_time_average"].false_alert_rate == 0.0001  # an expert's own rate stays
     assert conditions["epochs_final"].false_alert_rate is None
     raw["regression_test_config"]["false_alerts_per_100_runs"] = 3
     tripled = parse_test_config(raw, "t.json").regression_test.metric_success_conditions
-    assert tripled["loss_final"].false_alert_rate == pytest.approx(0.03 / 5)
-    assert tripled["loss_final"].threshold == ("false_alert_rate", pytest.approx(0.006))
+    assert tripled["loss_final"].false_alert_rate == pytest.approx(0.03 / shares)
+    assert tripled["loss_final"].threshold == ("false_alert_rate", pytest.approx(0.03 / shares))
 
 
 def test_history_by_is_the_tests_unless_a_metric_condition_says_otherwise():

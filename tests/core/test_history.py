@@ -287,6 +287,43 @@ def test_a_change_with_one_run_back_at_the_old_level_still_moves_after_rebaselin
 # -- history_by: a baseline per machine type ---------------------------------------------------------------
 
 
+def test_an_improvement_inside_the_improvement_bound_still_moves_the_baseline():
+    """A step time 5σ faster for good sits well inside the mirror of a cutoff calibrated for heavy tails; the
+    persistent-shift statistic, turned the improving way, restarts the history at its first run (no alert), so
+    the history does not hold two levels (whose spread would widen the cutoff several-fold) and a slowdown to
+    10σ above the new level, still inside the old bounds, is caught. The seed rebuilds the same state."""
+    condition = SuccessCondition("less", false_alert_rate=0.001, wait_for_n_points_of_history=10)
+    config = regression(metric_success_conditions={"acc": condition}, rebaseline_after=3,
+                        alert_after_second_test_failure=False)
+    rng = random.Random(11)
+    old = [3.0 + rng.gauss(0, 0.06) for _ in range(30)]
+    new = [2.7 + rng.gauss(0, 0.06) for _ in range(8)]
+    history = MetricHistory()
+    rows, alerts = observe(history, old + new + [3.3], config)
+    assert alerts[:-1] == [None] * (len(old) + len(new))
+    assert all(row["within_bounds"] for row in rows[len(old):-1])  # never beyond the improvement bound
+    assert rows[len(old)]["metric_upper_bound"] > 3.3  # the old bounds let 3.3 through
+    assert history.previous == old and [value for _, value, _ in history.entries[:len(new)]] == new
+    assert alerts[-1].kind == "metric_out_of_bounds"
+    stored = [(T0 + i, f"r{i}", v, r["within_bounds"], "success", r["metric_lower_bound"], r["metric_upper_bound"])
+              for i, (v, r) in enumerate(zip(old + new + [3.3], rows))]
+    assert seed_metric_history(reversed(stored), history_policy(config, "acc")) == history
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_two_mode_history_never_restarts_at_its_better_mode(seed):
+    """Runs landing at random on two machine types 25% apart (no ``history_by``): three fast runs in a row are
+    the history's other mode, not an improvement to move to."""
+    condition = SuccessCondition("less", false_alert_rate=0.001, wait_for_n_points_of_history=10)
+    config = regression(metric_success_conditions={"acc": condition}, rebaseline_after=3,
+                        alert_after_second_test_failure=False)
+    rng = random.Random(seed)
+    values = [(3.75 if rng.random() < 0.5 else 3.0) * (1 + rng.gauss(0, 0.02)) for _ in range(60)]
+    history = MetricHistory()
+    observe(history, values, config)
+    assert history.previous == []
+
+
 def observe_on(history, runs, config):
     """Steps the history through (value, accelerator) runs, the accelerator in the run's data (None: not
     said); returns (rows, alerts)."""

@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from core.config import RegressionTestConfig, SuccessCondition, parse_test_config
+from core.config import SHIFT_SHARE, RegressionTestConfig, SuccessCondition, parse_test_config, shift_rate
 from core.history import MetricHistory, check_metric, history_policy, seed_metric_history
 from core.records import MetricObservation
 from core.shifts import RECENT, find_shift, shift_statistic, shift_threshold
@@ -104,8 +104,9 @@ def test_no_shift_check_without_it_or_for_an_improvement():
 
 def test_the_shift_checks_take_their_share_of_the_budget():
     raw = {"regression_test_config": {"metric_success_conditions": {"acc": {"comparison": "greater"}}}}
-    assert parse_test_config(raw, "t.json").regression_test.metric_success_conditions["acc"].false_alert_rate \
-        == pytest.approx(0.01 / 2)
+    condition = parse_test_config(raw, "t.json").regression_test.metric_success_conditions["acc"]
+    assert condition.false_alert_rate == pytest.approx(0.01 / (1 + SHIFT_SHARE))  # the cutoff's share, and ...
+    assert shift_rate(condition) == pytest.approx(0.01 / (1 + SHIFT_SHARE) * SHIFT_SHARE)  # ... the shift check's
     raw["regression_test_config"]["detect_shifts"] = False
     assert parse_test_config(raw, "t.json").regression_test.metric_success_conditions["acc"].false_alert_rate \
         == pytest.approx(0.01)

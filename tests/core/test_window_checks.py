@@ -256,3 +256,23 @@ def test_the_step_index_follows_new_windows_and_stays_out_of_pickles_and_compari
     twin = pickle.loads(pickle.dumps(finished))
     assert "_step_index" not in twin.__dict__ and twin == finished == copy.deepcopy(finished)
     assert twin.most_overlapping(window("b", 3, 0.0)).index == 3
+
+
+def test_windows_of_a_second_machine_type_stop_alerting_once_it_is_a_mode_of_the_history():
+    """A test on one machine type whose runs, from run 20 on, land at random on a second one 25% slower: each
+    slower run's windows that alerted are left out of the step-aligned history, which so stays one-mode and
+    would alert on slower runs for as long as some are left out; the windows left out still tell the second
+    mode (``step_aligned_recent``, as ``recent`` does for the run-level checks). Over 20 such tests, runs 30-59:
+    7 alerts (before: 20)."""
+    import random
+    budget = SuccessCondition("less", false_alert_rate=0.002, wait_for_n_points_of_history=10)
+    cfg = config(history_runs=20, condition=budget, debounce_windows=3, debounce_out_of_bounds=2)
+    late = 0
+    for seed in range(20):
+        rng = random.Random(seed)
+        state = WindowHistory()
+        for run in range(60):
+            level = 3.75 if run >= 20 and rng.random() < 0.5 else 3.0
+            alerts = finished_run(state, f"r{run:02d}", [level * (1 + rng.gauss(0, 0.02)) for _ in range(5)], cfg)
+            late += alerts if run >= 30 else 0
+    assert late <= 8

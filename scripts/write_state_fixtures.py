@@ -11,10 +11,12 @@ cases, ``<out>/expected.json``: the same values in a plain structural form
 compares it with ``expected.json``, field by field for the fields the bytes hold.
 
 Fixtures of a version are written once and committed; never regenerate them
-(that would hide a break). When the encoding of a type changes incompatibly
-(a schema version bump), write a new set next to the old ones::
+(that would hide a break). When the encoding of a type changes (a field added,
+a schema version bump), ``tests/transforms/test_coders.py`` finds that today's
+encoding is no longer the latest set's, byte for byte: write the next set next
+to the old ones, which stay decoded::
 
-    python scripts/write_state_fixtures.py --out tests/fixtures/state_v2
+    python scripts/write_state_fixtures.py --out tests/fixtures/state_v3
 """
 
 from __future__ import annotations

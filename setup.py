@@ -9,12 +9,18 @@ Training jobs install the trainer side alone from ``trainer/`` (distribution
 ``trainguard``: the ``trainguard`` package only, no Beam); see docs/trainer.md.
 Install one or the other into an environment, not both.
 """
-from setuptools import find_packages, setup
+import os
 
-TRAINER = [
-    "google-cloud-pubsub>=2.18,<3",
-    "orjson>=3.9.7,<4",  # the trainer's compiled number writer (trainguard/_encoding.py); Beam[gcp] asks the same
-]
+from setuptools import find_packages, setup
+from setuptools.config.pyprojecttoml import read_configuration
+
+# The trainer's dependencies and its entry point are declared once, in trainer/pyproject.toml (the trainer
+# distribution); this distribution ships the same ``trainguard`` package and takes them from there (the sdist
+# that Dataflow's --setup_file builds carries that file: MANIFEST.in).
+_TRAINER = read_configuration(os.path.join(os.path.dirname(os.path.abspath(__file__)), "trainer", "pyproject.toml"),
+                              expand=False)["project"]
+TRAINER = list(_TRAINER["dependencies"])
+TRAINER_SCRIPTS = [f"{name}={target}" for name, target in _TRAINER["scripts"].items()]
 # What Dataflow workers need beyond the Beam SDK container: ``--setup_file`` installs install_requires, not extras.
 WORKER = [
     "msgpack>=1.0",  # the encoding of state and shuffled records (core/encoding.py); not in the SDK container
@@ -24,20 +30,13 @@ PIPELINE = [
     # Exactly: a running Dataflow job is updated in place (--update) against the step names of the graph this
     # SDK expands (tests/pipeline/step_names.txt), and Beam renames its own steps between versions.
     "apache-beam[gcp]==2.77.0",
-    "google-cloud-pubsub>=2.18,<3",
     "numpy>=1.24",
     "duckdb>=1.1",
-    "msgpack>=1.0",  # the encoding of state and shuffled records (core/encoding.py)
-    "msgspec>=0.18",  # the compiled path of message parsing (trainguard/_fast_points.py)
+    *TRAINER,
+    *WORKER,
 ]
-SHIPPER = [
-    "tensorboard>=2.14",
-    "google-crc32c>=1.5",
-]
-SYSTEM = [
-    "psutil>=5.9",
-    "nvidia-ml-py>=12",
-]
+SHIPPER = list(_TRAINER["optional-dependencies"]["shipper"])
+SYSTEM = list(_TRAINER["optional-dependencies"]["system"])
 EMAIL = [
     "sendgrid>=6.10,<7",
     "google-cloud-secret-manager>=2.16,<3",
@@ -48,6 +47,7 @@ REPORT = [
 ]
 BENCH = [
     "ruptures>=1.1",  # the change-point reference detector of bench/bench_detection.py (KernelCPD, in C)
+    "scipy>=1.10",  # bench/bench_tail_frontier.py: the t and normal tails (ruptures needs it too)
 ]
 TEST = [
     "pytest>=8",
@@ -82,7 +82,7 @@ setup(
     },
     entry_points={
         "console_scripts": [
-            "trainguard-ship=trainguard.shipper:main",
+            *TRAINER_SCRIPTS,
             "trainguard-email=notifier.cli:main",
             "trainguard-triage=pipeline.triage:main",
             "trainguard-backtest=pipeline.backtest:main",

@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 
 import pytest
@@ -57,3 +58,25 @@ def test_it_imports_from_the_wheel_alone_with_the_standard_library(wheel, tmp_pa
             "assert not loaded & {'apache_beam', 'core', 'pipeline', 'transforms', 'sinks', 'google'}, loaded")
     # -S: no site-packages, so nothing installed in this environment can stand in for the wheel
     subprocess.run([sys.executable, "-S", "-c", code, str(tmp_path)], check=True, capture_output=True, text=True)
+
+
+def test_the_pipeline_sdist_takes_the_trainers_dependencies_from_the_trainers_one_declaration(tmp_path):
+    """setup.py reads the trainer's dependencies, extras and entry point from trainer/pyproject.toml (declared
+    once); the sdist Dataflow's ``--setup_file`` builds carries that file, so a worker building it from the
+    sdist gets the same requirements."""
+    source = tmp_path / "repo"
+    shutil.copytree(REPO_ROOT, source, symlinks=True, ignore=shutil.ignore_patterns(
+        ".venv", ".git", "__pycache__", "build", "*.egg-info", "bench", "tests", "data", "docs", "node_modules"))
+    subprocess.run([sys.executable, "setup.py", "-q", "sdist", "-d", str(tmp_path / "dist")], cwd=source,
+                   check=True, capture_output=True)
+    [sdist] = (tmp_path / "dist").glob("trainguard_pipeline-*.tar.gz")
+    with tarfile.open(sdist) as archive:
+        archive.extractall(tmp_path / "unpacked", filter="data")
+    [unpacked] = (tmp_path / "unpacked").iterdir()
+    assert (unpacked / "trainer" / "pyproject.toml").is_file()
+    subprocess.run([sys.executable, "setup.py", "-q", "egg_info", "-e", str(tmp_path)], cwd=unpacked, check=True,
+                   capture_output=True)
+    requires = (tmp_path / "trainguard_pipeline.egg-info" / "requires.txt").read_text().split("\n\n")[0].split()
+    assert {"google-cloud-pubsub<3,>=2.18", "orjson<4,>=3.9.7"} <= set(requires)
+    scripts = (tmp_path / "trainguard_pipeline.egg-info" / "entry_points.txt").read_text()
+    assert "trainguard-ship = trainguard.shipper:main" in scripts

@@ -259,15 +259,25 @@ def utc_minute(seconds: float) -> str:
     return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
 
 
+def best_value_text(value: float, step: Optional[int]) -> str:
+    """"0.734 at step 900": the best value a run's accuracy reached, for a lifecycle alert."""
+    return f"{value:.6g}" + ("" if step is None else f" at step {step}")
+
+
 def run_lifecycle_text(started_at: Optional[float], last_heard_at: Optional[float],
-                       ranks_missing: Sequence[int] = ()) -> str:
+                       ranks_missing: Sequence[int] = (), best: Any = None) -> str:
     """How a run went, for a lifecycle alert: how long it ran, from when, when it was last heard from (a missing
-    run's end is its last message), and the ranks of a distributed run that never finished; "" if unknown."""
+    run's end is its last message), the best value its accuracy reached (``best``: the alert's
+    ``details.best_value``, user-reachable JSON, used only when well-formed), and the ranks of a distributed
+    run that never finished; "" if unknown."""
     parts = []
     if started_at is not None and last_heard_at is not None:
         parts.append(f"ran {duration_text(last_heard_at - started_at)} from {utc_minute(started_at)} UTC")
     if last_heard_at is not None:
         parts.append(f"last heard from {utc_minute(last_heard_at)} UTC")
+    value = _float(best, "value") if isinstance(best, dict) else None
+    if value is not None and math.isfinite(value) and isinstance(best.get("metric"), str):
+        parts.append(f"best {best['metric']} {best_value_text(value, _int(best, 'step'))}")
     if ranks_missing:
         listed = ", ".join(str(rank) for rank in ranks_missing)
         parts.append(f"rank{'s' if len(ranks_missing) > 1 else ''} {listed} never finished")

@@ -14,7 +14,7 @@ import json
 import math
 from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from core.alert_details import change_facts, describe, previous_facts, threshold_facts
+from core.alert_details import best_value_text, change_facts, describe, previous_facts, threshold_facts
 from core.bounds import (
     MODE_RECENT,
     MODE_SHARE,
@@ -389,12 +389,15 @@ def _shift_alert(history: MetricHistory, observation: MetricObservation, conditi
     return dataclasses.replace(alert, message=describe(alert))
 
 
-def run_facts(run: RunResult) -> Dict[str, Any]:
+def run_facts(run: RunResult, accuracy_tag: Optional[str] = None) -> Dict[str, Any]:
     """What a run alert says of how the run went: when it started, when it was last heard from (a missing run's
-    end is its last message), and for a distributed run the ranks that never sent ``run_finished``."""
+    end is its last message), the best value the accuracy tag of ``time_to_accuracy`` (``accuracy_tag``)
+    reached and at which step, and for a distributed run the ranks that never sent ``run_finished``."""
     facts: Dict[str, Any] = {"last_heard_at": run.end_time}
     if run.start_time is not None:
         facts["started_at"] = run.start_time
+    if accuracy_tag is not None and run.accuracy_best is not None:
+        facts["best_value"] = {"metric": accuracy_tag, "value": run.accuracy_best, "step": run.accuracy_best_step}
     missing = sorted({rank for event in run.events if event.type == RANKS_MISSING
                       for rank in event.data.get("ranks", ()) if isinstance(rank, int)})
     if missing:
@@ -408,7 +411,9 @@ def check_job(history: JobHistory, run: RunResult, config: TestConfig) -> List[A
         return []
     regression = config.regression_test
     alerts = []
-    run_details = {"status": run.status, "run_data": run.run_data, **run_facts(run), **out_of_order(run.out_of_order)}
+    tta = config.metric_collection.time_to_accuracy
+    run_details = {"status": run.status, "run_data": run.run_data,
+                   **run_facts(run, tta.accuracy_tag if tta is not None else None), **out_of_order(run.out_of_order)}
 
     def run_alert(kind: AlertKind, message: str, metric: Optional[str] = None) -> Alert:
         return Alert(kind=kind, test=run.test, run=run.run, created_at=run.finalized_at, metric=metric,
@@ -427,10 +432,11 @@ def check_job(history: JobHistory, run: RunResult, config: TestConfig) -> List[A
         if metric not in present:
             alerts.append(run_alert(AlertKind.REQUIRED_METRIC_MISSING, f"required metric {metric} is missing",
                                     metric))
-    tta = config.metric_collection.time_to_accuracy
     if tta is not None and run.time_to_accuracy_missed and run.status == RunStatus.SUCCESS:
+        best = "" if run.accuracy_best is None else f" (best {best_value_text(run.accuracy_best, run.accuracy_best_step)})"
         alerts.append(run_alert(AlertKind.ACCURACY_NOT_REACHED,
-                                f"{tta.accuracy_tag} never reached {tta.accuracy_threshold:g}", TIME_TO_ACCURACY_METRIC))
+                                f"{tta.accuracy_tag} never reached {tta.accuracy_threshold:g}{best}",
+                                TIME_TO_ACCURACY_METRIC))
     return alerts
 
 

@@ -173,6 +173,9 @@ class RunResult:
     # A back-fill (``RunLifecycle.backfilled``): ended by the wall clock, checked when it arrived, after runs
     # that ended later in event time; a replay of the same input checks it in its event-time place instead.
     out_of_order: bool = False
+    # The best value the accuracy tag of ``time_to_accuracy`` reached, and at which step (lifecycle alerts say it).
+    accuracy_best: Optional[float] = None
+    accuracy_best_step: Optional[int] = None
 
     @property
     def order(self) -> Tuple[float, str]:
@@ -418,8 +421,11 @@ class RunAccumulator:
         collection = config.metric_collection
         metrics, rank_metrics = self._metrics(collection)
         tta_missed = False
+        best: Tuple[Optional[float], Optional[int]] = (None, None)
         if collection.time_to_accuracy is not None:
             accuracy = self._lead_rank_tags(collection.time_to_accuracy.accuracy_tag)
+            if accuracy is not None:
+                best = (accuracy.max[0], step_or_none(-accuracy.max[3]))
             if accuracy is not None and accuracy.first_reach is not None:
                 reach_time, reach_step = accuracy.first_reach
                 metrics.append(MetricValue(TIME_TO_ACCURACY_METRIC, reach_time - start_time, step_or_none(reach_step)))
@@ -432,7 +438,8 @@ class RunAccumulator:
             start_time=start_time, end_time=end_time,
             finalized_at=self.finalize_at(lifecycle),
             metrics=tuple(metrics), events=tuple(sorted(events, key=_event_order)),
-            tags_seen=tuple(self.tags), time_to_accuracy_missed=tta_missed, rank_metrics=tuple(rank_metrics))
+            tags_seen=tuple(self.tags), time_to_accuracy_missed=tta_missed, rank_metrics=tuple(rank_metrics),
+            accuracy_best=best[0], accuracy_best_step=best[1])
 
     def _lead_rank_tags(self, tag: str) -> Optional[TagAggregate]:
         """The tag's aggregate of rank 0, or of the lowest rank that has it."""

@@ -107,14 +107,15 @@ def extra_facts(alert: AlertRecord) -> List[str]:
 
 def lifecycle_facts(alert: AlertRecord) -> List[str]:
     """What a lifecycle alert's details say about how the run went, beyond its message: how long it ran, when
-    it was last heard from, the ranks that never finished (``core.history.run_facts``), and the failures and
-    restarts its jobs reported."""
+    it was last heard from, the best accuracy reached, the ranks that never finished (``core.history.run_facts``),
+    and the failures and restarts its jobs reported."""
     if alert.kind not in ("job_failed", "run_missing", "run_stalled"):
         return []
     details = alert.details
     started, heard, missing = details.get("started_at"), details.get("last_heard_at"), details.get("ranks_missing")
     facts = [run_lifecycle_text(_seconds(started), _seconds(heard),
-                                [r for r in missing if isinstance(r, int)] if isinstance(missing, list) else [])]
+                                [r for r in missing if isinstance(r, int)] if isinstance(missing, list) else [],
+                                details.get("best_value"))]
     run_data = details.get("run_data")
     failures = run_data.get("num_failures") if isinstance(run_data, dict) else None
     if isinstance(failures, int) and not isinstance(failures, bool) and failures > 0:

@@ -113,7 +113,8 @@ def lifecycle_text(alert: AlertRecord, job: Optional[JobRow]) -> str:
     if alert.kind not in LIFECYCLE_KINDS or job is None:
         return ""
     missing = alert.details.get("ranks_missing")
-    return run_lifecycle_text(job.start, job.end, missing if isinstance(missing, list) else ())
+    return run_lifecycle_text(job.start, job.end, missing if isinstance(missing, list) else (),
+                              alert.details.get("best_value"))
 
 
 def steps_row(alert: AlertRecord) -> str:

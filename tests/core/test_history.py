@@ -1,7 +1,9 @@
+import dataclasses
 import random
 
 import pytest
 
+from core.alert_details import run_lifecycle_text
 from core.config import MetricCollectionConfig, RegressionTestConfig, SuccessCondition, TestConfig, TimeToAccuracy
 from core.history import (
     HistoryPolicy,
@@ -225,6 +227,22 @@ def test_required_metrics_alert_whatever_the_status():
 def test_accuracy_never_reached_alerts_for_successful_runs():
     config = TestConfig(MetricCollectionConfig(time_to_accuracy=TimeToAccuracy("acc", 0.9)))
     assert kinds(check_job(JobHistory(), run("r", "success", T0, tta_missed=True), config)) == ["accuracy_not_reached"]
+
+
+def test_lifecycle_alerts_say_the_best_accuracy_the_run_reached():
+    config = TestConfig(MetricCollectionConfig(time_to_accuracy=TimeToAccuracy("acc", 0.9)),
+                        RegressionTestConfig(alert_after_second_test_failure=False))
+    best = dict(accuracy_best=0.734, accuracy_best_step=900)
+    [missed] = check_job(JobHistory(), dataclasses.replace(run("r", "success", T0, tta_missed=True), **best), config)
+    assert missed.message == "acc never reached 0.9 (best 0.734 at step 900)"
+    assert missed.details["best_value"] == {"metric": "acc", "value": 0.734, "step": 900}
+    [failed] = check_job(JobHistory(), dataclasses.replace(run("r", "failure", T0), **best), config)
+    assert failed.kind == "job_failed" and failed.details["best_value"]["value"] == 0.734
+    assert "best acc 0.734 at step 900" in run_lifecycle_text(T0 - 60, T0, (), failed.details["best_value"])
+    assert "best" not in run_lifecycle_text(T0 - 60, T0, (), {"metric": "acc", "value": "<b>"})  # user JSON
+    [plain] = check_job(JobHistory(), run("r", "failure", T0), TestConfig(
+        regression_test=RegressionTestConfig(alert_after_second_test_failure=False)))
+    assert "best_value" not in plain.details
 
 
 def test_alert_ids_are_deterministic_and_distinct():

@@ -100,6 +100,17 @@ def test_time_to_accuracy_never_reached_gives_no_value():
     assert "time_to_accuracy" not in metrics(run) and run.time_to_accuracy_missed
 
 
+def test_a_run_keeps_the_best_accuracy_it_reached_and_its_step():
+    """What a lifecycle alert says of a run that failed or never reached its accuracy: the accuracy tag's
+    highest value, the earliest step of it, whatever the order of the points."""
+    config = TestConfig(MetricCollectionConfig(time_to_accuracy=TimeToAccuracy("acc", 0.99)))
+    points = [("acc", 0.5, 1, T0 + 10), ("acc", 0.81, 3, T0 + 30), ("acc", 0.7, 4, T0 + 40), ("acc", 0.81, 5, T0 + 50)]
+    for ordered in (points, points[::-1]):
+        run = result([msg(ordered, [started(T0)])], config)
+        assert (run.accuracy_best, run.accuracy_best_step) == (0.81, 3)
+    assert result([msg(points, [started(T0)])], TestConfig()).accuracy_best is None  # no accuracy tag configured
+
+
 def test_run_without_finish_is_missing_and_ends_at_last_activity():
     run = result([msg([("a", 1.0, 1, T0 + 5)], [started(T0)])], timeout=100.0)
     assert run.status == RunStatus.MISSING and run.num_failures is None

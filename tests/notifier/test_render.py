@@ -241,9 +241,10 @@ def test_a_change_in_scales_says_what_a_scale_is():
 
 def test_a_lifecycle_alert_says_how_long_the_run_ran_when_it_was_last_heard_from_and_which_ranks_hung():
     hung = alert(kind="run_missing", status="missing", started_at=START - 7200, last_heard_at=START - 7200 + 4980,
-                 ranks_missing=[2, 3])
+                 ranks_missing=[2, 3], best_value={"metric": "Accuracy/test", "value": 71.25, "step": 900})
     email = digest(hung)
-    said = "ran 1 h 23 min from 2026-11-21 08:00 UTC; last heard from 2026-11-21 09:23 UTC; ranks 2, 3 never finished"
+    said = ("ran 1 h 23 min from 2026-11-21 08:00 UTC; last heard from 2026-11-21 09:23 UTC; best Accuracy/test "
+            "71.25 at step 900; ranks 2, 3 never finished")
     assert said in "".join(elements(email.html).text) and said in email.text
     hostile = digest(alert(kind="job_failed", status="failure", started_at="<b>", last_heard_at=True,
                            ranks_missing=["<i>", 1]))

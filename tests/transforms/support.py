@@ -1,6 +1,7 @@
 """Shared helpers for tests that run Beam pipelines (always with an explicit runner)."""
 
 import time
+import uuid
 from typing import Any, Callable, Dict, Tuple
 
 import apache_beam as beam
@@ -77,9 +78,10 @@ def _gather_into(element, key):
 
 def gather(pcoll, label: str) -> list:
     """A list that fills with ``pcoll``'s elements when the pipeline runs (in-process runners only)."""
-    # A new list each time: a pipeline of an earlier test may have had the same id (its memory reused).
-    sink = _GATHERED[f"{id(pcoll.pipeline)}/{label}"] = []
-    pcoll | f"Gather_{label}" >> beam.Map(_gather_into, f"{id(pcoll.pipeline)}/{label}")
+    # A key of its own (not the pipeline's id, which Python reuses once an earlier test's pipeline is gone).
+    key = f"{uuid.uuid4().hex}/{label}"
+    sink = _GATHERED[key] = []
+    pcoll | f"Gather_{label}" >> beam.Map(_gather_into, key)
     return sink
 
 

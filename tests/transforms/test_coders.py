@@ -94,7 +94,7 @@ def read_fixture(version: str, name: str) -> bytes:
         return f.read()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def expected(version: str) -> Dict[str, Any]:
     with open(os.path.join(FIXTURE_ROOT, version, "expected.json"), encoding="utf-8") as f:
         return json.load(f)

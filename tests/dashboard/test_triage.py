@@ -1,0 +1,120 @@
+"""Triage from the dashboard: the forms write trainguard-triage's control message to the store's triage file,
+only with their CSRF token; the alert shows the action as pending until a replay applies it, then its state."""
+
+from __future__ import annotations
+
+import html
+import re
+
+import duckdb
+import pytest
+
+from core.locations import triage_file_for
+from pipeline.triage import main as triage_main
+from tests.dashboard.conftest import client_of, replay
+from trainguard import wire
+
+CIFAR = "pt-cifar-tpu-v3-8"
+
+
+def regressed_alert(store) -> str:
+    with duckdb.connect(str(store), read_only=True) as connection:
+        return connection.execute("SELECT alert_id FROM alerts WHERE test_name = ? AND metric_name = "
+                                  "'Accuracy/test_max' AND run_id LIKE '%011'", [CIFAR]).fetchone()[0]
+
+
+def token(page: str) -> str:
+    return re.search(r'name="csrf_token" value="([0-9a-f]+)"', page).group(1)
+
+
+def file_lines(store) -> list:
+    path = triage_file_for(str(store))
+    try:
+        with open(path, "rb") as f:
+            return [wire.parse_message(line)[0] for line in f if line.strip()]
+    except FileNotFoundError:
+        return []
+
+
+@pytest.mark.parametrize("form", [{}, {"csrf_token": ""}, {"csrf_token": "0" * 64}])
+def test_a_post_without_its_csrf_token_changes_nothing(demo_client, demo_store, form):
+    alert_id = regressed_alert(demo_store)
+    demo_client.get(f"/alerts/{alert_id}")  # the browser has its cookie, but not the form's token
+    response = demo_client.post(f"/alerts/{alert_id}/triage", data={**form, "action": "dismiss", "note": "x"})
+    assert response.status_code == 403
+    assert file_lines(demo_store) == []
+
+
+def test_a_token_is_good_only_with_its_own_cookie(demo_store):
+    alert_id = regressed_alert(demo_store)
+    mine, theirs = client_of(f"--local_store={demo_store}"), client_of(f"--local_store={demo_store}")
+    their_token = token(theirs.get(f"/alerts/{alert_id}").text)
+    mine.get(f"/alerts/{alert_id}")
+    response = mine.post(f"/alerts/{alert_id}/triage", data={"csrf_token": their_token, "action": "dismiss"})
+    assert response.status_code == 403 and file_lines(demo_store) == []
+
+
+def test_dismiss_is_pending_until_a_replay_applies_it(demo_client, demo_store):
+    alert_id = regressed_alert(demo_store)
+    page = demo_client.get(f"/alerts/{alert_id}").text
+    response = demo_client.post(f"/alerts/{alert_id}/triage", follow_redirects=False,
+                                data={"csrf_token": token(page), "action": "dismiss", "note": "flaky <host> & co"})
+    assert response.status_code == 303 and response.headers["location"] == f"/alerts/{alert_id}?sent=1"
+    (message,) = file_lines(demo_store)
+    assert message.test == CIFAR
+    assert message.triage.action == "dismiss" and message.triage.alert_id == alert_id
+    assert message.triage.note == "flaky <host> & co" and message.triage.user == "tester"
+    pending = demo_client.get(f"/alerts/{alert_id}").text
+    assert "pending: dismissed" in pending and "state-open" in pending
+    assert "flaky &lt;host&gt; &amp; co" in pending
+    listed = demo_client.get("/alerts?state=open").text
+    assert "pending: dismissed" in listed
+
+    replay(demo_store, demo_store.parent / "alerts.jsonl")
+    applied = demo_client.get(f"/alerts/{alert_id}").text
+    assert "state-dismissed" in applied and 'class="pending"' not in applied
+    assert "applied" in applied and "flaky &lt;host&gt; &amp; co" in applied
+    assert alert_id in demo_client.get("/alerts?state=dismissed").text
+
+
+def test_the_form_writes_what_trainguard_triage_writes(demo_client, demo_store):
+    alert_id = regressed_alert(demo_store)
+    page = demo_client.get(f"/alerts/{alert_id}").text
+    demo_client.post(f"/alerts/{alert_id}/triage", data={"csrf_token": token(page), "action": "dismiss",
+                                                         "note": "same"})
+    assert triage_main(["dismiss", alert_id, "--note=same", "--user=tester", f"--local_store={demo_store}"]) == 0
+    ours, theirs = file_lines(demo_store)
+    assert ours.triage._replace(time=0) == theirs.triage._replace(time=0)
+
+
+def test_accept_and_mute(demo_client, demo_store):
+    alert_id = regressed_alert(demo_store)
+    page = demo_client.get(f"/alerts/{alert_id}").text
+    for form in ({"action": "accept", "note": "new baseline"}, {"action": "mute", "mute_for": "3d"}):
+        response = demo_client.post(f"/alerts/{alert_id}/triage", data={"csrf_token": token(page), **form})
+        assert response.status_code == 200  # followed to the alert's page
+    accept, mute = file_lines(demo_store)
+    assert (accept.triage.action, accept.triage.metric, accept.triage.run) == (
+        "accept", "Accuracy/test_max", f"{CIFAR}-011")
+    assert mute.triage.action == "mute" and mute.triage.until - mute.triage.time == pytest.approx(3 * 86400)
+    assert "pending: accepted" in demo_client.get(f"/alerts/{alert_id}").text
+    replay(demo_store, demo_store.parent / "alerts.jsonl")
+    assert "state-accepted" in demo_client.get(f"/alerts/{alert_id}").text
+
+
+@pytest.mark.parametrize("form", [{"action": "explode"}, {"action": "mute", "mute_for": "forever"}])
+def test_a_bad_form_is_refused(demo_client, demo_store, form):
+    alert_id = regressed_alert(demo_store)
+    page = demo_client.get(f"/alerts/{alert_id}").text
+    response = demo_client.post(f"/alerts/{alert_id}/triage", data={"csrf_token": token(page), **form})
+    assert response.status_code == 400 and file_lines(demo_store) == []
+    assert demo_client.post("/alerts/nope/triage", data={"csrf_token": token(page),
+                                                         "action": "dismiss"}).status_code == 404
+
+
+def test_the_state_filter_reads_the_stored_triage_table(small_client):
+    """The hand-built store's hostile test has one alert dismissed in its ``triage`` table."""
+    page = small_client.get("/alerts?state=dismissed").text
+    assert len(re.findall(r'class="state state-dismissed"', page)) == 1
+    assert "h0" in html.unescape(page) and "h1&lt;i&gt;" not in page
+    assert len(re.findall(r'class="state state-open"', small_client.get("/alerts?state=open").text)) == 3

@@ -55,8 +55,8 @@ def small_store(tmp_path_factory):
     return path
 
 
-def client_of(*argv: str) -> TestClient:
-    return TestClient(create_app(settings_from(parser().parse_args(list(argv)))))
+def client_of(*argv: str, base_url: str = "http://testserver") -> TestClient:
+    return TestClient(create_app(settings_from(parser().parse_args(list(argv)))), base_url=base_url)
 
 
 @pytest.fixture

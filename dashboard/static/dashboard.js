@@ -24,18 +24,24 @@
        points: {show: true, size: 4}},
       {label: "lower bound", stroke: "rgba(90,150,90,0.9)", width: 1, dash: [4, 3], value: (u, v) => num(v)},
       {label: "upper bound", stroke: "rgba(90,150,90,0.9)", width: 1, dash: [4, 3], value: (u, v) => num(v)},
-      Object.assign(dots("#c0262d", 9, "#c0262d"), {label: "out of bounds", value: (u, v) => num(v)}),
-      Object.assign(dots("#7a4fb0", 11, "rgba(255,255,255,0.9)"), {label: "triaged", value: (u, v) => num(v)}),
-      Object.assign(dots("#111", 14, "rgba(255,200,0,0.8)"), {label: "this run", value: (u, v) => num(v)}),
     ];
-    const data = [spec.xs, spec.value, spec.lower, spec.upper, spec.out, spec.triaged, spec.current];
+    const data = [spec.xs, spec.value, spec.lower, spec.upper];
+    const marks = [
+      ["out", Object.assign(dots("#c0262d", 9, "#c0262d"), {label: "out of bounds", value: (u, v) => num(v)})],
+      ["triaged", Object.assign(dots("#7a4fb0", 11, "rgba(255,255,255,0.9)"), {label: "triaged", value: (u, v) => num(v)})],
+      ["current", Object.assign(dots("#111", 14, "rgba(255,200,0,0.8)"), {label: "this run", value: (u, v) => num(v)})],
+    ];
+    for (const [key, s] of marks) {
+      if (spec[key].some(v => v != null)) { series.push(s); data.push(spec[key]); }
+    }
     const width = () => Math.max(280, box.clientWidth);
     const opts = {
       width: width(), height: 300, series: series,
       bands: [{series: [3, 2], fill: "rgba(90,170,90,0.15)"}],
       scales: {x: {time: time}},
+      tzDate: ts => uPlot.tzDate(new Date(ts * 1000), "Etc/UTC"),
       axes: [
-        {label: spec.xlabel, values: time ? (u, vals) => vals.map(v => utc(v).slice(0, 10)) : undefined},
+        {label: spec.xlabel, space: 90},
         {label: spec.ylabel, size: 70, values: (u, vals) => vals.map(num)},
       ],
       cursor: {drag: {x: true, y: false}},

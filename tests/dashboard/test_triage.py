@@ -118,3 +118,24 @@ def test_the_state_filter_reads_the_stored_triage_table(small_client):
     assert len(re.findall(r'class="state state-dismissed"', page)) == 1
     assert "h0" in html.unescape(page) and "h1&lt;i&gt;" not in page
     assert len(re.findall(r'class="state state-open"', small_client.get("/alerts?state=open").text)) == 3
+
+
+def test_with_topic_actions_are_published_and_pending_until_the_store_has_them(demo_store, pubsub_server):
+    from google.cloud import pubsub_v1
+
+    topic = pubsub_server.topic_path("metrics")
+    pubsub_v1.PublisherClient().create_topic(name=topic)
+    subscriber = pubsub_v1.SubscriberClient()
+    subscription = pubsub_server.subscription_path("pipeline")
+    subscriber.create_subscription(name=subscription, topic=topic)
+    client = client_of(f"--local_store={demo_store}", f"--topic={topic}", "--user=pat")
+    alert_id = regressed_alert(demo_store)
+    page = client.get(f"/alerts/{alert_id}").text
+    response = client.post(f"/alerts/{alert_id}/triage", data={"csrf_token": token(page), "action": "dismiss",
+                                                               "note": "via topic"})
+    assert response.status_code == 200 and "pending: dismissed" in response.text
+    [received] = subscriber.pull(subscription=subscription, max_messages=5, timeout=10).received_messages
+    message, rejections = wire.parse_message(received.message.data)
+    assert rejections == [] and message.triage.alert_id == alert_id and message.triage.user == "pat"
+    assert dict(received.message.attributes)["id"] == message.id
+    assert file_lines(demo_store) == []  # nothing went to the local triage file

@@ -22,6 +22,7 @@ from report.data import run_curves, run_windows
 PER_PAGE = 50
 STATE_BATCH = 500         # alerts read at a time when filtering by triage state
 STATE_SCAN_LIMIT = 20_000  # at most this many of the newest alerts are scanned for a state filter
+TEST_CHART_RUNS = 200     # runs on each chart of a test page (an alert's chart shows queries.HISTORY_LIMIT)
 HOW_COMPUTED = ("threshold", "comparison", "centre", "scale", "multiplier", "stddevs_from_mean", "history_size",
                 "change_pct", "change_in_scales", "step", "history_segment", "window")
 
@@ -137,7 +138,7 @@ def status_grid(runs: List[queries.Job]) -> List[Tuple[str, Dict[str, int]]]:
 
 def test_detail(reader: Reader, name: str, page: int) -> Optional[TestDetail]:
     """A chart per checked metric over the test's latest runs, the status grid of its last 30 days, its runs."""
-    latest = queries.runs_of_test(reader, name, 0, queries.HISTORY_LIMIT)
+    latest = queries.runs_of_test(reader, name, 0, TEST_CHART_RUNS)
     if not latest:
         return None
     recent = [j for j in latest if j.row.end >= latest[0].row.end - queries.GRID_DAYS * 86400]

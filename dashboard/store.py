@@ -4,9 +4,10 @@ A :class:`Reader` runs one SQL text with *bound* parameters (``$name`` in the te
 user typed is ever spliced into SQL. The dialect (``sinks.seed.SqlDialect``) spells table names, identifiers and
 epoch seconds, as the report's and the triage tool's queries do.
 
-The DuckDB file is opened read-only for one request and closed at its end, so a replay that writes the store
-waits at most that long for DuckDB's file lock (``sinks.duckdb_store.connect_waiting`` waits 30 s); while a
-replay holds the lock, a request waits ``BUSY_PATIENCE_SECONDS`` and then answers 503.
+The DuckDB file is opened read-only, shared by concurrent requests and closed within about a second
+(:class:`SharedConnection`), so a replay that writes the store gets DuckDB's file lock within its patience
+(``sinks.duckdb_store.connect_waiting`` waits 30 s); while a replay holds the lock, a request waits
+``BUSY_PATIENCE_SECONDS`` and then answers 503.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import math
 import os
 import re
+import threading
 import time
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
@@ -44,8 +47,107 @@ class Reader:
         return self.run(sql, params or {})
 
 
+class SharedConnection:
+    """One read-only DuckDB connection shared by concurrent requests (a cursor each), so that a request does not
+    pay for opening the file (20-80 ms); it is never held long enough to keep a writer out.
+
+    It is closed once no request has used it for ``linger`` seconds, and once it has been open ``hold`` seconds
+    (when its last request ends); after a close it stays closed ``gap`` seconds, longer than a writer's retry
+    interval (``sinks.duckdb_store.connect_waiting`` tries every 0.1 s), so a replay waiting for the file gets it.
+    While a writer holds the file, opening waits up to ``BUSY_PATIENCE_SECONDS``, then :class:`StoreBusy`.
+    """
+
+    def __init__(self, path: str, hold: float = 1.0, gap: float = 0.25, linger: float = 0.2):
+        self.path, self.hold, self.gap, self.linger = path, hold, gap, linger
+        self._ready = threading.Condition()
+        self._connection: Any = None
+        self._users = 0
+        self._opened = 0.0
+        self._last_used = 0.0
+        self._closed_at = -math.inf
+        self._timer: Optional[threading.Timer] = None
+
+    def _expired(self, now: float) -> bool:
+        return now - self._opened >= self.hold
+
+    def _open(self) -> Any:
+        import duckdb
+
+        deadline = time.monotonic() + BUSY_PATIENCE_SECONDS
+        while True:
+            try:
+                connection = duckdb.connect(self.path, read_only=True)
+                connection.execute("SET TimeZone = 'UTC'")
+                return connection
+            except duckdb.IOException as e:
+                if "lock" not in str(e).lower():
+                    raise
+                if time.monotonic() >= deadline:
+                    raise StoreBusy(f"{self.path} is being written (a replay holds it); try again shortly") from None
+                time.sleep(0.05)
+
+    def _close(self) -> None:
+        """With the condition held and no user: closes the connection and starts the gap."""
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+            self._closed_at = time.monotonic()
+            self._ready.notify_all()
+
+    def acquire(self) -> Any:
+        """A cursor of the shared connection (opened if needed); give it back with :meth:`release`."""
+        with self._ready:
+            while True:
+                now = time.monotonic()
+                if self._connection is not None and not self._expired(now):
+                    self._users += 1
+                    return self._connection.cursor()
+                if self._connection is not None:  # expired: wait for its users to finish, then it closes
+                    self._ready.wait(0.05)
+                    continue
+                if now - self._closed_at < self.gap:
+                    self._ready.wait(self.gap - (now - self._closed_at))
+                    continue
+                self._connection = self._open()
+                self._opened = time.monotonic()
+                self._users += 1
+                return self._connection.cursor()
+
+    def release(self, cursor: Any) -> None:
+        cursor.close()
+        with self._ready:
+            self._users -= 1
+            self._last_used = time.monotonic()
+            if self._users == 0:
+                if self._expired(self._last_used):
+                    self._close()
+                elif self._timer is None:
+                    self._timer = threading.Timer(self.linger, self._idle_check)
+                    self._timer.daemon = True
+                    self._timer.start()
+
+    def _idle_check(self) -> None:
+        with self._ready:
+            self._timer = None
+            if self._connection is None or self._users:
+                return
+            idle = time.monotonic() - self._last_used
+            if idle >= self.linger or self._expired(time.monotonic()):
+                self._close()
+            else:
+                self._timer = threading.Timer(self.linger - idle, self._idle_check)
+                self._timer.daemon = True
+                self._timer.start()
+
+    def close(self) -> None:
+        with self._ready:
+            if self._users == 0:
+                self._close()
+
+
 class DuckDBSource:
-    """A local store file; :meth:`reader` opens it read-only for the length of a ``with`` block."""
+    """A local store file, read through a :class:`SharedConnection`; :meth:`reader` lends a cursor for the length
+    of a ``with`` block (one request)."""
 
     def __init__(self, path: str):
         if not os.path.isfile(path):
@@ -54,32 +156,18 @@ class DuckDBSource:
         self.path = path
         self.label = path
         self.local_store: Optional[str] = path
+        self.connection = SharedConnection(path)
 
     @contextlib.contextmanager
     def reader(self) -> Iterator[Reader]:
-        import duckdb
-
-        deadline = time.monotonic() + BUSY_PATIENCE_SECONDS
-        while True:
-            try:
-                connection = duckdb.connect(self.path, read_only=True)
-                break
-            except duckdb.IOException as e:
-                if "lock" not in str(e).lower():
-                    raise
-                if time.monotonic() >= deadline:
-                    raise StoreBusy(f"{self.path} is being written (a replay holds it); try again shortly") from None
-                time.sleep(0.05)
+        cursor = self.connection.acquire()
         try:
-            connection.execute("SET TimeZone = 'UTC'")
-
             def run(sql: str, params: Mapping[str, Any]) -> Rows:
-                return connection.execute(sql, dict(params)).fetchall() if params else connection.execute(
-                    sql).fetchall()
+                return cursor.execute(sql, dict(params)).fetchall() if params else cursor.execute(sql).fetchall()
 
             yield Reader(run, DUCKDB_SQL, lambda p: f"to_timestamp({p})")
         finally:
-            connection.close()
+            self.connection.release(cursor)
 
 
 def _bigquery_parameter(name: str, value: Any):

@@ -23,8 +23,13 @@ with warnings.catch_warnings():
     from starlette.testclient import TestClient
 
 
-def replay(store, alerts) -> None:
-    """The demo input into ``store``, as ``python -m pipeline`` replays it (applying the store's triage file)."""
+def replay(store, alerts, *clients) -> None:
+    """The demo input into ``store``, as ``python -m pipeline`` replays it (applying the store's triage file).
+
+    The replay runs in this process, where DuckDB refuses a read-write connection beside an open read-only one
+    (another process, as a real replay is, waits for the file instead): the ``clients``' apps let go of it first."""
+    for client in clients:
+        client.app.state.settings.source.connection.close()
     assert pipeline_main([f"--input_files={DEMO_INPUT}", f"--local_store={store}", "--report_dir=",
                           f"--alerts_file={alerts}"]) == 0
 

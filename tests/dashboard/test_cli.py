@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import urllib.request
 
 from dashboard.cli import DEFAULT_HOST, DEFAULT_PORT, main
@@ -47,9 +48,11 @@ def test_python_m_dashboard_serves_on_loopback(demo_store):
             assert response.status == 200
 
 
-HOLD = "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('holding', flush=True); time.sleep(60)"
+HOLD = ("import sys, time; from sinks.duckdb_store import connect_waiting; c = connect_waiting(sys.argv[1]); "
+        "print('holding', flush=True); time.sleep(60)")
+# A writer as the replay opens the store: waiting for readers within its patience (30 s).
 WRITE = ("import sys; from sinks.duckdb_store import connect_waiting; "
-         "c = connect_waiting(sys.argv[1], patience=0.5); c.execute('CHECKPOINT'); c.close(); print('wrote')")
+         "c = connect_waiting(sys.argv[1]); c.execute('CHECKPOINT'); c.close(); print('wrote')")
 
 
 def test_the_store_is_read_only_and_a_writer_is_never_held_up(demo_store):
@@ -57,7 +60,7 @@ def test_the_store_is_read_only_and_a_writer_is_never_held_up(demo_store):
     before = os.path.getmtime(demo_store), os.path.getsize(demo_store)
     assert client.get("/alerts").status_code == 200
     env = {**os.environ, "PYTHONPATH": REPO_ROOT}
-    # Right after a request, a writer (another process, as a replay is) gets the file at once.
+    # Right after a request, a writer (another process, as a replay is) gets the file.
     writer = subprocess.run([sys.executable, "-c", WRITE, str(demo_store)], env=env, capture_output=True, text=True,
                             timeout=60)
     assert writer.returncode == 0 and "wrote" in writer.stdout, writer.stderr
@@ -73,6 +76,31 @@ def test_the_store_is_read_only_and_a_writer_is_never_held_up(demo_store):
         holder.kill()
         holder.wait()
     assert client.get("/alerts").status_code == 200
+
+
+def test_a_writer_gets_the_store_while_the_dashboard_is_busy(demo_store):
+    """Requests without a pause share one connection, which is let go of within a second for a waiting writer."""
+    client = client_of(f"--local_store={demo_store}")
+    stop = threading.Event()
+    statuses = []
+
+    def hammer():
+        while not stop.is_set():
+            statuses.append(client.get("/alerts").status_code)
+
+    threads = [threading.Thread(target=hammer) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    try:
+        env = {**os.environ, "PYTHONPATH": REPO_ROOT}
+        writer = subprocess.run([sys.executable, "-c", WRITE, str(demo_store)], env=env, capture_output=True,
+                                text=True, timeout=120)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    assert writer.returncode == 0 and "wrote" in writer.stdout, writer.stderr
+    assert statuses and set(statuses) <= {200, 503}
 
 
 def test_the_dashboard_never_writes_the_store(demo_store):

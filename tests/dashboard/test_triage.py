@@ -70,7 +70,7 @@ def test_dismiss_is_pending_until_a_replay_applies_it(demo_client, demo_store):
     listed = demo_client.get("/alerts?state=open").text
     assert "pending: dismissed" in listed
 
-    replay(demo_store, demo_store.parent / "alerts.jsonl")
+    replay(demo_store, demo_store.parent / "alerts.jsonl", demo_client)
     applied = demo_client.get(f"/alerts/{alert_id}").text
     assert "state-dismissed" in applied and 'class="pending"' not in applied
     assert "applied" in applied and "flaky &lt;host&gt; &amp; co" in applied
@@ -98,7 +98,7 @@ def test_accept_and_mute(demo_client, demo_store):
         "accept", "Accuracy/test_max", f"{CIFAR}-011")
     assert mute.triage.action == "mute" and mute.triage.until - mute.triage.time == pytest.approx(3 * 86400)
     assert "pending: accepted" in demo_client.get(f"/alerts/{alert_id}").text
-    replay(demo_store, demo_store.parent / "alerts.jsonl")
+    replay(demo_store, demo_store.parent / "alerts.jsonl", demo_client)
     assert "state-accepted" in demo_client.get(f"/alerts/{alert_id}").text
 
 

@@ -23,6 +23,7 @@ import time
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from sinks.seed import SqlDialect
+from sinks.store_lock import lock_path
 from sinks.stores import DUCKDB_SQL, TOOL_TIMEOUT_SECONDS, bigquery_client, bigquery_dialect
 
 BUSY_PATIENCE_SECONDS = 2.0
@@ -47,18 +48,53 @@ class Reader:
         return self.run(sql, params or {})
 
 
+def writer_running(store: str) -> bool:
+    """Whether a process holds the store's write lock (``sinks.store_lock``: a replay is running), read from
+    ``/proc/locks`` without taking the lock (taking it, even shared, would make a starting replay stop);
+    True when that cannot be told."""
+    try:
+        status = os.stat(lock_path(store))
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            locks = f.read()
+    except OSError:
+        return True
+    key = f" {os.major(status.st_dev):02x}:{os.minor(status.st_dev):02x}:{status.st_ino} "
+    return any(key in line for line in locks.splitlines() if "FLOCK" in line)
+
+
+class WriterWatch:
+    """:func:`writer_running`, asked at most every ``every`` seconds."""
+
+    def __init__(self, store: str, every: float = 0.1):
+        self.store, self.every = store, every
+        self._checked, self._running = -math.inf, False
+
+    def running(self, now: float) -> bool:
+        if now - self._checked >= self.every:
+            self._running, self._checked = writer_running(self.store), now
+        return self._running
+
+
 class SharedConnection:
     """One read-only DuckDB connection shared by concurrent requests (a cursor each), so that a request does not
-    pay for opening the file (20-80 ms); it is never held long enough to keep a writer out.
+    pay for opening the file (20-80 ms), and a writer is never kept out for long.
 
-    It is closed once no request has used it for ``linger`` seconds, and once it has been open ``hold`` seconds
-    (when its last request ends); after a close it stays closed ``gap`` seconds, longer than a writer's retry
-    interval (``sinks.duckdb_store.connect_waiting`` tries every 0.1 s), so a replay waiting for the file gets it.
-    While a writer holds the file, opening waits up to ``BUSY_PATIENCE_SECONDS``, then :class:`StoreBusy`.
+    It is closed once no request has used it for ``linger`` seconds. While a replay runs (it holds the store's
+    write lock, ``sinks.store_lock``, for its whole invocation: :func:`writer_running`) it is also closed once it
+    has been open ``hold`` seconds, when its last request ends, and then stays closed ``gap`` seconds, longer than
+    a writer's retry interval (``sinks.duckdb_store.connect_waiting`` tries every 0.1 s), so the replay gets the
+    file when it wants it. While a writer has the file, opening waits up to ``BUSY_PATIENCE_SECONDS``, then
+    :class:`StoreBusy`.
     """
 
-    def __init__(self, path: str, hold: float = 1.0, gap: float = 0.25, linger: float = 0.2):
+    def __init__(self, path: str, hold: float = 1.0, gap: float = 0.25, linger: float = 1.0):
         self.path, self.hold, self.gap, self.linger = path, hold, gap, linger
+        self._writer = WriterWatch(path)
         self._ready = threading.Condition()
         self._connection: Any = None
         self._users = 0
@@ -68,7 +104,7 @@ class SharedConnection:
         self._timer: Optional[threading.Timer] = None
 
     def _expired(self, now: float) -> bool:
-        return now - self._opened >= self.hold
+        return now - self._opened >= self.hold and self._writer.running(now)
 
     def _open(self) -> Any:
         import duckdb

@@ -48,10 +48,13 @@ def test_python_m_dashboard_serves_on_loopback(demo_store):
             assert response.status == 200
 
 
-HOLD = ("import sys, time; from sinks.duckdb_store import connect_waiting; c = connect_waiting(sys.argv[1]); "
+HOLD = ("import sys, time; from sinks.duckdb_store import connect_waiting; from sinks.store_lock import StoreLock; "
+        "lock = StoreLock(sys.argv[1]).acquire(); c = connect_waiting(sys.argv[1]); "
         "print('holding', flush=True); time.sleep(60)")
-# A writer as the replay opens the store: waiting for readers within its patience (30 s).
-WRITE = ("import sys; from sinks.duckdb_store import connect_waiting; "
+# A writer as a replay is one: it takes the store's write lock, then opens the file, waiting for readers within its
+# patience (30 s).
+WRITE = ("import sys; from sinks.duckdb_store import connect_waiting; from sinks.store_lock import StoreLock; "
+         "lock = StoreLock(sys.argv[1]).acquire(); "
          "c = connect_waiting(sys.argv[1]); c.execute('CHECKPOINT'); c.close(); print('wrote')")
 
 
@@ -79,7 +82,7 @@ def test_the_store_is_read_only_and_a_writer_is_never_held_up(demo_store):
 
 
 def test_a_writer_gets_the_store_while_the_dashboard_is_busy(demo_store):
-    """Requests without a pause share one connection, which is let go of within a second for a waiting writer."""
+    """Requests without a pause share one connection which, while a replay runs, is let go of every second."""
     client = client_of(f"--local_store={demo_store}")
     stop = threading.Event()
     statuses = []
@@ -115,3 +118,18 @@ def test_unknown_routes_are_404(demo_store):
     client = client_of(f"--local_store={demo_store}")
     assert client.get("/admin").status_code == 404
     assert client.post("/alerts").status_code == 405
+
+
+def test_a_running_replay_is_seen_without_taking_its_lock(tmp_path):
+    from dashboard.store import writer_running
+    from sinks.store_lock import StoreLock
+
+    store = str(tmp_path / "s.duckdb")
+    assert not writer_running(store)  # no lock file yet
+    with StoreLock(store):
+        assert writer_running(store)
+        with StoreLock(str(tmp_path / "other.duckdb")):
+            assert writer_running(store)
+    assert not writer_running(store)
+    with StoreLock(store):  # the check never held the lock: a replay still takes it at once
+        pass

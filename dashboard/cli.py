@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import json
 import os
 import sys
 from typing import List, Optional
@@ -22,6 +23,7 @@ from sinks.stores import add_store_options, environment_note, from_environment
 from trainguard.cli import DASHES_NOTE, USAGE_ERROR, StrictArgumentParser, cloud_failure, fail
 
 PROG = "trainguard-dashboard"
+ARGV_ENV = "TRAINGUARD_DASHBOARD_ARGV"  # the options, for --workers processes
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8050
 
@@ -43,6 +45,8 @@ def parser() -> argparse.ArgumentParser:
     serve = p.add_argument_group("serving")
     serve.add_argument("--host", default=DEFAULT_HOST, help="address to listen on (loopback: this machine only)")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="port to listen on")
+    serve.add_argument("--workers", type=int, default=1,
+                       help="processes serving requests (each with its own read-only connection)")
     serve.add_argument("--iap_audience", default=None,
                        help="refuse requests without a valid Identity-Aware Proxy assertion for this audience "
                             "(/projects/NUMBER/global/backendServices/ID or /projects/NUMBER/apps/PROJECT)")
@@ -80,6 +84,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser().parse_args(argv)
     if not 0 < args.port < 65536:
         return fail(PROG, f"--port={args.port} is not a port", USAGE_ERROR)
+    if args.workers < 1:
+        return fail(PROG, f"--workers={args.workers}: at least 1", USAGE_ERROR)
     try:
         settings = settings_from(args)
     except FileNotFoundError as e:
@@ -92,8 +98,20 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     print(f"{PROG}: serving {settings.source.label} on http://{args.host}:{args.port}/ (Ctrl-C stops it)",
           file=sys.stderr, flush=True)
-    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="warning", proxy_headers=False)
+    if args.workers > 1:  # each worker process builds its app from the same options
+        os.environ[ARGV_ENV] = json.dumps(list(sys.argv[1:] if argv is None else argv))
+        uvicorn.run("dashboard.cli:app_from_environment", factory=True, workers=args.workers, host=args.host,
+                    port=args.port, log_level="warning", proxy_headers=False)
+    else:
+        uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="warning", proxy_headers=False)
     return 0
+
+
+def app_from_environment():
+    """The app of a worker process (``--workers``): built from the options the command was given."""
+    from dashboard.app import create_app
+
+    return create_app(settings_from(parser().parse_args(json.loads(os.environ[ARGV_ENV]))))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-ABOVE_CORE = ("pipeline", "transforms", "sinks", "notifier", "report", "apache_beam", "tests", "bench", "scripts")
+ABOVE_CORE = ("pipeline", "transforms", "sinks", "notifier", "report", "dashboard", "apache_beam", "tests", "bench", "scripts")
 TRAINER_MODULES_CORE_MAY_USE = ("trainguard.wire", "trainguard.stats_math")
 # What each layer may import of the project's own packages (the standard library and third parties aside).
 ALLOWED = {
@@ -46,7 +46,8 @@ def test_core_imports_only_the_standard_library_itself_and_the_wire_contract(pat
 
 @pytest.mark.parametrize("layer", sorted(ALLOWED))
 def test_beam_layers_import_only_core_and_their_own_package(layer):
-    project = {"core", "transforms", "sinks", "pipeline", "notifier", "report", "trainguard", "scripts", "tests"}
+    project = {"core", "transforms", "sinks", "pipeline", "notifier", "report", "dashboard", "trainguard", "scripts",
+               "tests"}
     for path in python_files(layer):
         for module in imported_modules(path):
             top = module.split(".")[0]
@@ -60,4 +61,17 @@ def test_importing_every_core_module_loads_no_beam():
             + "heavy = ('apache_beam', 'duckdb', 'grpc', 'pyarrow', 'numpy')\n"
             + "bad = sorted(m for m in sys.modules if m.split('.')[0] in heavy)\n"
             + "assert not bad, bad\n")
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
+
+
+def test_the_dashboard_reads_through_core_sinks_and_report_and_writes_triage_as_the_cli_does():
+    allowed = {"core", "sinks", "report", "dashboard", "trainguard", "pipeline.triage"}
+    for path in python_files("dashboard"):
+        for module in imported_modules(path):
+            top = module.split(".")[0]
+            if top in {"core", "transforms", "sinks", "pipeline", "notifier", "report", "scripts", "tests"}:
+                assert top in allowed or module in allowed, f"{path.relative_to(REPO)} imports {module}"
+    code = ("import sys, dashboard.app, dashboard.cli\n"
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('apache_beam', 'matplotlib'))\n"
+            "assert not bad, bad\n")
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)

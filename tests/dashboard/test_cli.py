@@ -133,3 +133,10 @@ def test_a_running_replay_is_seen_without_taking_its_lock(tmp_path):
     assert not writer_running(store)
     with StoreLock(store):  # the check never held the lock: a replay still takes it at once
         pass
+
+
+def test_workers_serve_the_same_pages(demo_store):
+    with served(f"--local_store={demo_store}", "--workers=2") as base:
+        for _ in range(4):
+            with urllib.request.urlopen(f"{base}/alerts", timeout=30) as response:
+                assert response.status == 200 and "pt-cifar-tpu-v3-8" in response.read().decode()

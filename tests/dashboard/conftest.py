@@ -23,15 +23,18 @@ with warnings.catch_warnings():
     from starlette.testclient import TestClient
 
 
-def replay(store, alerts, *clients) -> None:
+def replay(store, alerts, *clients_or_options) -> None:
     """The demo input into ``store``, as ``python -m pipeline`` replays it (applying the store's triage file).
 
     The replay runs in this process, where DuckDB refuses a read-write connection beside an open read-only one
-    (another process, as a real replay is, waits for the file instead): the ``clients``' apps let go of it first."""
-    for client in clients:
-        client.app.state.settings.source.connection.close()
+    (another process, as a real replay is, waits for the file instead): the apps of the test clients given let
+    go of it first. Strings given are more options of the pipeline."""
+    options = [o for o in clients_or_options if isinstance(o, str)]  # more options of the pipeline
+    for client in clients_or_options:
+        if not isinstance(client, str):
+            client.app.state.settings.source.connection.close()
     assert pipeline_main([f"--input_files={DEMO_INPUT}", f"--local_store={store}", "--report_dir=",
-                          f"--alerts_file={alerts}"]) == 0
+                          f"--alerts_file={alerts}", *options]) == 0
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
 import urllib.parse
 
@@ -16,6 +17,7 @@ from dashboard import pages
 from sinks.duckdb_store import DuckDBStore
 from tests.dashboard.conftest import client_of
 from tests.report.test_report import HOSTILE, HOSTILE_METRIC, alert_row, job_row
+from tests.support import REPO_ROOT
 
 CIFAR = "pt-cifar-tpu-v3-8"
 
@@ -190,3 +192,27 @@ def test_the_charting_library_is_served_by_the_dashboard(demo_client):
 @pytest.mark.parametrize("path", ["/static/../app.py", "/static/%2e%2e/app.py"])
 def test_static_files_stay_in_their_directory(demo_client, path):
     assert demo_client.get(path).status_code == 404
+
+
+def test_report_url_pattern_links_alerts_and_e_mails_to_the_dashboard(tmp_path):
+    """``report_url_pattern`` set to the dashboard's run page: each alert's ``details.report_url`` (which the e-mail
+    links) opens that run's page, which links the alert's own page."""
+    import shutil
+
+    from tests.dashboard.conftest import replay
+
+    configs = tmp_path / "configs"
+    shutil.copytree(os.path.join(REPO_ROOT, "configs"), configs)
+    path = configs / f"{CIFAR}.json"
+    config = json.loads(path.read_text())
+    config["regression_test_config"]["report_url_pattern"] = "https://dash.example/run?test={test}&run={run}"
+    path.write_text(json.dumps(config))
+    store = tmp_path / "trainguard.duckdb"
+    replay(store, tmp_path / "alerts.jsonl", f"--config_dir={configs}")
+    client = client_of(f"--local_store={store}")
+    linked = rows(store, "SELECT alert_id, details FROM alerts WHERE test_name = ?", CIFAR)
+    assert linked
+    for alert_id, details in linked:
+        url = urllib.parse.urlsplit(json.loads(details)["report_url"])
+        page = client.get(f"{url.path}?{url.query}")
+        assert page.status_code == 200 and f"/alerts/{alert_id}" in page.text

@@ -23,6 +23,7 @@ from starlette.responses import HTMLResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from core.config import ConfigSet
 from dashboard import charts, pages, queries
 from dashboard.security import CSRF_COOKIE, CSRF_FIELD, Csrf, IapError, IapVerifier
 from dashboard.store import StoreBusy
@@ -47,6 +48,7 @@ class Settings:
     source: Any                 # DuckDBSource or BigQuerySource
     sink: ActionSink
     user: str = ""              # who local actions are from (without IAP)
+    configs: Optional[ConfigSet] = None  # the pipeline's configs: the live window checks a run's curves replay
     iap: Optional[IapVerifier] = None
     csrf: Csrf = dataclasses.field(default_factory=Csrf)
 
@@ -118,7 +120,7 @@ def create_app(settings: Settings) -> Starlette:
     def alert_page(request: Request) -> Response:
         alert_id = request.path_params["alert_id"]
         with settings.source.reader() as reader:
-            view = pages.alert_detail(reader, alert_id, settings.sink)
+            view = pages.alert_detail(reader, alert_id, settings.sink, settings.configs)
         if view is None:
             return problem(request, 404, f"no alert {alert_id!r}")
         message = request.query_params.get("sent")
@@ -168,7 +170,7 @@ def create_app(settings: Settings) -> Starlette:
     def run_page(request: Request) -> Response:
         test, run = request.query_params.get("test", ""), request.query_params.get("run", "")
         with settings.source.reader() as reader:
-            view = pages.run_detail(reader, test, run, settings.sink)
+            view = pages.run_detail(reader, test, run, settings.sink, settings.configs)
         if view is None:
             return problem(request, 404, f"no run {run!r} of test {test!r}")
         return render(request, "run.html", page=view)

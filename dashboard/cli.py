@@ -18,6 +18,8 @@ import os
 import sys
 from typing import List, Optional
 
+from core import locations
+from core.config import load_config_dir
 from core.locations import triage_file_for
 from sinks.stores import add_store_options, environment_note, from_environment
 from trainguard.cli import DASHES_NOTE, USAGE_ERROR, StrictArgumentParser, cloud_failure, fail
@@ -34,6 +36,10 @@ def parser() -> argparse.ArgumentParser:
                                          "letters, with interactive charts and one-click triage.")
     source = p.add_argument_group("source (a DuckDB store, or a BigQuery dataset when --bigquery_dataset is set)")
     add_store_options(source)
+    source.add_argument("--config_dir", default=locations.CONFIG_DIR,
+                        help="directory of the per-test JSON configs the pipeline runs with: the live window checks "
+                             "whose bounds a run's curves are drawn against (none there: only the bounds alerts "
+                             "stored)")
     triage = p.add_argument_group("where triage actions go")
     triage.add_argument("--triage_file", default=None,
                         help="local JSONL file of triage actions (default: the store's own, beside --local_store)")
@@ -70,7 +76,8 @@ def settings_from(args: argparse.Namespace):
         sink = ActionSink(topic=args.topic) if args.topic else ActionSink(
             path=args.triage_file or triage_file_for(args.local_store))
     iap = IapVerifier(args.iap_audience, args.iap_certs_url or IAP_CERTS_URL) if args.iap_audience else None
-    return Settings(source, sink, user=args.user if args.user is not None else _login(), iap=iap)
+    configs = load_config_dir(args.config_dir) if os.path.isdir(args.config_dir) else None
+    return Settings(source, sink, user=args.user if args.user is not None else _login(), iap=iap, configs=configs)
 
 
 def _login() -> str:
@@ -88,7 +95,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return fail(PROG, f"--workers={args.workers}: at least 1", USAGE_ERROR)
     try:
         settings = settings_from(args)
-    except FileNotFoundError as e:
+    except (FileNotFoundError, ValueError) as e:  # a missing store; a config that does not load (ConfigError)
         return fail(PROG, str(e))
     except Exception as e:  # noqa: BLE001 - a cloud failure: one line, not a traceback
         return fail(PROG, cloud_failure(e) or f"{type(e).__name__}: {e}")

@@ -12,12 +12,13 @@ import json
 from typing import Any, Dict, List, Optional, Tuple
 
 from core.alert_record import AlertRecord
+from core.config import ConfigSet
 from core.triage import TriageItem
 from core.vocabulary import AlertState
 from dashboard import charts, queries
 from dashboard.store import Reader
 from dashboard.triage import ActionSink, AlertView, alert_views, triage_history
-from report.data import run_curves, run_windows
+from report.data import run_curves, run_windows, tag_checks
 
 PER_PAGE = 50
 STATE_BATCH = 500         # alerts read at a time when filtering by triage state
@@ -90,22 +91,35 @@ def triaged_runs(actions: List[Tuple[TriageItem, bool]], metric: Optional[str]) 
     return {a.run for a, _ in actions if a.run and a.action in ("dismiss", "accept") and a.metric == metric}
 
 
-def curves_of_run(reader: Reader, test: str, run: str, job: Optional[queries.Job],
-                  alerts: List[AlertRecord]) -> List[Dict[str, Any]]:
-    """The run's window curves as chart specs (none when the run has no windows)."""
+def curves_of_run(reader: Reader, test: str, run: str, job: Optional[queries.Job], alerts: List[AlertRecord],
+                  configs: Optional[ConfigSet] = None) -> List[Dict[str, Any]]:
+    """The run's window curves as chart specs (none when the run has no windows), each against the bounds of its
+    live check: the alert's stored bound where a window alerted; with ``configs`` (the pipeline's), elsewhere the
+    bound the check had, replayed as the report does (``report.data.tag_checks``) over the test's latest
+    ``queries.WINDOW_HISTORY_RUNS`` runs up to this one, with the triage actions applied."""
     windows = queries.windows_of_run(reader, test, run)
     if not windows:
         return []
     jobs = {run: job.row} if job else {}
+    config = configs.for_test(test) if configs is not None else None
+    if config is not None and job is not None and any(t in config.windows.tags for t in {w.tag for w in windows}):
+        earlier = queries.runs_of_test(reader, test, 0, queries.WINDOW_HISTORY_RUNS, until=job.row.end)
+        jobs.update({j.row.run: j.row for j in earlier})
+        windows = queries.windows_of_runs(reader, test, sorted(jobs))
     runs = run_windows(windows, jobs)
+    position = next(i for i, r in enumerate(runs) if r.run == run)
+    actions = queries.triage_actions(reader, [test]) if config is not None else []
     specs = []
-    for key in sorted(runs[0].windows):
-        for curve in run_curves(runs, 0, key, alerts, None):
-            specs.append(charts.curve_chart(curve))
+    for key in sorted(runs[position].windows):
+        checks = tag_checks(config, key, runs, actions) if config is not None else None
+        for curve in run_curves(runs, position, key, alerts, checks):
+            unit = config.metric_collection.unit_for(curve.tag) if config is not None else None
+            specs.append(charts.curve_chart(dataclasses.replace(curve, unit=unit)))
     return specs
 
 
-def alert_detail(reader: Reader, alert_id: str, sink: ActionSink) -> Optional[AlertDetail]:
+def alert_detail(reader: Reader, alert_id: str, sink: ActionSink,
+                 configs: Optional[ConfigSet] = None) -> Optional[AlertDetail]:
     alert = queries.alert_by_id(reader, alert_id)
     if alert is None:
         return None
@@ -120,7 +134,7 @@ def alert_detail(reader: Reader, alert_id: str, sink: ActionSink) -> Optional[Al
                                            triaged_runs(actions, alert.metric))
     job = queries.job(reader, alert.test, alert.run)
     run_alerts = queries.alerts_of_runs(reader, alert.test, [alert.run])
-    curves = curves_of_run(reader, alert.test, alert.run, job, run_alerts)
+    curves = curves_of_run(reader, alert.test, alert.run, job, run_alerts, configs)
     return AlertDetail(view, how, history, curves, actions)
 
 
@@ -149,7 +163,8 @@ def test_detail(reader: Reader, name: str, page: int) -> Optional[TestDetail]:
     return TestDetail(name, specs, status_grid(recent), runs[:queries.RUNS_LIMIT], len(runs) > queries.RUNS_LIMIT)
 
 
-def run_detail(reader: Reader, test: str, run: str, sink: ActionSink) -> Optional[RunDetail]:
+def run_detail(reader: Reader, test: str, run: str, sink: ActionSink,
+               configs: Optional[ConfigSet] = None) -> Optional[RunDetail]:
     job = queries.job(reader, test, run)
     if job is None:
         return None
@@ -159,7 +174,7 @@ def run_detail(reader: Reader, test: str, run: str, sink: ActionSink) -> Optiona
         events = []
     alerts = queries.alerts_of_runs(reader, test, [run])
     return RunDetail(job, events if isinstance(events, list) else [], queries.metrics_of_run(reader, test, run),
-                     queries.ranks_of_run(reader, test, run), curves_of_run(reader, test, run, job, alerts),
+                     queries.ranks_of_run(reader, test, run), curves_of_run(reader, test, run, job, alerts, configs),
                      alert_views(reader, alerts, sink))
 
 

@@ -22,7 +22,8 @@ from report.source import JobRow, MetricRow
 HISTORY_LIMIT = 500      # points of a metric's history chart (the newest)
 RUNS_LIMIT = 50          # runs per page of a test
 METRICS_LIMIT = 60       # charts of a test page
-WINDOWS_LIMIT = 20_000   # windows of one run
+WINDOWS_LIMIT = 50_000   # windows of the runs a run's curves are checked against
+WINDOW_HISTORY_RUNS = 30  # runs up to a run whose windows replay its live checks' bounds
 DEAD_LETTERS_LIMIT = 50  # payloads per page
 GRID_DAYS = 30
 
@@ -190,14 +191,17 @@ def _jobs(rows: Sequence[tuple]) -> List[Job]:
 
 
 def runs_of_test(reader: Reader, test: str, offset: int = 0, limit: int = RUNS_LIMIT,
-                 since: Optional[float] = None) -> List[Job]:
-    """A test's ended runs, newest first (``since``: only runs that ended from then on)."""
+                 since: Optional[float] = None, until: Optional[float] = None) -> List[Job]:
+    """A test's ended runs, newest first (only those that ended from ``since`` on, and up to ``until``)."""
     q = reader.dialect.quote
     params: Dict[str, Any] = {"test": test}
     when = ""
     if since is not None:
         when = f" AND {q('timestamp')} >= {reader.from_epoch('$since')}"
         params["since"] = float(since)
+    if until is not None:
+        when += f" AND {q('timestamp')} <= {reader.from_epoch('$until')}"
+        params["until"] = float(until)
     return _jobs(reader.query(
         f"{_job_select(reader)} WHERE {q('test_name')} = $test AND {q('job_status')} != "
         f"'{RunStatus.INTERRUPTED.value}'{when} ORDER BY {q('timestamp')} DESC, {q('run_id')} DESC "
@@ -264,18 +268,24 @@ def ranks_of_run(reader: Reader, test: str, run: str) -> List[Tuple[str, int, fl
 
 def windows_of_run(reader: Reader, test: str, run: str) -> List[WindowResult]:
     """The run's windows, each at its highest revision."""
+    return windows_of_runs(reader, test, [run])
+
+
+def windows_of_runs(reader: Reader, test: str, runs: Sequence[str]) -> List[WindowResult]:
+    """The windows of a few runs of a test, each at its highest revision."""
     q, epoch = reader.dialect.quote, reader.dialect.epoch_seconds
-    key = ("tag", "window_kind", "window_index")
+    runs_in, params = in_list("run", list(runs))
+    key = ("run_id", "tag", "window_kind", "window_index")
     rows = reader.query(
-        f"SELECT {_q(reader, 'test_name', 'run_id', *key)}, {epoch(q('start_time'))}, {epoch(q('end_time'))}, "
+        f"SELECT {_q(reader, 'test_name', *key)}, {epoch(q('start_time'))}, {epoch(q('end_time'))}, "
         f"{_q(reader, 'start_step', 'end_step', 'n', 'partial', *NUMERIC_AGGREGATIONS)}, {q('revision')} "
-        f"FROM {reader.dialect.table(METRIC_WINDOWS)} WHERE {q('test_name')} = $test AND {q('run_id')} = $run "
-        f"ORDER BY {_q(reader, *key)}, {q('revision')} DESC LIMIT {WINDOWS_LIMIT}", {"test": test, "run": run})
+        f"FROM {reader.dialect.table(METRIC_WINDOWS)} WHERE {q('test_name')} = $test AND {q('run_id')} IN {runs_in} "
+        f"ORDER BY {_q(reader, *key)}, {q('revision')} DESC LIMIT {WINDOWS_LIMIT}", {"test": test, **params})
     latest: Dict[tuple, WindowResult] = {}
     for row in rows:
-        if tuple(row[2:5]) not in latest:
+        if tuple(row[1:5]) not in latest:
             values = {a: v for a, v in zip(NUMERIC_AGGREGATIONS, row[11:-1]) if v is not None}
-            latest[tuple(row[2:5])] = WindowResult(*row[:11], values)
+            latest[tuple(row[1:5])] = WindowResult(*row[:11], values)
     return list(latest.values())
 
 

@@ -27,8 +27,6 @@ from sinks.store_lock import lock_path
 from sinks.stores import DUCKDB_SQL, TOOL_TIMEOUT_SECONDS, bigquery_client, bigquery_dialect
 
 BUSY_PATIENCE_SECONDS = 2.0
-# Threads of each query: requests run concurrently, one query each, and the queries are small (keys, limits).
-DUCKDB_THREADS = 1
 _PARAMETER = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
 
 Rows = List[tuple]
@@ -114,7 +112,7 @@ class SharedConnection:
         deadline = time.monotonic() + BUSY_PATIENCE_SECONDS
         while True:
             try:
-                connection = duckdb.connect(self.path, read_only=True, config={"threads": DUCKDB_THREADS})
+                connection = duckdb.connect(self.path, read_only=True)
                 connection.execute("SET TimeZone = 'UTC'")
                 return connection
             except duckdb.IOException as e:

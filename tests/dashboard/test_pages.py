@@ -216,3 +216,27 @@ def test_report_url_pattern_links_alerts_and_e_mails_to_the_dashboard(tmp_path):
         url = urllib.parse.urlsplit(json.loads(details)["report_url"])
         page = client.get(f"{url.path}?{url.query}")
         assert page.status_code == 200 and f"/alerts/{alert_id}" in page.text
+
+
+def test_a_run_s_curves_have_the_bounds_the_report_draws(demo_client, demo_store):
+    """The live window checks' bounds, replayed from the configs as the static report replays them."""
+    from core.config import load_config_dir
+    from report.data import ReportSettings, prepare_report
+    from report.source import duckdb_source
+
+    run = f"{CIFAR}-011"
+    source = duckdb_source(str(demo_store))
+    try:
+        rows_read = source.jobs(), source.metrics(), source.windows(), source.alerts()
+        actions = source.triage_actions()
+    finally:
+        source.close()
+    data = prepare_report(*rows_read, ReportSettings(extra_runs=(run,)), load_config_dir(os.path.join(REPO_ROOT, "configs")),
+                          actions)
+    (picture,) = [p for s in data.sections for p in s.pictures if p.run == run]
+    expected = {f"{c.tag} · {c.aggregation} per {c.kind} window": ([p.lower for p in c.points], [p.upper for p in c.points])
+                for c in picture.curves}
+    page = demo_client.get("/run", params={"test": CIFAR, "run": run}).text
+    drawn = {spec["title"]: (spec["lower"], spec["upper"]) for spec in chart_specs(page)}
+    assert drawn == expected
+    assert any(v is not None for lower, upper in drawn.values() for v in lower + upper)

@@ -157,7 +157,9 @@ def test_detail(reader: Reader, name: str, page: int) -> Optional[TestDetail]:
         return None
     recent = [j for j in latest if j.row.end >= latest[0].row.end - queries.GRID_DAYS * 86400]
     points = queries.metrics_since(reader, name, latest[-1].row.end)
-    specs = [charts.history_chart(metric, series) for metric, series in sorted(charts.by_metric(points).items())
+    actions = [(a, False) for a in queries.triage_actions(reader, [name])]
+    specs = [charts.history_chart(metric, series, triaged=triaged_runs(actions, metric))
+             for metric, series in sorted(charts.by_metric(points).items())
              if charts.has_bounds(series)][:queries.METRICS_LIMIT]
     runs = queries.runs_of_test(reader, name, (page - 1) * queries.RUNS_LIMIT, queries.RUNS_LIMIT + 1)
     return TestDetail(name, specs, status_grid(recent), runs[:queries.RUNS_LIMIT], len(runs) > queries.RUNS_LIMIT)

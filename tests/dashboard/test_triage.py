@@ -4,6 +4,7 @@ only with their CSRF token; the alert shows the action as pending until a replay
 from __future__ import annotations
 
 import html
+import json
 import re
 
 import duckdb
@@ -139,3 +140,17 @@ def test_with_topic_actions_are_published_and_pending_until_the_store_has_them(d
     assert rejections == [] and message.triage.alert_id == alert_id and message.triage.user == "pat"
     assert dict(received.message.attributes)["id"] == message.id
     assert file_lines(demo_store) == []  # nothing went to the local triage file
+
+
+def test_a_dismissed_value_is_marked_triaged_on_the_test_page(demo_client, demo_store):
+    alert_id = regressed_alert(demo_store)
+    page = demo_client.get(f"/alerts/{alert_id}").text
+    demo_client.post(f"/alerts/{alert_id}/triage", data={"csrf_token": token(page), "action": "dismiss"})
+    replay(demo_store, demo_store.parent / "alerts.jsonl", demo_client)
+    test_page = demo_client.get("/test", params={"name": CIFAR}).text
+    specs = {s["title"]: s for s in (json.loads(t) for t in re.findall(
+        r'<script type="application/json" id="[^"]+">(.*?)</script>', test_page, re.S))}
+    chart = specs["Accuracy/test_max"]
+    marked = [run for run, value in zip(chart["runs"], chart["triaged"]) if value is not None]
+    assert marked == [f"{CIFAR}-011"]
+    assert chart["out"][chart["runs"].index(f"{CIFAR}-011")] is None  # triaged, not drawn as out of bounds

@@ -8,6 +8,7 @@ page's run) and per point the ``runs`` and ``steps`` the hover shows. Pure funct
 
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, List, Optional, Sequence, Set
 
 from dashboard.queries import Point
@@ -19,9 +20,8 @@ def axis_label(name: str, unit: Optional[str]) -> str:
 
 
 def _finite(value: Optional[float]) -> Optional[float]:
-    if value is None or value != value or value in (float("inf"), float("-inf")):
-        return None
-    return float(value)
+    """JSON has no NaN or infinity: None (a gap, or an unbounded side) instead."""
+    return float(value) if value is not None and math.isfinite(value) else None
 
 
 def history_chart(metric: str, points: Sequence[Point], unit: Optional[str] = None, current: Optional[str] = None,

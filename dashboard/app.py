@@ -24,7 +24,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from core.config import ConfigSet
-from dashboard import charts, pages, queries
+from dashboard import pages, queries
 from dashboard.security import CSRF_COOKIE, CSRF_FIELD, Csrf, IapError, IapVerifier
 from dashboard.store import StoreBusy
 from dashboard.triage import MUTE_CHOICES, ActionSink, form_action
@@ -207,7 +207,6 @@ def create_app(settings: Settings) -> Starlette:
         Mount("/static", StaticFiles(directory=os.path.join(HERE, "static")), name="static"),
     ], middleware=[Middleware(Guard, settings=settings)])
     app.state.settings = settings
-    app.state.charts = charts
     return app
 
 

@@ -240,3 +240,20 @@ def test_a_run_s_curves_have_the_bounds_the_report_draws(demo_client, demo_store
     drawn = {spec["title"]: (spec["lower"], spec["upper"]) for spec in chart_specs(page)}
     assert drawn == expected
     assert any(v is not None for lower, upper in drawn.values() for v in lower + upper)
+
+
+def test_only_http_logs_links_are_links(tmp_path):
+    store = DuckDBStore(str(tmp_path / "links.duckdb"))
+    store.ensure_schema()
+    store.insert(JOB_HISTORY, [job_row("t", "r1", 0, "success")])
+    store.insert(ALERTS, [
+        {**alert_row("t", "r1", 0, "job_failed", None, "m", {"run_data": {"logs_link": "javascript:alert(1)"}}),
+         "alert_id": "aa01"},
+        {**alert_row("t", "r1", 0, "run_missing", None, "m", {"run_data": {"logs_link": "https://logs/x?a=1&b=<2>"}}),
+         "alert_id": "aa02"}])
+    store.close()
+    client = client_of(f"--local_store={tmp_path / 'links.duckdb'}")
+    hostile = client.get("/alerts/aa01").text
+    assert 'href="javascript' not in hostile and "javascript:alert(1)" in hostile
+    fine = client.get("/alerts/aa02").text
+    assert '<a href="https://logs/x?a=1&amp;b=&lt;2&gt;" rel="noopener noreferrer">' in fine

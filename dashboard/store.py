@@ -138,8 +138,11 @@ class SharedConnection:
                 if self._connection is not None and not self._expired(now):
                     self._users += 1
                     return self._connection.cursor()
-                if self._connection is not None:  # expired: wait for its users to finish, then it closes
-                    self._ready.wait(0.05)
+                if self._connection is not None:  # expired: closed now if unused, else by its last user
+                    if self._users == 0:
+                        self._close()
+                    else:
+                        self._ready.wait(0.05)
                     continue
                 if now - self._closed_at < self.gap:
                     self._ready.wait(self.gap - (now - self._closed_at))

@@ -119,3 +119,21 @@ def test_hostile_names_stay_text(browser, tmp_path, artifacts):
         show(browser, base + "/alerts/f1a9", WIDE)
         assert shows(browser, FLAG_MESSAGE)
         screenshot(browser, artifacts / "dashboard-hostile-1400.png", WIDE)
+
+
+def test_every_page_draws_and_fits_a_phone(browser, demo, artifacts):
+    from selenium.webdriver.common.by import By
+
+    run = f"{CIFAR}-011"
+    paths = {"test": "/test?" + urllib.parse.urlencode({"name": CIFAR}),
+             "run": "/run?" + urllib.parse.urlencode({"test": CIFAR, "run": run}),
+             "dead-letters": "/dead-letters", "tests": "/tests"}
+    with served(f"--local_store={demo}") as base:
+        for name, path in paths.items():
+            for width in (WIDE, PHONE):
+                show(browser, base + path, width)
+                assert sticking_out(browser) == [], (name, width)
+                screenshot(browser, artifacts / f"dashboard-{name}-{width}.png", width)
+            if name in ("test", "run"):
+                assert browser.find_elements(By.CSS_SELECTOR, ".chart-box canvas"), name
+        assert injected(browser) == []

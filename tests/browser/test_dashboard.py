@@ -137,3 +137,27 @@ def test_every_page_draws_and_fits_a_phone(browser, demo, artifacts):
             if name in ("test", "run"):
                 assert browser.find_elements(By.CSS_SELECTOR, ".chart-box canvas"), name
         assert injected(browser) == []
+
+
+def test_the_bigquery_path_in_the_browser(browser, demo, bigquery_emulator, artifacts):
+    """The demo's rows in the BigQuery emulator, served with --bigquery_dataset: the alerts page and an alert's
+    chart as from the store (read-only: no topic, so no triage buttons)."""
+    from selenium.webdriver.common.by import By
+
+    from tests.test_docs import demo_rows_into_bigquery
+
+    demo_rows_into_bigquery(str(demo), bigquery_emulator, "dashboard_browser")
+    with served(f"--bigquery_project={bigquery_emulator.project}", "--bigquery_dataset=dashboard_browser",
+                f"--bigquery_endpoint={bigquery_emulator.endpoint}") as base:
+        show(browser, f"{base}/alerts", WIDE)
+        assert shows(browser, f"BigQuery {bigquery_emulator.project}.dashboard_browser")
+        rows = browser.find_elements(By.CSS_SELECTOR, "table.alerts tbody tr")
+        assert len(rows) == 11
+        target = next(r for r in rows if "Accuracy/test_max" in r.text and f"{CIFAR}-011" in r.text)
+        target.find_element(By.CSS_SELECTOR, "td a").click()
+        show(browser, browser.current_url, WIDE)
+        assert shows(browser, "Accuracy/test_max = 70.1028 is outside bounds")
+        assert browser.find_elements(By.CSS_SELECTOR, ".chart-box canvas")
+        assert shows(browser, "Read-only: this dashboard has no triage file or topic to write to.")
+        screenshot(browser, artifacts / "dashboard-bigquery-alert-1400.png", WIDE)
+        assert injected(browser) == []

@@ -162,7 +162,7 @@ def create_app(settings: Settings) -> Starlette:
         name = request.query_params.get("name", "")
         number = page_number(request)
         with settings.source.reader() as reader:
-            view = pages.test_detail(reader, name, number)
+            view = pages.test_detail(reader, name, number, settings.configs)
         if view is None:
             return problem(request, 404, f"no test {name!r}")
         return render(request, "test.html", page=view, number=number)

@@ -150,15 +150,17 @@ def status_grid(runs: List[queries.Job]) -> List[Tuple[str, Dict[str, int]]]:
     return sorted(days.items(), reverse=True)
 
 
-def test_detail(reader: Reader, name: str, page: int) -> Optional[TestDetail]:
-    """A chart per checked metric over the test's latest runs, the status grid of its last 30 days, its runs."""
+def test_detail(reader: Reader, name: str, page: int, configs: Optional[ConfigSet] = None) -> Optional[TestDetail]:
+    """A chart per checked metric over the test's latest runs (units from ``configs``), the status grid of its
+    last 30 days, its runs."""
     latest = queries.runs_of_test(reader, name, 0, TEST_CHART_RUNS)
     if not latest:
         return None
     recent = [j for j in latest if j.row.end >= latest[0].row.end - queries.GRID_DAYS * 86400]
     points = queries.metrics_since(reader, name, latest[-1].row.end)
     actions = [(a, False) for a in queries.triage_actions(reader, [name])]
-    specs = [charts.history_chart(metric, series, triaged=triaged_runs(actions, metric))
+    units = configs.for_test(name).metric_collection.unit_for if configs is not None else (lambda metric: None)
+    specs = [charts.history_chart(metric, series, unit=units(metric), triaged=triaged_runs(actions, metric))
              for metric, series in sorted(charts.by_metric(points).items())
              if charts.has_bounds(series)][:queries.METRICS_LIMIT]
     runs = queries.runs_of_test(reader, name, (page - 1) * queries.RUNS_LIMIT, queries.RUNS_LIMIT + 1)

@@ -112,7 +112,10 @@ def test_the_test_page_charts_checked_metrics_and_lists_runs(demo_client, demo_s
     assert page.status_code == 200
     checked = {r[0] for r in rows(demo_store, "SELECT DISTINCT metric_name FROM metric_history WHERE test_name = ? "
                                               "AND within_bounds IS NOT NULL", CIFAR)}
-    assert {spec["title"] for spec in chart_specs(page.text)} == checked
+    specs = {spec["title"]: spec for spec in chart_specs(page.text)}
+    assert set(specs) == checked
+    assert specs["time_to_accuracy"]["ylabel"] == "time_to_accuracy (s)"  # the unit its config gives
+    assert specs["Accuracy/test_max"]["ylabel"] == "Accuracy/test_max"  # none configured
     runs = rows(demo_store, "SELECT run_id FROM job_history WHERE test_name = ? ORDER BY timestamp DESC", CIFAR)
     for (run,) in runs:
         assert html.escape(urllib.parse.urlencode({"test": CIFAR, "run": run})) in page.text

@@ -45,6 +45,13 @@ REPORT = [
     "matplotlib>=3.8",
     "tqdm>=4.60",
 ]
+DASHBOARD = [  # dashboard/: the web dashboard (docs/architecture.md says why this stack)
+    "starlette>=0.37",
+    "jinja2>=3.1",
+    "uvicorn>=0.29",
+    "python-multipart>=0.0.9",  # Starlette's form parsing (the triage forms)
+    "google-auth>=2.20",  # verifies Identity-Aware Proxy's signed header
+]
 BENCH = [
     "ruptures>=1.1",  # the change-point reference detector of bench/bench_detection.py (KernelCPD, in C)
     "scipy>=1.10",  # bench/bench_tail_frontier.py: the t and normal tails (ruptures needs it too)
@@ -58,6 +65,7 @@ TEST = [
     "ruff>=0.6",  # lint (ruff.toml), run by tests/test_lint.py
     "mypy>=1.10",  # types, strict on core/ (mypy.ini), run by tests/test_lint.py
     "setuptools>=70.1",  # builds the trainer wheel offline (tests/trainguard/test_install.py); a venv's own is older
+    "httpx>=0.27",  # starlette.testclient, for the dashboard tests (tests/dashboard)
     "selenium>=4.11",  # drives Debian's chromium through its chromedriver for tests/browser (no browser download)
 ]
 
@@ -66,8 +74,10 @@ setup(
     version="0.1.0",
     description="Streaming regression detection for ML training jobs (Beam, Pub/Sub, BigQuery)",
     python_requires=">=3.9",
+    package_data={"dashboard": ["templates/*.html", "static/*"]},
     packages=find_packages(include=["core", "core.*", "transforms", "transforms.*", "sinks", "sinks.*",
                                     "pipeline", "pipeline.*", "notifier", "notifier.*", "report", "report.*",
+                                    "dashboard", "dashboard.*",
                                     "trainguard", "trainguard.*"]),
     install_requires=TRAINER + WORKER,
     extras_require={
@@ -78,7 +88,8 @@ setup(
         "test": TEST + SHIPPER + SYSTEM,
         "report": REPORT,
         "bench": BENCH,
-        "all": PIPELINE + EMAIL + SHIPPER + SYSTEM + REPORT + TEST + BENCH,
+        "dashboard": DASHBOARD,
+        "all": PIPELINE + EMAIL + SHIPPER + SYSTEM + REPORT + TEST + BENCH + DASHBOARD,
     },
     entry_points={
         "console_scripts": [
@@ -86,6 +97,7 @@ setup(
             "trainguard-email=notifier.cli:main",
             "trainguard-triage=pipeline.triage:main",
             "trainguard-backtest=pipeline.backtest:main",
+            "trainguard-dashboard=dashboard.cli:main",
         ],
     },
 )

@@ -156,29 +156,47 @@ def find_alert(alerts: Sequence[AlertRecord], wanted: str) -> AlertRecord:
 
 def send(test: str, triage: wire.Triage, args: argparse.Namespace) -> str:
     """Publishes the action to --topic, or appends it to --triage_file; returns where it went."""
-    message_id = wire.new_message_id()
+    if not args.topic:
+        refuse_a_local_file_for_bigquery(args)
+    where = deliver(test, triage, topic=args.topic, timeout=args.timeout,
+                    path=None if args.topic else triage_file(args))
+    return where if args.topic else f"{where}; the next replay into {args.local_store} applies it"
+
+
+def deliver(test: str, triage: wire.Triage, topic: Optional[str] = None, timeout: float = 30.0,
+            path: Optional[str] = None, message_id: Optional[str] = None) -> str:
+    """Writes one action as a control message: published to ``topic`` (the pipeline's input), else appended to the
+    local triage file ``path``; returns where it went. What ``trainguard-triage`` and the dashboard both send
+    (``message_id``: the message's id, default a new one)."""
+    message_id = message_id or wire.new_message_id()
     payload = wire.encode_triage(test, triage, message_id)
     wire.parse_message(payload)  # what we send must be what the pipeline accepts
-    if args.topic:
+    if topic:
         from google.api_core import exceptions as gexc
         from google.auth import exceptions as auth_exceptions
         from google.cloud import pubsub_v1
 
         attributes = wire.message_attributes(test, triage.run or "", int(triage.time * 1000), message_id)
         try:
-            future = pubsub_v1.PublisherClient().publish(args.topic, payload, **attributes)
-            future.result(timeout=args.timeout)
+            future = pubsub_v1.PublisherClient().publish(topic, payload, **attributes)
+            future.result(timeout=timeout)
         except auth_exceptions.DefaultCredentialsError:
             raise TriageError("no Google Cloud credentials: run 'gcloud auth application-default login' or set "
                               "GOOGLE_APPLICATION_CREDENTIALS (or PUBSUB_EMULATOR_HOST for an emulator)") from None
         except (gexc.GoogleAPICallError, TimeoutError) as e:
-            raise TriageError(f"could not publish to {args.topic}: {type(e).__name__}: {e}") from None
-        return f"published to {args.topic} (message {message_id})"
-    refuse_a_local_file_for_bigquery(args)
-    path = triage_file(args)
+            raise TriageError(f"could not publish to {topic}: {type(e).__name__}: {e}") from None
+        return f"published to {topic} (message {message_id})"
+    if not path:
+        raise TriageError("no triage file and no topic to send the action to")
     with open(path, "ab") as f:
         f.write(payload + b"\n")
-    return f"appended to {path}; the next replay into {args.local_store} applies it"
+    return f"appended to {path}"
+
+
+def dismiss_message(alert: AlertRecord, at: float, note: str = "", user: str = "") -> wire.Triage:
+    """The ``dismiss`` action of one alert."""
+    return wire.Triage(TriageAction.DISMISS.value, at, metric=alert.metric, run=alert.run, alert_id=alert.alert_id,
+                       alert_kind=alert.kind, instance=alert.instance, note=note, user=user)
 
 
 def refuse_a_local_file_for_bigquery(args: argparse.Namespace) -> None:
@@ -206,10 +224,7 @@ def dismiss(args: argparse.Namespace) -> str:
         alert = find_alert(read_alerts(store), args.alert_id)
     finally:
         store.close()
-    triage = wire.Triage(TriageAction.DISMISS.value, args.at, metric=alert.metric, run=alert.run,
-                         alert_id=alert.alert_id, alert_kind=alert.kind, instance=alert.instance,
-                         note=args.note, user=args.user)
-    where = send(alert.test, triage, args)
+    where = send(alert.test, dismiss_message(alert, args.at, args.note, args.user), args)
     return f"dismissed {alert.kind} {alert.alert_id} ({alert.test} {alert.run} {alert.metric or ''}): {where}"
 
 

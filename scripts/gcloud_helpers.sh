@@ -1,4 +1,4 @@
-# Shared by the deployment scripts (run_dataflow.sh, notifier/deploy_cloud_run.sh); sourced, not run.
+# Shared by the deployment scripts (run_dataflow.sh, notifier/deploy_cloud_run.sh, dashboard/deploy_cloud_run.sh); sourced, not run.
 # The sourcing script sets SCRIPT_NAME (for messages) and DRY_RUN (true/false) before calling these.
 # shellcheck shell=bash
 

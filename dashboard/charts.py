@@ -1,0 +1,74 @@
+"""The data of the dashboard's interactive charts, as JSON specs ``static/dashboard.js`` draws with uPlot.
+
+A spec is a dict: ``title``, ``x`` (``time``: seconds since the epoch, or ``step``), axis labels (the y label
+carries the unit), ``xs``, the ``value`` series, ``lower``/``upper`` (the bounds band; None where unbounded or
+unchecked), the marked points (``out``: out of bounds, ``triaged``: covered by a triage action, ``current``: this
+page's run) and per point the ``runs`` and ``steps`` the hover shows. Pure functions: records in, dicts out.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, List, Optional, Sequence, Set
+
+from dashboard.queries import Point
+from report.data import Curve
+
+
+def axis_label(name: str, unit: Optional[str]) -> str:
+    return f"{name} ({unit})" if unit else name
+
+
+def _finite(value: Optional[float]) -> Optional[float]:
+    """JSON has no NaN or infinity: None (a gap, or an unbounded side) instead."""
+    return float(value) if value is not None and math.isfinite(value) else None
+
+
+def history_chart(metric: str, points: Sequence[Point], unit: Optional[str] = None, current: Optional[str] = None,
+                  triaged: Set[str] = frozenset()) -> Dict[str, Any]:
+    """A metric's history against time: its values, the bounds each was checked against, the out-of-bounds and
+    triaged runs marked, and ``current`` (a run) highlighted."""
+    values = [_finite(p.row.value) for p in points]
+    return {
+        "title": metric, "x": "time", "xlabel": "run end (UTC)", "ylabel": axis_label(metric, unit),
+        "xs": [p.row.time for p in points],
+        "value": values,
+        "lower": [_finite(p.row.lower) for p in points],
+        "upper": [_finite(p.row.upper) for p in points],
+        "out": [v if p.row.within is False and p.row.run not in triaged else None for v, p in zip(values, points)],
+        "triaged": [v if p.row.run in triaged else None for v, p in zip(values, points)],
+        "current": [v if p.row.run == current else None for v, p in zip(values, points)],
+        "runs": [p.row.run for p in points],
+        "steps": [p.step for p in points],
+    }
+
+
+def curve_chart(curve: Curve) -> Dict[str, Any]:
+    """One run's curve of a tag (one aggregation of its windows) against the step, with the bounds of the live
+    window check where they are known (the alert's stored bound where the window alerted)."""
+    values = [_finite(p.value) for p in curve.points]
+    label = f"{curve.tag} · {curve.aggregation} per {curve.kind} window"
+    return {
+        "title": label, "x": "step", "xlabel": "step", "ylabel": axis_label(curve.tag, curve.unit),
+        "xs": [p.step for p in curve.points],
+        "value": values,
+        "lower": [_finite(p.lower) for p in curve.points],
+        "upper": [_finite(p.upper) for p in curve.points],
+        "out": [v if p.out_of_bounds else None for v, p in zip(values, curve.points)],
+        "triaged": [None] * len(values),
+        "current": [None] * len(values),
+        "runs": [f"window {p.index}" for p in curve.points],
+        "steps": [p.step for p in curve.points],
+    }
+
+
+def has_bounds(points: Sequence[Point]) -> bool:
+    """Whether any value of the history was checked (the test page charts checked metrics)."""
+    return any(p.row.within is not None for p in points)
+
+
+def by_metric(points: Sequence[Point]) -> Dict[str, List[Point]]:
+    grouped: Dict[str, List[Point]] = {}
+    for p in points:
+        grouped.setdefault(p.row.metric, []).append(p)
+    return grouped

@@ -1,0 +1,326 @@
+"""The dashboard's reads: every query bounded by a key (test, run, metric, alert id) and a LIMIT, parameters bound.
+
+Each function takes an open :class:`dashboard.store.Reader` and returns records; times are float seconds since
+the epoch. Alert rows become ``core.alert_record.AlertRecord`` and job, metric and window rows the report's
+records (``report.source.JobRow``/``MetricRow``, ``core.windows.WindowResult``), so the dashboard and the static
+report share one read model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from core.alert_record import AlertRecord, alert_from_row
+from core.schema import ALERTS, DEAD_LETTER, JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS, RANK_METRICS, TRIAGE
+from core.triage import AlertFacts, TriageItem
+from core.vocabulary import RunStatus
+from core.window_checks import NUMERIC_AGGREGATIONS, WindowResult
+from dashboard.store import Reader, in_list
+from report.source import JobRow, MetricRow
+
+HISTORY_LIMIT = 500      # points of a metric's history chart (the newest)
+RUNS_LIMIT = 50          # runs per page of a test
+METRICS_LIMIT = 60       # charts of a test page
+WINDOWS_LIMIT = 50_000   # windows of the runs a run's curves are checked against
+WINDOW_HISTORY_RUNS = 30  # runs up to a run whose windows replay its live checks' bounds
+DEAD_LETTERS_LIMIT = 50  # payloads per page
+GRID_DAYS = 30
+
+_ALERT_NAMES = ("alert_id", "kind", "test_name", "run_id", "metric_name", "value", "lower_bound", "upper_bound",
+                "message", "created_at", "details")
+
+
+@dataclasses.dataclass(frozen=True)
+class AlertFilter:
+    """What the alerts page shows: every field optional (None/empty: any)."""
+    state: Optional[str] = None
+    test: Optional[str] = None
+    kind: Optional[str] = None
+    since: Optional[float] = None  # created_at >= since
+    until: Optional[float] = None  # created_at < until
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One run's ``job_history`` row, with what the run page shows."""
+    row: JobRow
+    num_failures: Optional[int]
+    duration: Optional[float]
+    events: str  # JSON
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    """One value of a metric's history, with the bounds it was checked against and the step it was taken at."""
+    row: MetricRow
+    step: Optional[int]
+
+
+@dataclasses.dataclass(frozen=True)
+class DeadLetter:
+    dead_letter_id: str
+    received_at: Optional[float]
+    reason: str
+    source: str
+    payload: str
+
+
+def _q(reader: Reader, *names: str) -> str:
+    return ", ".join(reader.dialect.quote(n) for n in names)
+
+
+def _alert_select(reader: Reader) -> str:
+    q, epoch = reader.dialect.quote, reader.dialect.epoch_seconds
+    return (f"SELECT {_q(reader, *_ALERT_NAMES[:9])}, {epoch(q('created_at'))}, {q('details')} "
+            f"FROM {reader.dialect.table(ALERTS)}")
+
+
+def _alerts(rows: Sequence[tuple]) -> List[AlertRecord]:
+    """Alerts from rows, each id once (BigQuery has no keys: a row written twice is there twice)."""
+    seen, alerts = set(), []
+    for row in rows:
+        if row[0] not in seen:
+            seen.add(row[0])
+            alerts.append(alert_from_row(dict(zip(_ALERT_NAMES, row))))
+    return alerts
+
+
+def alert_conditions(reader: Reader, f: AlertFilter) -> Tuple[str, Dict[str, Any]]:
+    """The WHERE clause of the filter's SQL part (all but the state, which follows from the triage actions)."""
+    q = reader.dialect.quote
+    where, params = ["TRUE"], {}
+    if f.test:
+        where.append(f"{q('test_name')} = $test")
+        params["test"] = f.test
+    if f.kind:
+        where.append(f"{q('kind')} = $kind")
+        params["kind"] = f.kind
+    if f.since is not None:
+        where.append(f"{q('created_at')} >= {reader.from_epoch('$since')}")
+        params["since"] = float(f.since)
+    if f.until is not None:
+        where.append(f"{q('created_at')} < {reader.from_epoch('$until')}")
+        params["until"] = float(f.until)
+    return " AND ".join(where), params
+
+
+def alerts_newest_first(reader: Reader, f: AlertFilter, offset: int, limit: int) -> List[AlertRecord]:
+    """At most ``limit`` alerts matching the filter's SQL part, newest first, after skipping ``offset``."""
+    q = reader.dialect.quote
+    where, params = alert_conditions(reader, f)
+    rows = reader.query(f"{_alert_select(reader)} WHERE {where} ORDER BY {q('created_at')} DESC, "
+                        f"{q('alert_id')} DESC LIMIT {int(limit)} OFFSET {int(offset)}", params)
+    return _alerts(rows)
+
+
+def alert_by_id(reader: Reader, alert_id: str) -> Optional[AlertRecord]:
+    rows = reader.query(f"{_alert_select(reader)} WHERE {reader.dialect.quote('alert_id')} = $id LIMIT 1",
+                        {"id": alert_id})
+    return _alerts(rows)[0] if rows else None
+
+
+def alerts_of_runs(reader: Reader, test: str, runs: Sequence[str], limit: int = 1000) -> List[AlertRecord]:
+    """The alerts of a few runs of one test (a run's page; the start of an accepted run)."""
+    q = reader.dialect.quote
+    runs_in, params = in_list("run", list(runs))
+    rows = reader.query(f"{_alert_select(reader)} WHERE {q('test_name')} = $test AND {q('run_id')} IN {runs_in} "
+                        f"ORDER BY {q('created_at')}, {q('alert_id')} LIMIT {int(limit)}", {"test": test, **params})
+    return _alerts(rows)
+
+
+def alert_kinds(reader: Reader) -> List[str]:
+    q = reader.dialect.quote
+    return [r[0] for r in reader.query(f"SELECT DISTINCT {q('kind')} FROM {reader.dialect.table(ALERTS)} "
+                                       f"ORDER BY 1 LIMIT 100")]
+
+
+def triage_actions(reader: Reader, tests: Sequence[str]) -> List[TriageItem]:
+    """The stored triage actions of a few tests, in event-time order (the table holds people's actions: few)."""
+    q, epoch = reader.dialect.quote, reader.dialect.epoch_seconds
+    names = ("action_id", "action", "test_name", "metric_name", "run_id", "alert_id", "alert_kind", "alert_instance",
+             "note", "author")
+    tests_in, params = in_list("test", sorted(set(tests)))
+    try:
+        rows = reader.query(f"SELECT {_q(reader, *names)}, {epoch(q('until'))}, {epoch(q('created_at'))} "
+                            f"FROM {reader.dialect.table(TRIAGE)} WHERE {q('test_name')} IN {tests_in} "
+                            f"ORDER BY {q('created_at')} LIMIT 10000", params)
+    except Exception:  # noqa: BLE001 - a store written before triage existed has no triage table
+        return []
+    actions = {}
+    for row in rows:
+        item = TriageItem.from_row({**dict(zip(names, row)), "until": row[-2], "created_at": row[-1]})
+        actions[item.id] = item
+    return sorted(actions.values(), key=lambda a: a.order)
+
+
+def accepted_run_facts(reader: Reader, actions: Sequence[TriageItem]) -> List[AlertFacts]:
+    """The alerts of the runs accept actions name: where each accept starts covering (``core.triage``)."""
+    facts = []
+    by_test: Dict[str, List[str]] = {}
+    for a in actions:
+        if a.action == "accept" and a.run:
+            by_test.setdefault(a.test, []).append(a.run)
+    for test, runs in by_test.items():
+        facts += [a.facts() for a in alerts_of_runs(reader, test, sorted(set(runs))[:50])]
+    return facts
+
+
+def tests(reader: Reader, limit: int = 500) -> List[Tuple[str, int, float]]:
+    """(test, runs, last run end) of every test, the most recently active first."""
+    q, epoch = reader.dialect.quote, reader.dialect.epoch_seconds
+    return [tuple(r) for r in reader.query(
+        f"SELECT {q('test_name')}, COUNT(*), {epoch('MAX(' + q('timestamp') + ')')} "
+        f"FROM {reader.dialect.table(JOB_HISTORY)} GROUP BY {q('test_name')} ORDER BY 3 DESC LIMIT {int(limit)}")]
+
+
+def _job_select(reader: Reader) -> str:
+    q, epoch = reader.dialect.quote, reader.dialect.epoch_seconds
+    return (f"SELECT {_q(reader, 'test_name', 'run_id', 'job_status')}, {epoch(q('timestamp'))}, "
+            f"{epoch(q('processed_at'))}, {epoch(q('start_time'))}, {_q(reader, 'num_failures', 'job_duration_sec')}, "
+            f"{q('events')} FROM {reader.dialect.table(JOB_HISTORY)}")
+
+
+def _jobs(rows: Sequence[tuple]) -> List[Job]:
+    seen, jobs = set(), []
+    for row in rows:
+        if row[1] not in seen:
+            seen.add(row[1])
+            jobs.append(Job(JobRow(*row[:6]), row[6], row[7], row[8] or "[]"))
+    return jobs
+
+
+def runs_of_test(reader: Reader, test: str, offset: int = 0, limit: int = RUNS_LIMIT,
+                 since: Optional[float] = None, until: Optional[float] = None) -> List[Job]:
+    """A test's ended runs, newest first (only those that ended from ``since`` on, and up to ``until``)."""
+    q = reader.dialect.quote
+    params: Dict[str, Any] = {"test": test}
+    when = ""
+    if since is not None:
+        when = f" AND {q('timestamp')} >= {reader.from_epoch('$since')}"
+        params["since"] = float(since)
+    if until is not None:
+        when += f" AND {q('timestamp')} <= {reader.from_epoch('$until')}"
+        params["until"] = float(until)
+    return _jobs(reader.query(
+        f"{_job_select(reader)} WHERE {q('test_name')} = $test AND {q('job_status')} != "
+        f"'{RunStatus.INTERRUPTED.value}'{when} ORDER BY {q('timestamp')} DESC, {q('run_id')} DESC "
+        f"LIMIT {int(limit)} OFFSET {int(offset)}", params))
+
+
+def job(reader: Reader, test: str, run: str) -> Optional[Job]:
+    q = reader.dialect.quote
+    jobs = _jobs(reader.query(f"{_job_select(reader)} WHERE {q('test_name')} = $test AND {q('run_id')} = $run "
+                              f"ORDER BY {q('processed_at')} DESC LIMIT 2", {"test": test, "run": run}))
+    return jobs[0] if jobs else None
+
+
+def _metric_select(reader: Reader) -> str:
+    q, epoch = reader.dialect.quote, reader.dialect.epoch_seconds
+    return (f"SELECT {_q(reader, 'test_name', 'run_id', 'metric_name', 'metric_value', 'metric_lower_bound')}, "
+            f"{_q(reader, 'metric_upper_bound', 'within_bounds')}, {epoch(q('timestamp'))}, {q('step')} "
+            f"FROM {reader.dialect.table(METRIC_HISTORY)}")
+
+
+def _points(rows: Sequence[tuple]) -> List[Point]:
+    seen, points = set(), []
+    for row in rows:
+        if (row[1], row[2]) not in seen:
+            seen.add((row[1], row[2]))
+            points.append(Point(MetricRow(*row[:8]), row[8]))
+    return points
+
+
+def metric_history(reader: Reader, test: str, metric: str, limit: int = HISTORY_LIMIT) -> List[Point]:
+    """The newest ``limit`` values of one metric of a test, oldest first."""
+    q = reader.dialect.quote
+    rows = reader.query(f"{_metric_select(reader)} WHERE {q('test_name')} = $test AND {q('metric_name')} = $metric "
+                        f"ORDER BY {q('timestamp')} DESC, {q('run_id')} DESC LIMIT {int(limit)}",
+                        {"test": test, "metric": metric})
+    return list(reversed(_points(rows)))
+
+
+def metrics_of_test(reader: Reader, test: str, limit: int = METRICS_LIMIT) -> List[str]:
+    """The test's metric names, checked ones first, read from its latest runs only."""
+    q = reader.dialect.quote
+    rows = reader.query(
+        f"SELECT {q('metric_name')}, MAX(CASE WHEN {q('within_bounds')} IS NULL THEN 0 ELSE 1 END) "
+        f"FROM (SELECT {_q(reader, 'metric_name', 'within_bounds')} FROM {reader.dialect.table(METRIC_HISTORY)} "
+        f"WHERE {q('test_name')} = $test ORDER BY {q('timestamp')} DESC LIMIT 5000) latest "
+        f"GROUP BY {q('metric_name')} ORDER BY 2 DESC, 1 LIMIT {int(limit)}", {"test": test})
+    return [r[0] for r in rows]
+
+
+def metrics_of_run(reader: Reader, test: str, run: str) -> List[Point]:
+    q = reader.dialect.quote
+    return _points(reader.query(f"{_metric_select(reader)} WHERE {q('test_name')} = $test AND {q('run_id')} = $run "
+                                f"ORDER BY {q('metric_name')} LIMIT 2000", {"test": test, "run": run}))
+
+
+def ranks_of_run(reader: Reader, test: str, run: str) -> List[Tuple[str, int, float, Optional[int]]]:
+    """(metric, rank, value, step) of a distributed run's workers."""
+    q = reader.dialect.quote
+    return [tuple(r) for r in reader.query(
+        f"SELECT {_q(reader, 'metric_name', 'rank', 'metric_value', 'step')} FROM "
+        f"{reader.dialect.table(RANK_METRICS)} WHERE {q('test_name')} = $test AND {q('run_id')} = $run "
+        f"ORDER BY 1, 2 LIMIT 5000", {"test": test, "run": run})]
+
+
+def windows_of_run(reader: Reader, test: str, run: str) -> List[WindowResult]:
+    """The run's windows, each at its highest revision."""
+    return windows_of_runs(reader, test, [run])
+
+
+def windows_of_runs(reader: Reader, test: str, runs: Sequence[str]) -> List[WindowResult]:
+    """The windows of a few runs of a test, each at its highest revision."""
+    q, epoch = reader.dialect.quote, reader.dialect.epoch_seconds
+    runs_in, params = in_list("run", list(runs))
+    key = ("run_id", "tag", "window_kind", "window_index")
+    rows = reader.query(
+        f"SELECT {_q(reader, 'test_name', *key)}, {epoch(q('start_time'))}, {epoch(q('end_time'))}, "
+        f"{_q(reader, 'start_step', 'end_step', 'n', 'partial', *NUMERIC_AGGREGATIONS)}, {q('revision')} "
+        f"FROM {reader.dialect.table(METRIC_WINDOWS)} WHERE {q('test_name')} = $test AND {q('run_id')} IN {runs_in} "
+        f"ORDER BY {_q(reader, *key)}, {q('revision')} DESC LIMIT {WINDOWS_LIMIT}", {"test": test, **params})
+    latest: Dict[tuple, WindowResult] = {}
+    for row in rows:
+        if tuple(row[1:5]) not in latest:
+            values = {a: v for a, v in zip(NUMERIC_AGGREGATIONS, row[11:-1]) if v is not None}
+            latest[tuple(row[1:5])] = WindowResult(*row[:11], values)
+    return list(latest.values())
+
+
+def dead_letter_counts(reader: Reader) -> List[Tuple[str, str, int, Optional[float]]]:
+    """(reason, source, count, latest) per reason, the most frequent first."""
+    q, epoch = reader.dialect.quote, reader.dialect.epoch_seconds
+    return [tuple(r) for r in reader.query(
+        f"SELECT {_q(reader, 'reason', 'source')}, COUNT(*), {epoch('MAX(' + q('received_at') + ')')} "
+        f"FROM {reader.dialect.table(DEAD_LETTER)} GROUP BY 1, 2 ORDER BY 3 DESC, 1 LIMIT 200")]
+
+
+def dead_letters(reader: Reader, reason: Optional[str], offset: int = 0,
+                 limit: int = DEAD_LETTERS_LIMIT) -> List[DeadLetter]:
+    """Dead letters (of one reason), newest first; payloads cut to 4,000 characters here (the viewer reads one)."""
+    q, epoch = reader.dialect.quote, reader.dialect.epoch_seconds
+    where, params = ("TRUE", {}) if not reason else (f"{q('reason')} = $reason", {"reason": reason})
+    rows = reader.query(
+        f"SELECT {q('dead_letter_id')}, {epoch(q('received_at'))}, {_q(reader, 'reason', 'source')}, "
+        f"SUBSTR({q('payload')}, 1, 4000) FROM {reader.dialect.table(DEAD_LETTER)} WHERE {where} "
+        f"ORDER BY {q('received_at')} DESC, 1 LIMIT {int(limit)} OFFSET {int(offset)}", params)
+    return [DeadLetter(*r) for r in rows]
+
+
+def dead_letter(reader: Reader, dead_letter_id: str) -> Optional[DeadLetter]:
+    q, epoch = reader.dialect.quote, reader.dialect.epoch_seconds
+    rows = reader.query(
+        f"SELECT {q('dead_letter_id')}, {epoch(q('received_at'))}, {_q(reader, 'reason', 'source', 'payload')} "
+        f"FROM {reader.dialect.table(DEAD_LETTER)} WHERE {q('dead_letter_id')} = $id LIMIT 1", {"id": dead_letter_id})
+    return DeadLetter(*rows[0]) if rows else None
+
+
+def metrics_since(reader: Reader, test: str, since: float, limit: int = 50_000) -> List[Point]:
+    """Every metric value of a test's runs that ended from ``since`` on (its latest runs: one scan for a test page)."""
+    q = reader.dialect.quote
+    rows = reader.query(f"{_metric_select(reader)} WHERE {q('test_name')} = $test AND "
+                        f"{q('timestamp')} >= {reader.from_epoch('$since')} "
+                        f"ORDER BY {q('timestamp')}, {q('run_id')} LIMIT {int(limit)}", {"test": test, "since": since})
+    return _points(rows)

@@ -292,16 +292,22 @@ SCALES_NOTE = ("scales: how far a value is from the centre of its history, in th
 
 
 def finish_alert(alert: Alert, config: TestConfig, destination: Sequence[Tuple[str, str]] = ()) -> Alert:
-    """The alert with ``unit``, ``report_url`` and ``next_steps`` in its details, and its message with the unit.
+    """The alert with ``unit``, ``report_url`` (its page on the dashboard when the config has ``dashboard_url``,
+    else the run's page of ``report_url_pattern``), ``dashboard_url`` and ``next_steps`` in its details, and its
+    message with the unit.
 
     Applied once to every alert the pipeline raises, with the config valid at its event time; the alert's
     id does not change. ``destination``: where its triage commands point (``core.triage.triage_commands``)."""
     details = dict(alert.details)
     if alert.metric is not None:
         details["unit"] = config.metric_collection.unit_for(alert.metric)
-    url = config.regression_test.report_url(alert.test, alert.run)
+    dashboard = config.regression_test.dashboard_alert_url(alert.alert_id)
+    url = dashboard or config.regression_test.report_url(alert.test, alert.run)
     if url is not None:
         details["report_url"] = url
     details["next_steps"] = triage_commands(alert, destination)
+    if dashboard is not None:  # a shell comment: every step still runs as written
+        details["dashboard_url"] = dashboard
+        details["next_steps"].append(f"# or in one click on the dashboard: {dashboard}")
     finished = dataclasses.replace(alert, details=details)
     return dataclasses.replace(finished, message=describe(finished, details.get("unit")))

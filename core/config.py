@@ -120,6 +120,9 @@ class RegressionTestConfig:
     rebaseline_after: int = DEFAULT_REBASELINE_AFTER
     # The run's page of an outside report, e.g. "https://reports.example/{test}/{run}.html" (None: no link).
     report_url_pattern: Optional[str] = None
+    # The dashboard's address (``trainguard-dashboard``), e.g. "https://trainguard.example": each alert links
+    # its page there (None: no link).
+    dashboard_url: Optional[str] = None
     # False alerts a test may raise per 100 healthy runs, split over its checks that give no threshold.
     false_alerts_per_100_runs: float = DEFAULT_FALSE_ALERTS_PER_100_RUNS
     # Each one-sided false_alert_rate condition also looks for small persistent shifts (core.shifts).
@@ -144,6 +147,12 @@ class RegressionTestConfig:
 
     def may_alert_on(self, metric: str) -> bool:
         return self.metric_subset_to_alert is None or metric in self.metric_subset_to_alert
+
+    def dashboard_alert_url(self, alert_id: str) -> Optional[str]:
+        """The alert's page on the dashboard (``/alerts/<id>``); None without ``dashboard_url``."""
+        if self.dashboard_url is None:
+            return None
+        return f"{self.dashboard_url.rstrip('/')}/alerts/{urllib.parse.quote(alert_id, safe='')}"
 
     def report_url(self, test: str, run: str) -> Optional[str]:
         """``report_url_pattern`` with {test} and {run} URL-quoted; None without a pattern."""
@@ -317,6 +326,16 @@ def checked_report_url_pattern(reader: StrictReader, value: Any, key: str) -> st
     return pattern
 
 
+def checked_dashboard_url(reader: StrictReader, value: Any, key: str) -> str:
+    """An http(s) address with no placeholder, query or fragment: the dashboard's root."""
+    url = reader.string(value, key)
+    parts = urllib.parse.urlsplit(url)
+    if (parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment
+            or "{" in url or any(unicodedata.category(c)[0] in "CZ" for c in url)):
+        reader.fail(key, f"must be the dashboard's http(s) address, e.g. \"https://trainguard.example\", got {url!r}")
+    return url
+
+
 def _rank_reduction(reader: StrictReader, value: Any, key: str) -> str:
     name = reader.string(value, key)
     if name not in RANK_REDUCTIONS:
@@ -329,7 +348,7 @@ def _parse_regression(reader: StrictReader, raw: Any) -> RegressionTestConfig:
     obj = reader.object(raw, where, {"metric_success_conditions", "metric_subset_to_alert", "required_metrics",
                                   "alert_for_oob_metrics", "alert_for_failed_jobs",
                                   "alert_after_second_test_failure", "rebaseline_after", "report_url_pattern",
-                                  "false_alerts_per_100_runs", "detect_shifts", "history_by"})
+                                  "dashboard_url", "false_alerts_per_100_runs", "detect_shifts", "history_by"})
     conditions_where = f"{where}.metric_success_conditions"
     conditions_raw = reader.object(obj.get("metric_success_conditions", {}), conditions_where)
     conditions = {metric: _parse_condition(reader, value, f"{conditions_where}.{metric}", run_level=True)
@@ -355,6 +374,8 @@ def _parse_regression(reader: StrictReader, raw: Any) -> RegressionTestConfig:
                                           f"{where}.false_alerts_per_100_runs"),
         report_url_pattern=None if obj.get("report_url_pattern") is None else checked_report_url_pattern(
             reader, obj["report_url_pattern"], f"{where}.report_url_pattern"),
+        dashboard_url=None if obj.get("dashboard_url") is None else checked_dashboard_url(
+            reader, obj["dashboard_url"], f"{where}.dashboard_url"),
     )
 
 

@@ -284,3 +284,14 @@ def test_history_by_is_the_tests_unless_a_metric_condition_says_otherwise():
 def test_a_bad_history_by_names_its_key(raw, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         parse_test_config(raw, "t.json")
+
+
+def test_dashboard_url_is_an_http_address_and_links_each_alert_page():
+    raw = {"regression_test_config": {"dashboard_url": "https://trainguard.example/"}}
+    regression = parse_test_config(raw, "t.json").regression_test
+    assert regression.dashboard_alert_url("ab/c d") == "https://trainguard.example/alerts/ab%2Fc%20d"
+    assert parse_test_config({}, "t.json").regression_test.dashboard_alert_url("a") is None
+    for bad in ("trainguard.example", "ftp://x", "https://x/{test}", "https://x/?q=1", "https://x/#a", "https://x y"):
+        raw["regression_test_config"]["dashboard_url"] = bad
+        with pytest.raises(ConfigError, match="dashboard_url"):
+            parse_test_config(raw, "t.json")

@@ -15,7 +15,7 @@ import pytest
 from core.schema import ALERTS, JOB_HISTORY
 from dashboard import pages
 from sinks.duckdb_store import DuckDBStore
-from tests.dashboard.conftest import client_of
+from tests.dashboard.conftest import client_of, replay
 from tests.report.test_report import HOSTILE, HOSTILE_METRIC, alert_row, job_row
 from tests.support import REPO_ROOT
 
@@ -260,3 +260,26 @@ def test_only_http_logs_links_are_links(tmp_path):
     assert 'href="javascript' not in hostile and "javascript:alert(1)" in hostile
     fine = client.get("/alerts/aa02").text
     assert '<a href="https://logs/x?a=1&amp;b=&lt;2&gt;" rel="noopener noreferrer">' in fine
+
+
+def test_alerts_of_a_test_with_dashboard_url_link_their_page_here(tmp_path):
+    """``regression_test_config.dashboard_url``: each alert's report_url, dashboard_url and last next step name
+    its page on the dashboard, and that page (of the store the same replay wrote) is the alert's."""
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    for name in os.listdir(os.path.join(REPO_ROOT, "configs")):
+        with open(os.path.join(REPO_ROOT, "configs", name), encoding="utf-8") as f:
+            config = json.load(f)
+        config.setdefault("regression_test_config", {})["dashboard_url"] = "https://trainguard.example/"
+        (configs / name).write_text(json.dumps(config), encoding="utf-8")
+    replay(tmp_path / "store.duckdb", tmp_path / "alerts.jsonl", f"--config_dir={configs}")
+    alerts = [json.loads(line) for line in (tmp_path / "alerts.jsonl").read_text().splitlines()]
+    assert alerts
+    client = client_of(f"--local_store={tmp_path / 'store.duckdb'}")
+    for alert in alerts[:3]:
+        page = f"https://trainguard.example/alerts/{alert['alert_id']}"
+        details = json.loads(alert["details"])
+        assert details["report_url"] == details["dashboard_url"] == page
+        assert details["next_steps"][-1] == f"# or in one click on the dashboard: {page}"
+        response = client.get(page.replace("https://trainguard.example", ""))
+        assert response.status_code == 200 and alert["alert_id"] in response.text

@@ -26,21 +26,11 @@ DRY_RUN=false
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=scripts/gcloud_helpers.sh
 source "$REPO/scripts/gcloud_helpers.sh"
-for arg in "$@"; do
-  case $arg in
-    --dry_run|--dry-run) DRY_RUN=true ;;
-    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    -*) die "unknown option $arg (--dry_run and --help are the only ones; settings are environment variables)" ;;
-    *) die "unexpected argument $arg (see --help)" ;;
-  esac
-done
+cloud_run_arguments "$@"
 
-PROJECT=${TRAINGUARD_PROJECT:-${GOOGLE_CLOUD_PROJECT:-}}
-REGION=${TRAINGUARD_REGION:-us-central1}
-PREFIX=${TRAINGUARD_PREFIX:-trainguard}
+cloud_run_settings
 DATASET=${TRAINGUARD_DATASET:-trainguard}
 AUDIENCE=${DASHBOARD_IAP_AUDIENCE:-}
-[[ -n $PROJECT ]] || die "no project: set TRAINGUARD_PROJECT"
 [[ -n $AUDIENCE ]] || die "no IAP audience: set DASHBOARD_IAP_AUDIENCE (/projects/NUMBER/global/backendServices/ID)"
 SERVICE_ACCOUNT=${DASHBOARD_SERVICE_ACCOUNT:-$PREFIX-dashboard@$PROJECT.iam.gserviceaccount.com}
 IMAGE=${DASHBOARD_IMAGE:-$REGION-docker.pkg.dev/$PROJECT/$PREFIX/$PREFIX-dashboard:latest}

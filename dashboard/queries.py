@@ -9,7 +9,7 @@ report share one read model.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from core.alert_record import AlertRecord, alert_from_row
 from core.schema import ALERTS, DEAD_LETTER, JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS, RANK_METRICS, TRIAGE
@@ -181,13 +181,19 @@ def _job_select(reader: Reader) -> str:
             f"{q('events')} FROM {reader.dialect.table(JOB_HISTORY)}")
 
 
-def _jobs(rows: Sequence[tuple]) -> List[Job]:
-    seen, jobs = set(), []
+def _first_per(rows: Sequence[tuple], key: Callable[[tuple], Any]) -> List[tuple]:
+    """The first row of each key, in order (a run's newest row: a re-run writes another)."""
+    seen: Set[Any] = set()
+    first = []
     for row in rows:
-        if row[1] not in seen:
-            seen.add(row[1])
-            jobs.append(Job(JobRow(*row[:6]), row[6], row[7], row[8] or "[]"))
-    return jobs
+        if key(row) not in seen:
+            seen.add(key(row))
+            first.append(row)
+    return first
+
+
+def _jobs(rows: Sequence[tuple]) -> List[Job]:
+    return [Job(JobRow(*row[:6]), row[6], row[7], row[8] or "[]") for row in _first_per(rows, lambda r: r[1])]
 
 
 def runs_of_test(reader: Reader, test: str, offset: int = 0, limit: int = RUNS_LIMIT,
@@ -223,12 +229,7 @@ def _metric_select(reader: Reader) -> str:
 
 
 def _points(rows: Sequence[tuple]) -> List[Point]:
-    seen, points = set(), []
-    for row in rows:
-        if (row[1], row[2]) not in seen:
-            seen.add((row[1], row[2]))
-            points.append(Point(MetricRow(*row[:8]), row[8]))
-    return points
+    return [Point(MetricRow(*row[:8]), row[8]) for row in _first_per(rows, lambda r: (r[1], r[2]))]
 
 
 def metric_history(reader: Reader, test: str, metric: str, limit: int = HISTORY_LIMIT) -> List[Point]:

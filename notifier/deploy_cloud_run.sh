@@ -25,21 +25,11 @@ DRY_RUN=false
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=scripts/gcloud_helpers.sh
 source "$REPO/scripts/gcloud_helpers.sh"
-for arg in "$@"; do
-  case $arg in
-    --dry_run|--dry-run) DRY_RUN=true ;;
-    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    -*) die "unknown option $arg (--dry_run and --help are the only ones; settings are environment variables)" ;;
-    *) die "unexpected argument $arg (see --help)" ;;
-  esac
-done
+cloud_run_arguments "$@"
 
-PROJECT=${TRAINGUARD_PROJECT:-${GOOGLE_CLOUD_PROJECT:-}}
-REGION=${TRAINGUARD_REGION:-us-central1}
-PREFIX=${TRAINGUARD_PREFIX:-trainguard}
+cloud_run_settings
 CONFIG=${EMAIL_CONFIG:-}
 KEY_SECRET=${EMAIL_KEY_SECRET:-sendgrid-api-key}
-[[ -n $PROJECT ]] || die "no project: set TRAINGUARD_PROJECT"
 [[ -n $CONFIG ]] || die "no config: set EMAIL_CONFIG to the notifier's config file (e.g. notifier/example-config.json)"
 [[ -f $CONFIG ]] || die "EMAIL_CONFIG=$CONFIG: no such file"
 SERVICE_ACCOUNT=${EMAIL_SERVICE_ACCOUNT:-$PREFIX-email@$PROJECT.iam.gserviceaccount.com}

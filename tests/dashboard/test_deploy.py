@@ -4,11 +4,10 @@ accepts (sharing the notifier's gcloud helpers)."""
 from __future__ import annotations
 
 import os
-import shlex
 import subprocess
 
 from dashboard.cli import parser
-from tests.support import REPO_ROOT, shellcheck
+from tests.support import REPO_ROOT, deploy_dry_run, shellcheck
 
 SCRIPT = os.path.join(REPO_ROOT, "dashboard", "deploy_cloud_run.sh")
 AUDIENCE = "/projects/123/global/backendServices/456"
@@ -20,18 +19,8 @@ def test_deploy_script_is_shellcheck_clean():
 
 
 def dry_run(tmp_path, **env):
-    """The script's printed commands, with gcloud/bq/docker replaced by stubs that log their calls and fail."""
-    stubs = tmp_path / "stubs"
-    stubs.mkdir(parents=True)
-    for tool in ("gcloud", "bq", "docker"):
-        stub = stubs / tool
-        stub.write_text(f'#!/bin/sh\necho "{tool} $*" >> "{tmp_path}/called.log"\nexit 1\n')
-        stub.chmod(0o755)
-    environment = {"PATH": f"{stubs}{os.pathsep}{os.environ['PATH']}", "HOME": str(tmp_path), **env}
-    result = subprocess.run(["bash", SCRIPT, "--dry_run"], capture_output=True, text=True, env=environment,
-                            cwd=tmp_path, timeout=60)
-    assert not (tmp_path / "called.log").exists()  # nothing touched the cloud
-    return result, [shlex.split(line[2:]) for line in result.stdout.splitlines() if line.startswith("+ ")]
+    """The script's printed commands, with gcloud, bq, docker replaced by stubs that log their calls and fail."""
+    return deploy_dry_run(SCRIPT, tmp_path, ("gcloud", "bq", "docker"), "--dry_run", **env)
 
 
 def test_dry_run_deploys_behind_iap_with_valid_dashboard_arguments(tmp_path):

@@ -28,6 +28,7 @@ logger = logging.getLogger("trainguard")
 Point = Tuple[Any, Any, Any, Any]  # (tag or (group, name), value, step, unix seconds), validated when encoded
 FIELDS = 4
 """Entries a point takes in ``Intake.points``: tag (or ``(group, name)``), value, step, unix seconds."""
+OVERFLOW_WARN_INTERVAL_S = 60.0  # while points are dropped for a full buffer, a warning at most this often
 
 
 def snapshot(value: Any) -> Any:
@@ -78,7 +79,7 @@ class Intake:
         self._kind = kind
         self._lock = threading.Lock()
         self._counts = IntakeCounts()
-        self._warned_full = False
+        self._warned_full_at: Optional[float] = None  # time.monotonic() of the last buffer-full warning
         self.all_floats = True
         """Whether every point logged so far had a float value and a float time (the adder's common case: its
         times are ``time.time()``'s), so that the encoder need not check their types again. It turns False for
@@ -171,13 +172,18 @@ class Intake:
             self._counts.points_invalid += 1
 
     def overflow(self) -> None:
+        """Counts a point dropped for a full buffer; warns at the first and then at most once a
+        ``OVERFLOW_WARN_INTERVAL_S`` while the loop keeps logging faster than the sink drains, with the total."""
         with self._lock:
             self._counts.points_dropped_buffer_full += 1
-            first = not self._warned_full
-            self._warned_full = True
-        if first and not self.muted:
+            dropped = self._counts.points_dropped_buffer_full
+            now = time.monotonic()
+            due = self._warned_full_at is None or now - self._warned_full_at >= OVERFLOW_WARN_INTERVAL_S
+            if due:
+                self._warned_full_at = now
+        if due and not self.muted:
             logger.warning("trainguard: %s buffer is full (%d points); dropping new points until the "
-                           "background thread catches up", self._kind, self._max_points)
+                           "background thread catches up (%d dropped so far)", self._kind, self._max_points, dropped)
 
     def oldest_time(self) -> Optional[float]:
         """The time of the oldest buffered point; None when there is none or it is not a number."""

@@ -115,9 +115,9 @@ class Run:
                 raise RuntimeError("Run.finish() before Run.start()")
             self.status = status
         now = time.time()
-        event = {"status": status, "num_failures": self.num_failures,
-                 "duration_s": round(now - self._started_at, 3), **data}
         handler = self.handler
+        event = {"status": status, "num_failures": self.num_failures,
+                 "duration_s": round(now - self._started_at, 3), **_dropped_so_far(handler), **data}
         try:
             handler.emit_event(wire.RUN_FINISHED, event, now)
             if handler.flush(_lifecycle.exit_deadline.remaining(self.flush_timeout)):
@@ -135,3 +135,20 @@ class Run:
             error = f"{exc_type.__name__}: {exc}"[:_MAX_ERROR_CHARS]
             self.finish("failure", error=error)
         return False
+
+
+def _dropped_so_far(handler: Any) -> Dict[str, int]:
+    """What ``run_finished`` says of what the handler has dropped before the run's end (a loop that logged faster
+    than the sink drained, counted as it happens; values the encoder refused or a sink gave up on, counted once
+    the background thread got to them): ``points_dropped`` and ``events_dropped`` when not 0, so that the run's
+    data (in its alerts and ``job_history``) shows it; nothing from a handler without ``stats()``. The handler's
+    summary at exit has the final counts."""
+    stats = getattr(handler, "stats", None)
+    if not callable(stats):
+        return {}
+    try:
+        counts = stats()
+        dropped = {"points_dropped": int(counts.points_dropped), "events_dropped": int(counts.events_dropped)}
+    except Exception:  # noqa: BLE001 - a handler's stats never stop the run's end from being published
+        return {}
+    return {key: value for key, value in dropped.items() if value}

@@ -124,3 +124,23 @@ def test_concurrent_adders_never_interleave_a_points_entries():
     for k in range(3):
         mine = [(taken[j + 1], taken[j + 2]) for j in range(0, len(taken), FIELDS) if taken[j] == f"t{k}"]
         assert mine == [(float(i), i) for i in range(20_000)]
+
+
+def test_a_full_buffer_warns_at_first_then_at_most_once_a_minute_with_the_total(monkeypatch, caplog):
+    from trainguard import intake as intake_module
+
+    clock = [1000.0]
+    monkeypatch.setattr(intake_module.time, "monotonic", lambda: clock[0])
+    intake, _ = make_intake(max_points=10)
+    add = intake.adder("g", group_prefix=True)
+    with caplog.at_level("WARNING", logger="trainguard"):
+        for i in range(15):
+            add("loss", float(i), i)
+        clock[0] += intake_module.OVERFLOW_WARN_INTERVAL_S - 1
+        add("loss", 0.0, 15)
+        clock[0] += 1
+        add("loss", 0.0, 16)
+        add("loss", 0.0, 17)
+    warnings = [r.getMessage() for r in caplog.records if "buffer is full" in r.getMessage()]
+    assert len(warnings) == 2
+    assert warnings[0].endswith("(1 dropped so far)") and warnings[1].endswith("(7 dropped so far)")

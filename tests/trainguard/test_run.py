@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import trainguard as tg
-from tests.trainguard.support import events_of, jsonl_payloads, parse_all, points_of
+from tests.trainguard.support import ScriptedTransport, events_of, jsonl_payloads, parse_all, points_of
 
 
 def finished(path):
@@ -73,3 +73,29 @@ def test_a_handler_bound_to_another_run_is_refused(handlers, tmp_path):
 def test_run_without_any_configured_handler_warns():
     with pytest.warns(tg.UnconfiguredGroupWarning), tg.Run("test", "run"):
         pass
+
+
+def test_run_finished_says_what_the_handler_dropped(handlers):
+    """Overload: a loop logging faster than a (here hung) sink drains. A user looks at the run's data (its
+    alerts, job_history), not the trainer's log: run_finished carries the points dropped so far; a run that
+    dropped nothing says nothing of it."""
+    transport = ScriptedTransport()
+    transport.unblocked.clear()  # the network hangs
+    handler = handlers.scripted(transport, test=None, run=None, max_buffered_points=1000, max_points_per_message=100,
+                                max_latency_ms=60_000, send_timeout_s=60)
+    tg.configure(handler)
+    with tg.Run("test", "overloaded", flush_timeout=0.2):
+        for step in range(20_000):
+            tg.getStream("train").add_value("loss", 1.0, step=step)
+        dropped = handler.stats().points_dropped_buffer_full
+    transport.unblocked.set()
+    assert handler.flush(timeout=20) and dropped > 0
+    [event] = [e for e in events_of(parse_all(transport.payloads)) if e.type == "run_finished"]
+    assert event.data["points_dropped"] >= dropped and "events_dropped" not in event.data
+
+    quiet = ScriptedTransport()
+    tg.configure(handlers.scripted(quiet, test=None, run=None))
+    with tg.Run("test", "clean"):
+        tg.getStream("train").add_value("loss", 1.0, step=1)
+    [event] = [e for e in events_of(parse_all(quiet.payloads)) if e.type == "run_finished"]
+    assert "points_dropped" not in event.data

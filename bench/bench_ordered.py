@@ -42,7 +42,7 @@ from core.config import ConfigSet, parse_test_config
 from core.records import MetricObservation
 from trainguard.cli import DASHES_NOTE, StrictArgumentParser
 from transforms.coders import RecordCoder
-from transforms.history import _MetricMachine
+from transforms.history import MetricMachine
 from transforms.ordered import _Keyed, in_event_time_order
 
 T0 = 1763596800.0
@@ -168,7 +168,7 @@ def observations(count: int, start: float = T0) -> List[MetricObservation]:
 
 def metric_key(streaming: bool) -> OneKey:
     configs = ConfigSet({TEST: parse_test_config(CONFIG, "bench.json")})
-    return OneKey(in_event_time_order(_MetricMachine(configs), "metric", streaming, 0), (TEST, METRIC))
+    return OneKey(in_event_time_order(MetricMachine(configs), "metric", streaming, 0), (TEST, METRIC))
 
 
 def old_layout_item(keyed: _Keyed, item: MetricObservation, coder: RecordCoder) -> None:

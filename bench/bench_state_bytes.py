@@ -69,12 +69,12 @@ from trainguard import wire
 from trainguard.cli import DASHES_NOTE, StrictArgumentParser
 from transforms.backfills import AssembleRunOrBackfillFn
 from transforms.coders import AnyRecord
-from transforms.history import _JobMachine, _MetricMachine
+from transforms.history import JobMachine, MetricMachine
 from transforms.ordered import in_event_time_order
-from transforms.parse import ParseMessageFn, SummarizeMessageFn, _FirstPerKeyFn
+from transforms.parse import FirstPerKeyFn, ParseMessageFn, SummarizeMessageFn
 from transforms.runs import INTERRUPTED, without_window_points
-from transforms.triage import _LedgerMachine
-from transforms.window_checks import _WindowCheckMachine
+from transforms.triage import LedgerMachine
+from transforms.window_checks import WindowCheckMachine
 from transforms.windows import WindowRunFn, without_payload
 
 T0 = 1763596800.0  # 2025-11-20T00:00:00Z
@@ -462,7 +462,7 @@ class StreamingGraph:
         self.parse.start_bundle()
         self.summarize = SummarizeMessageFn(configs)
         self.stages = {
-            "Deduplicate": KeyedStage("Deduplicate", _FirstPerKeyFn(Duration(seconds=lifecycle.dedup_horizon_seconds)),
+            "Deduplicate": KeyedStage("Deduplicate", FirstPerKeyFn(Duration(seconds=lifecycle.dedup_horizon_seconds)),
                                       kv[str, AnyRecord], meter, _test_of_id),
             "AssembleRuns": KeyedStage("AssembleRuns", AssembleRunOrBackfillFn(
                 configs, lifecycle, interruptions=True, clock=clock), kv[tuple_of[str, str], AnyRecord], meter,
@@ -470,15 +470,15 @@ class StreamingGraph:
             "LiveWindows": KeyedStage("LiveWindows", WindowRunFn(configs, lifecycle, streaming=True, clock=clock),
                                       kv[tuple_of[str, str, int], MessageSummary], meter, _test_of_first,
                                       on_write={WindowRunFn.STATE.name: self._windows_parts}),
-            "CheckMetrics": KeyedStage("CheckMetrics", in_event_time_order(_MetricMachine(configs), "metric", True,
+            "CheckMetrics": KeyedStage("CheckMetrics", in_event_time_order(MetricMachine(configs), "metric", True,
                                                                            bucket),
                                        kv[tuple_of[str, str], AnyRecord], meter, _test_of_first),
-            "CheckRuns": KeyedStage("CheckRuns", in_event_time_order(_JobMachine(configs), "job", True, bucket),
+            "CheckRuns": KeyedStage("CheckRuns", in_event_time_order(JobMachine(configs), "job", True, bucket),
                                     kv[str, RunResult], meter, _test_of_first),
             "LiveWindows/Checks": KeyedStage("LiveWindows/Checks", in_event_time_order(
-                _WindowCheckMachine(configs), "window", True, bucket),
+                WindowCheckMachine(configs), "window", True, bucket),
                 kv[tuple_of[str, str, str], AnyRecord], meter, _test_of_first),
-            "Triage": KeyedStage("Triage", in_event_time_order(_LedgerMachine(configs), "triage", True, bucket),
+            "Triage": KeyedStage("Triage", in_event_time_order(LedgerMachine(configs), "triage", True, bucket),
                                  kv[str, AnyRecord], meter, _test_of_first),
         }
         self.dead_letters: List[Out] = []

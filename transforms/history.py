@@ -13,7 +13,8 @@ from transforms.coders import AnyRecord
 from transforms.ordered import ConfiguredMachine, OrderedCheck
 
 
-class _MetricMachine(ConfiguredMachine):
+class MetricMachine(ConfiguredMachine):
+    """The state machine of one (test, metric): ``core.history.check_metric`` per run, triage applied."""
     def initial(self, key):
         return MetricHistory()
 
@@ -28,7 +29,8 @@ class _MetricMachine(ConfiguredMachine):
             yield beam.pvalue.TaggedOutput(ALERTS.name, alert)
 
 
-class _JobMachine(ConfiguredMachine):
+class JobMachine(ConfiguredMachine):
+    """The state machine of one test's runs: ``core.history.check_job`` per run."""
     def initial(self, key):
         return JobHistory()
 
@@ -53,7 +55,7 @@ class CheckMetricHistory(OrderedCheck):
                    | "KeyByMetric" >> beam.Map(lambda o: ((o.test, o.metric), o)).with_output_types(
                        beam.typehints.KV[beam.typehints.Tuple[str, str], AnyRecord])
                    | "WithSeeds" >> self.with_seeds("metrics")
-                   | "CheckInOrder" >> self.in_order(_MetricMachine(self.configs), "metric").with_outputs(
+                   | "CheckInOrder" >> self.in_order(MetricMachine(self.configs), "metric").with_outputs(
                        ALERTS.name, DEAD_LETTER.name, main="rows"))
         return outputs.rows, outputs[ALERTS.name], outputs[DEAD_LETTER.name]
 
@@ -69,6 +71,6 @@ class CheckJobHistory(OrderedCheck):
         outputs = (runs
                    | "KeyByTest" >> beam.Map(lambda r: (r.test, r)).with_output_types(beam.typehints.KV[str, RunResult])
                    | "WithSeeds" >> self.with_seeds("jobs")
-                   | "CheckInOrder" >> self.in_order(_JobMachine(self.configs), "job").with_outputs(
+                   | "CheckInOrder" >> self.in_order(JobMachine(self.configs), "job").with_outputs(
                        DEAD_LETTER.name, main="alerts"))
         return outputs.alerts, outputs[DEAD_LETTER.name]

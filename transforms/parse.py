@@ -229,12 +229,13 @@ def first_per_key_in_event_time(horizon_seconds: float):
     applied as ``"FirstPerId" >> ...``, the stateful step is ``FirstPerId/DeduplicateFn`` as it always was (a
     composite around a multi-output ``ParDo`` would put it one level down).
     """
-    pardo = beam.ParDo(_FirstPerKeyFn(Duration(seconds=horizon_seconds)))
+    pardo = beam.ParDo(FirstPerKeyFn(Duration(seconds=horizon_seconds)))
     pardo.label = "DeduplicateFn"
     return pardo.with_outputs(DEAD_LETTER.name, main="first")
 
 
-class _FirstPerKeyFn(beam.DoFn):
+class FirstPerKeyFn(beam.DoFn):
+    """The stateful DoFn of ``first_per_key_in_event_time`` (its docstring says what it keeps and emits)."""
     SEEN = BagStateSpec("seen", BooleanCoder())
     TAKEN_DIGEST = ReadModifyWriteStateSpec("taken_digest", RecordCoder())
     FORGET = TimerSpec("event_timer", TimeDomain.WATERMARK)

@@ -20,7 +20,8 @@ from transforms.coders import AnyRecord
 from transforms.ordered import ConfiguredMachine, OrderedCheck
 
 
-class _RankWindowMachine(ConfiguredMachine):
+class RankWindowMachine(ConfiguredMachine):
+    """The state machine of one distributed run's tag: its ranks' windows, combined and compared."""
     def __init__(self, configs, retention_seconds: float):
         super().__init__(configs)
         self.retention_seconds = retention_seconds
@@ -77,7 +78,7 @@ class CombineRankWindows(OrderedCheck):
         firsts = rank_results | "FirstRevisions" >> beam.FlatMapTuple(
             lambda result, revision: [result] if revision == 0 else [])
         ends = runs | "RunEnds" >> beam.FlatMap(run_ends)
-        machine = _RankWindowMachine(configs, self.retention_seconds)
+        machine = RankWindowMachine(configs, self.retention_seconds)
         outputs = ((firsts, ends) | "RankInputs" >> beam.Flatten()
                    | "KeyByRunTag" >> beam.Map(lambda i: ((i.test, i.run, i.tag), i)).with_output_types(
                        beam.typehints.KV[beam.typehints.Tuple[str, str, str], AnyRecord])

@@ -34,7 +34,8 @@ class SkipStoredActions(beam.PTransform):
                                                     self.stored)
 
 
-class _LedgerMachine(ConfiguredMachine):
+class LedgerMachine(ConfiguredMachine):
+    """The state machine of one test's alert ledger: raised alerts and triage actions, in event time."""
     def initial(self, key) -> AlertLedger:
         return AlertLedger()
 
@@ -79,6 +80,6 @@ class TriageAlerts(OrderedCheck):
                    | "KeyByTest" >> beam.Map(lambda item: (item.test, item)).with_output_types(
                        beam.typehints.KV[str, AnyRecord])
                    | "WithSeeds" >> self.with_seeds("ledgers")
-                   | "InOrder" >> self.in_order(_LedgerMachine(self.configs), "triage").with_outputs(
+                   | "InOrder" >> self.in_order(LedgerMachine(self.configs), "triage").with_outputs(
                        ALERT_UPDATES, DEAD_LETTER.name, main="alerts"))
         return outputs.alerts, outputs[ALERT_UPDATES], outputs[DEAD_LETTER.name]

@@ -20,7 +20,8 @@ from transforms.coders import AnyRecord
 from transforms.ordered import ConfiguredMachine, OrderedCheck
 
 
-class _WindowCheckMachine(ConfiguredMachine):
+class WindowCheckMachine(ConfiguredMachine):
+    """The state machine of one (test, tag, window kind): its windows, run ends and triage, in event time."""
     def initial(self, key) -> WindowHistory:
         return WindowHistory()
 
@@ -65,6 +66,6 @@ class CheckWindows(OrderedCheck):
                    | "KeyByTagKind" >> beam.Map(lambda i: ((i.test, i.tag, i.kind), i)).with_output_types(
                        beam.typehints.KV[beam.typehints.Tuple[str, str, str], AnyRecord])
                    | "WithSeeds" >> self.with_seeds("windows")
-                   | "CheckInOrder" >> self.in_order(_WindowCheckMachine(configs), "window").with_outputs(
+                   | "CheckInOrder" >> self.in_order(WindowCheckMachine(configs), "window").with_outputs(
                        DEAD_LETTER.name, main="alerts"))
         return outputs.alerts, outputs[DEAD_LETTER.name]

@@ -17,14 +17,14 @@ from core.runs import RunLifecycle
 from pipeline.graph import DetectRegressions, GraphSettings
 from trainguard import wire
 from transforms.backfills import AssembleRunOrBackfillFn
-from transforms.history import _JobMachine, _MetricMachine
+from transforms.history import JobMachine, MetricMachine
 from transforms.ordered import in_event_time_order
-from transforms.parse import _FirstPerKeyFn
-from transforms.rank_windows import _RankWindowMachine
+from transforms.parse import FirstPerKeyFn
+from transforms.rank_windows import RankWindowMachine
 from transforms.run_assembly import AssembleRunFn
 from transforms.run_parts import AssembleRunPartsFn
-from transforms.triage import _LedgerMachine
-from transforms.window_checks import _WindowCheckMachine
+from transforms.triage import LedgerMachine
+from transforms.window_checks import WindowCheckMachine
 from transforms.windows import WindowRunFn
 
 
@@ -92,14 +92,14 @@ def stateful_dofns(configs: Configs, lifecycle: RunLifecycle,
     those that read the wall clock on ``clock``. ``tests/transforms/test_timers_without_state.py`` checks that
     a new one in ``transforms/`` joins it."""
     return {
-        "ordered metric check": (in_event_time_order(_MetricMachine(configs), "metric", True), ("t", "m")),
-        "ordered job check": (in_event_time_order(_JobMachine(configs), "job", True), "t"),
-        "ordered window check": (in_event_time_order(_WindowCheckMachine(configs), "window", True),
+        "ordered metric check": (in_event_time_order(MetricMachine(configs), "metric", True), ("t", "m")),
+        "ordered job check": (in_event_time_order(JobMachine(configs), "job", True), "t"),
+        "ordered window check": (in_event_time_order(WindowCheckMachine(configs), "window", True),
                                  ("t", "tag", "count")),
-        "ordered triage ledger": (in_event_time_order(_LedgerMachine(configs), "triage", True), "t"),
-        "ordered rank windows": (in_event_time_order(_RankWindowMachine(configs, lifecycle.retention_seconds),
+        "ordered triage ledger": (in_event_time_order(LedgerMachine(configs), "triage", True), "t"),
+        "ordered rank windows": (in_event_time_order(RankWindowMachine(configs, lifecycle.retention_seconds),
                                                      "ranks", True), ("t", "r", "tag")),
-        "first per key (dedup)": (_FirstPerKeyFn(Duration(seconds=lifecycle.dedup_horizon_seconds)), "message-id"),
+        "first per key (dedup)": (FirstPerKeyFn(Duration(seconds=lifecycle.dedup_horizon_seconds)), "message-id"),
         "run assembly": (AssembleRunFn(configs, lifecycle, interruptions=True, clock=clock), ("t", "r")),
         "run assembly with back-fills": (AssembleRunOrBackfillFn(configs, lifecycle, interruptions=True,
                                                                  clock=clock), ("t", "r")),

@@ -18,7 +18,7 @@ input. What is due anyway is not: an item the watermark would pass within second
   they step each as any watermark passing it would: the same outputs, in the same order, as a watermark just
   past the last held item, and nothing left pending (their state goes with the job: the next one's seed
   rebuilds it from what they wrote);
-- de-duplication (``_FirstPerKeyFn``) let the first copy of each id through when it came: the drain only fires
+- de-duplication (``FirstPerKeyFn``) let the first copy of each id through when it came: the drain only fires
   its forget timers, which emit nothing;
 - run assembly (``AssembleRunFn``, ``AssembleRunOrBackfillFn``): a run whose end the drain fired further ahead of
   the wall clock than the clock skew (``RunLifecycle.interrupted``), or a back-fill whose quiet period it cut
@@ -61,10 +61,10 @@ from tests.support import T0
 from tests.transforms.held_watermarks import END_OF_TIME, HeldStage
 from tests.transforms.support import configs, finished, raw, started, stateful_dofns
 from trainguard import wire
-from transforms.history import _JobMachine, _MetricMachine
+from transforms.history import JobMachine, MetricMachine
 from transforms.ordered import bucket_end
 from transforms.runs import INTERRUPTED
-from transforms.window_checks import _WindowCheckMachine
+from transforms.window_checks import WindowCheckMachine
 
 DAY = 86400.0
 NOW = T0 + 30 * DAY  # the wall clock when the job is drained
@@ -235,14 +235,14 @@ def observations(runs) -> List[Tuple[Tuple[str, str], MetricObservation]]:
 
 def metric_elements() -> List[Element]:
     history = observations(HISTORY)
-    machine = _MetricMachine(CONFIGS)
+    machine = MetricMachine(CONFIGS)
     return ([seeded(machine, key, [o for k, o in history if k == key]) for key in dict(history)]
             + [live(key, o, o.finalized_at) for key, o in observations([EARLIER, JUST_ENDED, ENDING])])
 
 
 def job_elements() -> List[Element]:
     other = dataclasses.replace(run_result("o1", NOW - 100, 90.0, "timeout"), test="other")  # another key
-    return [seeded(_JobMachine(CONFIGS), "cifar", HISTORY)] + [
+    return [seeded(JobMachine(CONFIGS), "cifar", HISTORY)] + [
         live(run.test, run, run.finalized_at) for run in (EARLIER, ENDING, FAILING, other)]
 
 
@@ -251,7 +251,7 @@ def window_elements() -> List[Element]:
     history = [item for i, run in enumerate(["h0", "h1"]) for item in (
         window(run, 0, JOB_START - (5 - i) * DAY, 1.0 + i / 100), window(run, 1, JOB_START - (5 - i) * DAY + 20, 0.9),
         RunEnded("cifar", run, "success", JOB_START - (5 - i) * DAY + 100, "loss", "count"))]
-    return [seeded(_WindowCheckMachine(CONFIGS), key, history),
+    return [seeded(WindowCheckMachine(CONFIGS), key, history),
             live(key, window("r1", 0, NOW - 400, 1.0), NOW - 400),
             live(key, window("r1", 1, NOW - 300, 0.9), NOW - 300),
             # r1's end, in its grace (run assembly emits it at the drain): r1's windows join the history

@@ -25,7 +25,7 @@ from tests.transforms.support import detect, finished, gather, raw, started, str
 from tests.transforms.test_containment import SETTINGS, TABLES, replay, run_messages, suite
 from trainguard import wire
 from transforms.coders import RecordCoder
-from transforms.parse import DUPLICATE_OF_UNKNOWN, _FirstPerKeyFn
+from transforms.parse import DUPLICATE_OF_UNKNOWN, FirstPerKeyFn
 
 RUN = "run-4"
 START = T0 + 4 * 3600  # run-4 of the suite: losses 2.0, 2.5, 3.0, 3.5 at START + 1..4, finished at START + 5
@@ -139,7 +139,7 @@ def summary(message: RawMessage):
 def test_the_streaming_step_keeps_the_digest_of_the_copy_it_took_and_says_when_it_has_none():
     """``seen`` without ``taken_digest`` is an id a job took before it was updated to keep digests."""
     one, nine = map(summary, copies_of_a_point())
-    fn = _FirstPerKeyFn(Duration(seconds=86400))
+    fn = FirstPerKeyFn(Duration(seconds=86400))
     seen, digest, forget = CodedBag(BooleanCoder()), CodedCell(RecordCoder()), Timer()
 
     def deliver(copy):

@@ -30,7 +30,7 @@ from scripts.write_state_fixtures import CONFIG as FIXTURE_CONFIG
 from scripts.write_state_fixtures import TEST as FIXTURE_TEST
 from tests.support import REPO_ROOT, T0
 from tests.transforms.support import batch_pipeline, configs, detect, gather, raw, streaming_pipeline
-from transforms.history import _MetricMachine
+from transforms.history import MetricMachine
 from transforms.ordered import IDLE, OrderedCheck, _Keyed, in_event_time_order
 
 KEY = "cifar"
@@ -217,7 +217,7 @@ def test_the_v1_fixture_of_the_old_layout_is_migrated_and_its_items_are_stepped(
     with open(os.path.join(REPO_ROOT, "tests", "fixtures", "state_v1", "ordered_key_state.bin"), "rb") as f:
         data = f.read()
     configs = ConfigSet({FIXTURE_TEST: parse_test_config(FIXTURE_CONFIG, "fixture.json")})
-    machine = _MetricMachine(configs)
+    machine = MetricMachine(configs)
     key = OneKey(in_event_time_order(machine, "metric", True, 0), (FIXTURE_TEST, "loss_final"))
     key.state["keyed"].data = data
     old = encoding.decode(data)

@@ -46,9 +46,9 @@ def deploy_dry_run(script: str, tmp_path, tools=("gcloud", "docker"), flag="--dr
     return result, [shlex.split(line[2:]) for line in result.stdout.splitlines() if line.startswith("+ ")]
 
 
-def readme_block(heading: str) -> list:
-    """The commands of the first ```sh block after ``heading`` in the README, one per line."""
-    with open(os.path.join(REPO_ROOT, "README.md"), encoding="utf-8") as f:
+def readme_block(heading: str, document: str = "README.md") -> list:
+    """The commands of the first ```sh block after ``heading`` in the README (or ``document``), one per line."""
+    with open(os.path.join(REPO_ROOT, document), encoding="utf-8") as f:
         text = f.read()
     section = text[text.index(heading):]
     block = section[section.index("```sh\n") + len("```sh\n"):]

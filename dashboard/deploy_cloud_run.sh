@@ -47,15 +47,6 @@ grant_access() {
     --member="$member" --role=roles/pubsub.publisher
 }
 
-build_image() {
-  exists gcloud artifacts repositories describe "$PREFIX" --project="$PROJECT" --location="$REGION" \
-    || run gcloud artifacts repositories create "$PREFIX" --project="$PROJECT" --location="$REGION" \
-         --repository-format=docker
-  run gcloud auth configure-docker "$REGION-docker.pkg.dev" --quiet
-  run docker build -f dashboard/Dockerfile -t "$IMAGE" .
-  run docker push "$IMAGE"
-}
-
 # Cloud Run sets $PORT (8080); the container listens on every interface there, and only the load balancer
 # (with IAP) may reach it.
 deploy() {
@@ -67,14 +58,12 @@ deploy() {
     "--topic=projects/$PROJECT/topics/$METRICS_TOPIC"
     "--iap_audience=$AUDIENCE"
   )
-  local joined
-  joined=$(IFS=,; echo "${args[*]}")
   run gcloud run deploy "$SERVICE" --project="$PROJECT" --region="$REGION" --image="$IMAGE" \
     --service-account="$SERVICE_ACCOUNT" --ingress=internal-and-cloud-load-balancing --no-allow-unauthenticated \
-    --port=8080 --min-instances=0 --max-instances=4 --args="$joined"
+    --port=8080 --min-instances=0 --max-instances=4 --args="$(comma_joined "${args[@]}")"
 }
 
 cd "$REPO"
 grant_access
-build_image
+build_and_push_image dashboard/Dockerfile
 deploy

@@ -74,15 +74,6 @@ grant_access() {
   done
 }
 
-build_image() {
-  exists gcloud artifacts repositories describe "$PREFIX" --project="$PROJECT" --location="$REGION" \
-    || run gcloud artifacts repositories create "$PREFIX" --project="$PROJECT" --location="$REGION" \
-         --repository-format=docker
-  run gcloud auth configure-docker "$REGION-docker.pkg.dev" --quiet
-  run docker build -f notifier/Dockerfile -t "$IMAGE" .
-  run docker push "$IMAGE"
-}
-
 # No CPU throttling and exactly one instance: a streaming pull needs CPU between requests, and a single
 # instance keeps a single state (sent ids, budget). The notifier answers health checks on $PORT.
 deploy() {
@@ -93,17 +84,15 @@ deploy() {
     "--sendgrid_key_secret=projects/$PROJECT/secrets/$KEY_SECRET"
     --state=/state/email-state.sqlite
   )
-  local joined
-  joined=$(IFS=,; echo "${args[*]}")
   run gcloud run deploy "$SERVICE" --project="$PROJECT" --region="$REGION" --image="$IMAGE" \
     --service-account="$SERVICE_ACCOUNT" --no-allow-unauthenticated --ingress=internal \
     --no-cpu-throttling --min-instances=1 --max-instances=1 \
-    --set-secrets="/config/email.json=$CONFIG_SECRET:latest" --args="$joined"
+    --set-secrets="/config/email.json=$CONFIG_SECRET:latest" --args="$(comma_joined "${args[@]}")"
 }
 
 cd "$REPO"
 ensure_pubsub
 ensure_config_secret
 grant_access
-build_image
+build_and_push_image notifier/Dockerfile
 deploy

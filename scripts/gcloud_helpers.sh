@@ -61,3 +61,17 @@ cloud_run_settings() {
   PREFIX=${TRAINGUARD_PREFIX:-trainguard}
   [[ -n $PROJECT ]] || die "no project: set TRAINGUARD_PROJECT"
 }
+
+# build_and_push_image DOCKERFILE: builds the image IMAGE from the repository (the current directory) with
+# DOCKERFILE and pushes it to the Artifact Registry repository PREFIX in REGION, created if it does not exist.
+build_and_push_image() {
+  exists gcloud artifacts repositories describe "$PREFIX" --project="$PROJECT" --location="$REGION" \
+    || run gcloud artifacts repositories create "$PREFIX" --project="$PROJECT" --location="$REGION" \
+         --repository-format=docker
+  run gcloud auth configure-docker "$REGION-docker.pkg.dev" --quiet
+  run docker build -f "$1" -t "$IMAGE" .
+  run docker push "$IMAGE"
+}
+
+# comma_joined ARGS...: the arguments joined by commas, as gcloud run deploy --args takes them.
+comma_joined() { local IFS=,; echo "$*"; }

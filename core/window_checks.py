@@ -244,26 +244,33 @@ def step_aligned_history(window: WindowResult, runs: Sequence[FinishedRun], aggr
                          limit: Optional[int] = None) -> Tuple[List[float], List[str]]:
     """From each run, the value of its window overlapping ``window``'s steps the most, oldest first;
     runs whose window counted as out of bounds give none; at most the latest ``limit`` values."""
+    values, compared, _ = _step_aligned(window, runs, aggregation, limit, 0)
+    return values, compared
+
+
+def _step_aligned(window: WindowResult, runs: Sequence[FinishedRun], aggregation: str, limit: Optional[int],
+                  recent_runs: int) -> Tuple[List[float], List[str], List[Tuple[float, bool]]]:
+    """``step_aligned_history``'s values and runs, and in one walk back over the runs the same-step values of
+    the latest ``recent_runs`` runs as (value, counted), oldest first: the windows left out for being out of
+    bounds included, which only tell a second mode of the history (runs on two machine types: the slower
+    mode's windows, each left out as it alerted, would otherwise leave a one-mode history that alerts on every
+    run of that type; ``core.bounds._beyond_second_mode``)."""
     values: List[float] = []
     compared: List[str] = []
-    for finished in reversed(runs):
-        if limit is not None and len(values) >= limit:
+    recent: List[Tuple[float, bool]] = []
+    for age, finished in enumerate(reversed(runs)):
+        full = limit is not None and len(values) >= limit
+        if full and age >= recent_runs:
             break
         found = _aligned_value(finished, window, aggregation)
-        if found is not None and found[1]:
+        if found is None:
+            continue
+        if age < recent_runs:
+            recent.append(found)
+        if found[1] and not full:
             values.append(found[0])
             compared.append(finished.run)
-    return values[::-1], compared[::-1]
-
-
-def step_aligned_recent(window: WindowResult, runs: Sequence[FinishedRun], aggregation: str
-                        ) -> List[Tuple[float, bool]]:
-    """The same-step values of the latest ``MODE_RECENT`` runs, oldest first, as (value, counted): the windows
-    left out for being out of bounds included, which only tell a second mode of the history (runs on two
-    machine types: the slower mode's windows, each left out as it alerted, would otherwise leave a one-mode
-    history that alerts on every run of that type; ``core.bounds._beyond_second_mode``)."""
-    return [found for found in (_aligned_value(finished, window, aggregation) for finished in runs[-MODE_RECENT:])
-            if found is not None]
+    return values[::-1], compared[::-1], recent[::-1]
 
 
 def _aligned_value(finished: FinishedRun, window: WindowResult, aggregation: str) -> Optional[Tuple[float, bool]]:
@@ -314,9 +321,8 @@ def window_bounds(state: WindowHistory, window: WindowResult, check: WindowCheck
         compared = [window.run] if history else []
     else:
         current, before = _segments(state, check)
-        history, compared = step_aligned_history(window, current, check.aggregation, check.history_runs)
+        history, compared, recent = _step_aligned(window, current, check.aggregation, check.history_runs, MODE_RECENT)
         previous, _ = step_aligned_history(window, before, check.aggregation, check.history_runs)
-        recent = step_aligned_recent(window, current, check.aggregation)
     return CheckedWindow(check, window.values.get(check.aggregation), tuple(history), tuple(compared),
                          tuple(previous), compute_bounds(check.condition, history, previous, recent))
 

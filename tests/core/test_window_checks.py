@@ -262,7 +262,7 @@ def test_windows_of_a_second_machine_type_stop_alerting_once_it_is_a_mode_of_the
     """A test on one machine type whose runs, from run 20 on, land at random on a second one 25% slower: each
     slower run's windows that alerted are left out of the step-aligned history, which so stays one-mode and
     would alert on slower runs for as long as some are left out; the windows left out still tell the second
-    mode (``step_aligned_recent``, as ``recent`` does for the run-level checks). Over 20 such tests, runs 30-59:
+    mode (``core.window_checks._step_aligned``, as ``recent`` does for the run-level checks). Over 20 such tests, runs 30-59:
     7 alerts (before: 20)."""
     import random
     budget = SuccessCondition("less", false_alert_rate=0.002, wait_for_n_points_of_history=10)

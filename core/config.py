@@ -319,19 +319,23 @@ def checked_report_url_pattern(reader: StrictReader, value: Any, key: str) -> st
         if name not in REPORT_URL_PLACEHOLDERS or spec or conversion:
             reader.fail(key, f"{{{name}{'!' + conversion if conversion else ''}{':' + spec if spec else ''}}} is "
                              f"not a placeholder: use {{test}} and {{run}} only")
-    example = urllib.parse.urlsplit(pattern.format(test="t", run="r"))
-    if example.scheme not in ("http", "https") or not example.netloc or any(
-            unicodedata.category(c)[0] in "CZ" for c in pattern):
+    if not _is_web_address(pattern.format(test="t", run="r")):
         reader.fail(key, f"must be an http(s) URL without spaces, got {pattern!r}")
     return pattern
+
+
+def _is_web_address(url: str) -> bool:
+    """An http(s) URL with a host and no control or space characters."""
+    parts = urllib.parse.urlsplit(url)
+    return parts.scheme in ("http", "https") and bool(parts.netloc) and not any(
+        unicodedata.category(c)[0] in "CZ" for c in url)
 
 
 def checked_dashboard_url(reader: StrictReader, value: Any, key: str) -> str:
     """An http(s) address with no placeholder, query or fragment: the dashboard's root."""
     url = reader.string(value, key)
     parts = urllib.parse.urlsplit(url)
-    if (parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment
-            or "{" in url or any(unicodedata.category(c)[0] in "CZ" for c in url)):
+    if not _is_web_address(url) or parts.query or parts.fragment or "{" in url:
         reader.fail(key, f"must be the dashboard's http(s) address, e.g. \"https://trainguard.example\", got {url!r}")
     return url
 

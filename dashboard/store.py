@@ -109,18 +109,16 @@ class SharedConnection:
     def _open(self) -> Any:
         import duckdb
 
-        deadline = time.monotonic() + BUSY_PATIENCE_SECONDS
-        while True:
-            try:
-                connection = duckdb.connect(self.path, read_only=True)
-                connection.execute("SET TimeZone = 'UTC'")
-                return connection
-            except duckdb.IOException as e:
-                if "lock" not in str(e).lower():
-                    raise
-                if time.monotonic() >= deadline:
-                    raise StoreBusy(f"{self.path} is being written (a replay holds it); try again shortly") from None
-                time.sleep(0.05)
+        from sinks.duckdb_store import connect_waiting
+
+        try:
+            connection = connect_waiting(self.path, read_only=True, patience=BUSY_PATIENCE_SECONDS)
+        except duckdb.IOException as e:
+            if "lock" not in str(e).lower():
+                raise
+            raise StoreBusy(f"{self.path} is being written (a replay holds it); try again shortly") from None
+        connection.execute("SET TimeZone = 'UTC'")
+        return connection
 
     def _close(self) -> None:
         """With the condition held and no user: closes the connection and starts the gap."""

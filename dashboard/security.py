@@ -23,6 +23,7 @@ IAP_HEADER = "x-goog-iap-jwt-assertion"
 IAP_CERTS_URL = "https://www.gstatic.com/iap/verify/public_key"
 IAP_ISSUER = "https://cloud.google.com/iap"
 CERTS_TTL_SECONDS = 3600.0
+CERTS_TIMEOUT_SECONDS = 10.0  # the deadline of one fetch of IAP's keys (google-auth's default is 120 s)
 
 
 class Csrf:
@@ -97,8 +98,12 @@ def _fetch_certs(url: str) -> Dict[str, str]:
     import json
 
     import google.auth.transport.requests
+    from google.auth import exceptions
 
-    response = google.auth.transport.requests.Request()(url, method="GET")
+    try:
+        response = google.auth.transport.requests.Request()(url, method="GET", timeout=CERTS_TIMEOUT_SECONDS)
+    except exceptions.TransportError as e:
+        raise IapError(f"could not fetch IAP keys from {url}: {e}") from None
     if response.status != 200:
         raise IapError(f"could not fetch IAP keys from {url}: HTTP {response.status}")
     return json.loads(response.data.decode("utf-8"))

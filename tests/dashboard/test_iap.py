@@ -111,3 +111,21 @@ def test_triage_records_the_verified_user(client, keys, demo_store):
     assert client.post(f"/alerts/{alert_id}/triage", data={"csrf_token": token(page),
                                                            "action": "dismiss"}).status_code == 401
     assert len(file_lines(demo_store)) == 1
+
+
+def test_fetching_the_keys_has_a_deadline(monkeypatch, keys):
+    """IAP's key server that accepts and never answers: the fetch gives up after CERTS_TIMEOUT_SECONDS with one
+    clear error, and the request is refused rather than hung."""
+    from dashboard import security
+    from tests.trainguard.support import SilentServer
+
+    silent = SilentServer()
+    try:
+        monkeypatch.setattr(security, "CERTS_TIMEOUT_SECONDS", 0.5)
+        verifier = security.IapVerifier(AUDIENCE, f"http://{silent.host}/keys")
+        started = time.monotonic()
+        with pytest.raises(security.IapError, match="could not fetch IAP keys"):
+            verifier.verify(assertion(keys[0], email="accounts.google.com:pat@example.com"))
+        assert time.monotonic() - started < 60  # generous for a loaded machine; google-auth alone waits 120 s
+    finally:
+        silent.close()

@@ -51,9 +51,15 @@ from core.config import STRATEGIES, TIME_TO_ACCURACY_METRIC, TOTAL_WALL_TIME_MET
 from core.history import JobHistory, MetricHistory, apply_metric_triage, check_job, check_metric, history_policy
 from core.records import Alert, MetricObservation
 from core.runs import MetricValue, RankedEvent, RunResult
-from core.triage import AlertFacts, TriageItem, reaches_metric_history
+from core.triage import AlertFacts, TriageItem
 from core.vocabulary import AlertKind
-from core.window_checks import RunEnded, WindowHistory, step_window_history, window_triage_targets
+from core.window_checks import (
+    RunEnded,
+    WindowHistory,
+    reaches_run_level_history,
+    step_window_history,
+    window_triage_targets,
+)
 from core.windows import WindowResult
 
 NOT_RE_EVALUATED = frozenset({AlertKind.RUN_STALLED, AlertKind.CONFIG_REJECTED})
@@ -299,9 +305,10 @@ def backtest(history: StoredHistory, configs: Configs,
         test, tag, kind = window_key[1]
         items[window_key] += [RunEnded(test, run.run, run.status, run.finalized_at, tag, kind) for run in ended_runs.values()]
     for action in history.actions:
-        if reaches_metric_history(action):
+        windows = configs.for_test(action.test, action.time).windows
+        if reaches_run_level_history(action, windows):
             extra.setdefault(("metric", (action.test, action.metric or "")), []).append(action)
-        for target in window_triage_targets(action, configs.for_test(action.test, action.time).windows):
+        for target in window_triage_targets(action, windows):
             extra.setdefault(("window", (action.test, target.tag, target.kind)), []).append(target)
 
     steps: Dict[str, Tuple[Callable[[], Any], Callable[[Any, Any], Iterable[Alert]]]] = {

@@ -9,6 +9,7 @@ continues across invocations.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -34,12 +35,12 @@ from core.config import (
     TestConfig,
     shift_rate,
 )
-from core.records import Alert, MetricObservation, metric_history_row
+from core.records import Alert, MetricObservation, Refused, metric_history_row
 from core.registry import record
 from core.runs import RANKS_MISSING, RunAccumulator, RunResult
 from core.shifts import RECENT, find_shift, level_at_end
 from core.stats import median
-from core.triage import AlertLedger, TriageItem
+from core.triage import AlertLedger, TriageItem, unknown_run_refusal
 from core.vocabulary import AlertKind, RunStatus, TriageAction
 
 
@@ -220,17 +221,25 @@ class MetricHistory:
             history.pending_accept, self.pending_accept = run, None
         return history
 
-    def accept(self, run: str, policy: HistoryPolicy) -> None:
-        """An intended change from ``run`` on: the history (of the segment) holding it restarts there, once that
-        run is seen. Other segments keep their baselines: a change that reaches them too moves them after
-        ``rebaseline_after`` runs, or by an accept of one of their runs."""
+    def accept(self, run: str, policy: HistoryPolicy, future: bool = False) -> bool:
+        """An intended change from ``run`` on: the history (of the segment) holding it restarts there, or, for a
+        ``future`` run (still going or to come), once that run is seen. Other segments keep their baselines: a
+        change that reaches them too moves them after ``rebaseline_after`` runs, or by an accept of one of their
+        runs. False, and nothing changes, for a run the history does not hold that is not ``future``."""
         found = self._holding(run)
         if found is None:
-            self.pending_accept = run
-            return
+            if future:
+                self.pending_accept = run
+            return future
         history, at = found
         history._restart(at)
         history._forget(policy.max_points)
+        return True
+
+    @property
+    def runs_held(self) -> int:
+        """How many runs' values the history (with its segments) holds: what an accept can name."""
+        return sum(len(history.entries) for history in (self, *self.segments.values()))
 
     def dismiss(self, run: str, policy: HistoryPolicy) -> None:
         """The out-of-bounds value of ``run`` was a false positive: it counts as history from now on."""
@@ -445,7 +454,8 @@ def apply_metric_triage(history: MetricHistory, item: TriageItem, policy: Histor
     if item.run is None:
         return
     if item.action == TriageAction.ACCEPT:
-        history.accept(item.run, policy)
+        if not history.accept(item.run, policy, item.future):
+            raise unknown_run_refusal(item, history.runs_held)
     elif item.action == TriageAction.DISMISS:
         history.dismiss(item.run, policy)
 
@@ -460,7 +470,8 @@ def seed_metric_history(rows: Iterable[Tuple[Any, ...]],
     items += [(action.order, action) for action in actions]
     for _, item in sorted(items, key=lambda pair: pair[0]):
         if isinstance(item, TriageItem):
-            apply_metric_triage(history, item, policy)
+            with contextlib.suppress(Refused):  # the job refused it too: it changed nothing
+                apply_metric_triage(history, item, policy)
         else:
             _, run, value, within, status, *stored = item
             lower, upper, segment = (*stored, None, None, None)[:3]

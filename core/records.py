@@ -135,9 +135,15 @@ def window_row(result: WindowResult, revision: int) -> Dict[str, Any]:
 MAX_REASON_CHARS = 1000  # an exception's message can be long (a repr of the input); the payload keeps the rest
 
 
+class Refused(ValueError):
+    """An item a stage takes no action on by rule (a triage action naming what its state does not hold), not by
+    failure: raised by a step, it makes the item a dead letter whose reason is the message, the state unchanged."""
+
+
 def failure_reason(stage: str, error: BaseException) -> str:
-    """The dead-letter reason for an item a stage could not handle: the stage, the exception's type and message."""
-    text = f"error in {stage}: {type(error).__name__}: {error}"
+    """The dead-letter reason for an item a stage could not handle: the stage, the exception's type and message
+    (for a :class:`Refused` item, the stage and the message)."""
+    text = f"{stage} refused: {error}" if isinstance(error, Refused) else f"error in {stage}: {type(error).__name__}: {error}"
     return text if len(text) <= MAX_REASON_CHARS else text[:MAX_REASON_CHARS - 3] + "..."
 
 

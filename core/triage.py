@@ -28,7 +28,7 @@ import json
 import shlex
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from core.records import Alert, iso_utc
+from core.records import Alert, Refused, iso_utc
 from core.registry import record
 from core.vocabulary import AlertKind, AlertState, TriageAction
 from trainguard import wire
@@ -60,6 +60,7 @@ class TriageItem:
     until: Optional[float] = None
     note: str = ""
     user: str = ""
+    future: bool = False  # accept: ``run`` may be still going or to come (``--allow_future``)
 
     @property
     def order(self) -> Tuple[float, str, str]:
@@ -77,7 +78,8 @@ class TriageItem:
         return {"action_id": self.id, "action": self.action, "test_name": self.test, "metric_name": self.metric,
                 "run_id": self.run, "alert_id": self.alert_id, "alert_kind": self.alert_kind,
                 "alert_instance": self.instance, "until": iso_utc(self.until), "note": self.note or None,
-                "author": self.user or None, "created_at": iso_utc(self.time)}
+                "author": self.user or None, "created_at": iso_utc(self.time),
+                "future": self.future or None}
 
     @staticmethod
     def from_row(row: Mapping[str, Any]) -> TriageItem:
@@ -85,7 +87,7 @@ class TriageItem:
         return TriageItem(row["action_id"], row["test_name"], row["action"], float(row["created_at"]),
                           row.get("metric_name"), row.get("run_id"), row.get("alert_id"), row.get("alert_kind"),
                           row.get("alert_instance"), None if row.get("until") is None else float(row["until"]),
-                          row.get("note") or "", row.get("author") or "")
+                          row.get("note") or "", row.get("author") or "", bool(row.get("future")))
 
     def marker(self, state: AlertState) -> Dict[str, Any]:
         """What an alert's details say of the action that set its state."""
@@ -105,6 +107,16 @@ def reaches_metric_history(item: TriageItem) -> bool:
         return False
     return item.action == TriageAction.ACCEPT or (
         item.action == TriageAction.DISMISS and item.alert_kind in METRIC_ALERT_KINDS)
+
+
+def unknown_run_refusal(item: TriageItem, runs_held: int) -> Refused:
+    """Why a check refuses an accept whose run its history does not hold (``runs_held``: the runs it does)."""
+    hint = "a run still going or to come needs the accept's future flag (trainguard-triage accept --allow_future)"
+    if not runs_held:
+        return Refused(f"accept of {item.metric!r} of test {item.test!r}: no successful run of the test has reported "
+                       f"it (a misspelled test or metric? {hint})")
+    return Refused(f"accept of {item.metric!r} of test {item.test!r} from run {item.run!r}: not among the {runs_held} "
+                   f"runs of its history (those since its last re-baseline; {hint})")
 
 
 def window_metric(tag: str, aggregation: str) -> str:
@@ -269,14 +281,20 @@ class AlertLedger:
         return row
 
     def apply(self, action: TriageItem) -> List[Dict[str, Any]]:
-        """Takes one action; returns the recent alerts whose state it changes, marked with the new state."""
+        """Takes one action; returns the recent alerts whose state it changes, marked with the new state.
+        ``Refused``: a dismiss of an alert the test has not raised."""
         if action.action == TriageAction.MUTE:
             self.mutes.append(action)
             return []
-        facts = [row_facts(row, at) for at, row in self.recent.values()]
         if action.action == TriageAction.DISMISS:
             hit = self.recent.get(action.alert_id or "")
+            if hit is None and len(self.recent) < MAX_RECENT_ALERTS:
+                # The ledger holds every alert of the test (its seed reads the latest MAX_RECENT_ALERTS); a full
+                # one cannot tell an older alert, whose state the triage table still records, from a wrong id.
+                raise Refused(f"dismiss of alert {action.alert_id!r}: test {action.test!r} has raised no such alert "
+                              f"(it has raised {len(self.recent)})")
             return [with_marker(hit[1], action.marker(AlertState.DISMISSED))] if hit else []
+        facts = [row_facts(row, at) for at, row in self.recent.values()]
         start = _run_start(facts, action.test, action.run)
         return [with_marker(self.recent[f.alert_id][1], action.marker(AlertState.ACCEPTED))
                 for f in facts if accept_covers(action, f, start)]

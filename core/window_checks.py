@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import contextlib
 import dataclasses
 import itertools
 import operator
@@ -38,9 +39,17 @@ from typing import Any, Deque, Dict, FrozenSet, List, Optional, Sequence, Set, T
 from core.alert_details import change_facts, describe, previous_facts, threshold_facts
 from core.bounds import MODE_RECENT, Bounds, compute_bounds, judge, reference, threshold_details
 from core.config import TagWindowConfig, WindowCheck, WindowConfig
-from core.records import Alert
+from core.records import Alert, Refused
 from core.registry import record
-from core.triage import WINDOW_ALERT_KINDS, TriageItem, window_index_of, window_kind_of, window_metric
+from core.triage import (
+    WINDOW_ALERT_KINDS,
+    TriageItem,
+    reaches_metric_history,
+    unknown_run_refusal,
+    window_index_of,
+    window_kind_of,
+    window_metric,
+)
 from core.vocabulary import AlertKind, RunStatus, TriageAction
 from core.windows import WindowResult
 
@@ -198,14 +207,23 @@ def window_triage_targets(item: TriageItem, windows: WindowConfig) -> List[Windo
     return list(targets.values())
 
 
+def reaches_run_level_history(item: TriageItem, windows: WindowConfig) -> bool:
+    """Whether a run-level metric history takes the action: an accept or dismiss of its metric, unless the metric
+    is a step-aligned window check's (``<tag>_<aggregation>``), whose history alone takes it."""
+    return reaches_metric_history(item) and not window_triage_targets(item, windows)
+
+
 def apply_window_triage(state: WindowHistory, triage: WindowTriage) -> None:
-    """An accept moves the check's level to the run (when it ends, if it has not yet); a dismiss lets the
-    dismissed window back into the history and takes its run out of the check's streak."""
+    """An accept moves the check's level to the run (when it ends, for a ``future`` accept of a run still going
+    or to come; ``Refused`` for another run the history does not hold); a dismiss lets the dismissed window back
+    into the history and takes its run out of the check's streak."""
     run, aggregation = triage.item.run, triage.aggregation
     if run is None:
         return
     finished = next((f for f in state.finished_runs if f.run == run), None)
     if triage.item.action == TriageAction.ACCEPT:
+        if finished is None and not triage.item.future:
+            raise unknown_run_refusal(triage.item, len(state.finished_runs))
         if finished is None:
             state.pending_accepts[aggregation] = run
         else:
@@ -396,7 +414,7 @@ def seed_window_history(runs: List[Tuple[float, str, List[WindowResult]]], confi
     moved are not stored, but follow from the windows and the actions."""
     history = WindowHistory()
     for item in _in_event_order([(f, run, RunStatus.SUCCESS, windows) for f, run, windows in runs], actions):
-        step_window_history(history, item, config, rebaseline_after)
+        _step_again(history, item, config, rebaseline_after)
     return history
 
 
@@ -415,8 +433,14 @@ def replay_window_checks(runs: Sequence[Tuple[Optional[float], str, str, Sequenc
     for item in _in_event_order(runs, actions):
         if isinstance(item, WindowResult):
             checked[(item.run, item.index)] = tuple(window_bounds(history, item, check) for check in config.checks)
-        step_window_history(history, item, config, rebaseline_after)
+        _step_again(history, item, config, rebaseline_after)
     return checked
+
+
+def _step_again(state: WindowHistory, item: Any, config: TagWindowConfig, rebaseline_after: int) -> None:
+    """Steps a stored item again; a triage action the job refused (a dead letter then) changes nothing now."""
+    with contextlib.suppress(Refused):
+        step_window_history(state, item, config, rebaseline_after)
 
 
 def _in_event_order(runs: Sequence[Tuple[Optional[float], str, str, Sequence[WindowResult]]],

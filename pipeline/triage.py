@@ -213,7 +213,7 @@ def triage_file(args: argparse.Namespace) -> str:
 def accept(args: argparse.Namespace) -> str:
     check_names(args, args.test, args.metric, args.from_run)
     triage = wire.Triage(TriageAction.ACCEPT.value, args.at, metric=args.metric, run=args.from_run,
-                         note=args.note, user=args.user)
+                         note=args.note, user=args.user, future=args.allow_future)
     where = send(args.test, triage, args)
     return f"accepted {args.metric} of {args.test} at its level from run {args.from_run}: {where}"
 
@@ -309,7 +309,8 @@ def build_parser(now: float) -> argparse.ArgumentParser:
     accept_parser.add_argument("metric")
     accept_parser.add_argument("--from_run", required=True, help="the first run at the new level")
     accept_parser.add_argument("--allow_future", action="store_true",
-                               help="--from_run is a run still going, not in the store yet")
+                               help="--from_run is a run still going or to come, not in the store yet (the pipeline waits for it; "
+                                    "without this, it refuses a run its history does not hold)")
     accept_parser.set_defaults(handler=accept)
     dismiss_parser = command("dismiss", "A false positive: the alert's value joins the history as normal.",
                              said, common)

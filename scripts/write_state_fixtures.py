@@ -178,7 +178,7 @@ def build() -> Dict[str, Any]:
                 _, alert = check_metric(metric_history, observation, config.regression_test)
                 alerts += [alert] if alert is not None else []
     accept = TriageItem("action-accept", TEST, TriageAction.ACCEPT.value, T0 + 9 * DAY, "loss_final", "run-9",
-                        note="intended", user="someone@example.com")
+                        note="intended", user="someone@example.com", future=True)
     apply_metric_triage(metric_history, accept, history_policy(config.regression_test, "loss_final"))
     cases["metric_observations"] = observations
     cases["metric_history"] = metric_history

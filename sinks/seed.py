@@ -33,9 +33,14 @@ from core.records import iso_utc
 from core.runs import RunAccumulator, open_run_text
 from core.schema import ALERTS, JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS, TRIAGE, Table
 from core.seed_scope import KeyScope, Names, SeedScope, seed_scope
-from core.triage import MAX_RECENT_ALERTS, AlertLedger, TriageItem, reaches_metric_history
+from core.triage import MAX_RECENT_ALERTS, AlertLedger, TriageItem
 from core.vocabulary import RunStatus, TriageAction
-from core.window_checks import NUMERIC_AGGREGATIONS, seed_window_history, window_triage_targets
+from core.window_checks import (
+    NUMERIC_AGGREGATIONS,
+    reaches_run_level_history,
+    seed_window_history,
+    window_triage_targets,
+)
 from core.windows import WindowResult
 from trainguard.cli import error_line
 
@@ -153,7 +158,7 @@ def read_history_seed(configs: ConfigSet, query: Query, sql: SqlDialect, workers
     for action in actions:
         key = (action.test, action.metric)
         # A scoped read left a run out only when an action on it no longer changes the history (core.seed_scope).
-        if reaches_metric_history(action) and (scope.metrics is None or any(
+        if reaches_run_level_history(action, configs.for_test(action.test).windows) and (scope.metrics is None or any(
                 row[1] == action.run for row in rows_by_metric.get(key, ()))):
             metric_actions[key].append(action)
     return HistorySeed(
@@ -198,7 +203,7 @@ def read_triage_actions(query: Query, sql: SqlDialect) -> List[TriageItem]:
     """Every stored triage action, in event-time order."""
     q, epoch = sql.quote, sql.epoch_seconds
     names = ("action_id", "action", "test_name", "metric_name", "run_id", "alert_id", "alert_kind",
-             "alert_instance", "note", "author")
+             "alert_instance", "note", "author", "future")
     rows = query(f"SELECT {', '.join(q(n) for n in names)}, {epoch(q('until'))}, {epoch(q('created_at'))} "
                  f"FROM {sql.table(TRIAGE)}")
     actions = [TriageItem.from_row({**dict(zip(names, row)), "until": row[-2], "created_at": row[-1]})

@@ -94,7 +94,7 @@ _TRIAGE_FIELDS = {  # field -> the actions that take it (all others must leave i
     "action": TRIAGE_ACTIONS, "time": TRIAGE_ACTIONS, "note": TRIAGE_ACTIONS, "user": TRIAGE_ACTIONS,
     "metric": TRIAGE_ACTIONS, "run": (TRIAGE_ACCEPT, TRIAGE_DISMISS),
     "alert_id": (TRIAGE_DISMISS,), "alert_kind": (TRIAGE_DISMISS,), "instance": (TRIAGE_DISMISS,),
-    "until": (TRIAGE_MUTE,),
+    "until": (TRIAGE_MUTE,), "future": (TRIAGE_ACCEPT,),
 }
 _TRIAGE_REQUIRED = {TRIAGE_ACCEPT: ("metric", "run"), TRIAGE_DISMISS: ("alert_id", "alert_kind", "run"),
                     TRIAGE_MUTE: ("until",)}
@@ -103,7 +103,8 @@ _TRIAGE_REQUIRED = {TRIAGE_ACCEPT: ("metric", "run"), TRIAGE_DISMISS: ("alert_id
 class Triage(NamedTuple):
     """A user's word on alerts and baselines (a control message; see ``parse_message``).
 
-    ``accept``: ``metric`` of the test moved on purpose from ``run`` on (its baseline restarts there);
+    ``accept``: ``metric`` of the test moved on purpose from ``run`` on (its baseline restarts there; ``future``:
+    ``run`` is still going or still to come, so the pipeline waits for it instead of refusing a run it has not seen);
     ``dismiss``: alert ``alert_id`` (of ``alert_kind``, on ``run``, ``metric``, ``instance``) was a false
     positive (its value joins the history as normal); ``mute``: the test's alerts (of ``metric`` only, if
     given) from ``time`` until ``until`` are recorded as muted and not sent.
@@ -118,6 +119,7 @@ class Triage(NamedTuple):
     until: Optional[float] = None
     note: str = ""
     user: str = ""
+    future: bool = False
 
 
 class Message(NamedTuple):
@@ -247,6 +249,10 @@ def _parse_control(obj: Dict[str, Any], message_id: str, test: str) -> Message:
         if not isinstance(note, str) or len(note) > MAX_NOTE_CHARS:
             raise ValueError(f"triage.note must be a string of at most {MAX_NOTE_CHARS} characters")
         fields["note"] = note
+        future = raw.get("future", False)
+        if not isinstance(future, bool):
+            raise ValueError(f"triage.future must be true or false, got {future!r}")
+        fields["future"] = future
     except ValueError as e:
         raise InvalidMessage(str(e)) from None
     triage = Triage(**fields)
@@ -255,7 +261,7 @@ def _parse_control(obj: Dict[str, Any], message_id: str, test: str) -> Message:
 
 def encode_triage(test: str, triage: Triage, message_id: Optional[str] = None) -> bytes:
     """One control message as compact UTF-8 JSON bytes (fields left at their defaults are left out)."""
-    body = {k: v for k, v in triage._asdict().items() if v is not None and v != ""}
+    body = {k: v for k, v in triage._asdict().items() if v is not None and v != "" and v is not False}
     message = {"schema": SCHEMA, "id": message_id or new_message_id(), "test": test, "triage": body}
     return json.dumps(message, separators=(",", ":"), allow_nan=False).encode("utf-8")
 

@@ -8,7 +8,8 @@ from core.history import JobHistory, MetricHistory, apply_metric_triage, check_j
 from core.records import MetricObservation
 from core.runs import RunResult
 from core.schema import ALERTS, DEAD_LETTER
-from core.triage import TriageItem, reaches_metric_history
+from core.triage import TriageItem
+from core.window_checks import reaches_run_level_history
 from transforms.coders import AnyRecord
 from transforms.ordered import ConfiguredMachine, OrderedCheck
 
@@ -44,13 +45,16 @@ class CheckMetricHistory(OrderedCheck):
     Keyed by (test, metric); each key sees its runs in the order they ended and
     bounds every value by the history of the earlier successful runs. Accepts
     and dismisses of the metric (``core.triage``) move or widen that history
-    at their place in event time.
+    at their place in event time; an accept of a run the history does not
+    hold (unless the accept says the run is still to come) is a dead letter.
     """
 
     def expand(self, inputs):
         runs, actions = inputs
         observations = runs | "Observations" >> beam.FlatMap(MetricObservation.all_of)
-        metric_actions = actions | "MetricActions" >> beam.Filter(reaches_metric_history)
+        configs = self.configs
+        metric_actions = actions | "MetricActions" >> beam.Filter(
+            lambda action: reaches_run_level_history(action, configs.for_test(action.test, action.time).windows))
         outputs = ((observations, metric_actions) | "ObservationsAndActions" >> beam.Flatten()
                    | "KeyByMetric" >> beam.Map(lambda o: ((o.test, o.metric), o)).with_output_types(
                        beam.typehints.KV[beam.typehints.Tuple[str, str], AnyRecord])

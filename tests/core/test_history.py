@@ -429,7 +429,8 @@ def test_triage_reaches_the_segment_holding_the_run_and_a_pending_accept_moves_w
     accepted = next(i for i in range(20, 30) if runs[i][1] == "v4")
     history.accept(f"r{accepted}", history_policy(config, "acc"))
     assert v4.entries[0][0] == f"r{accepted}" and v5e.entries == before and history.pending_accept is None
-    history.accept("r30", history_policy(config, "acc"))
+    assert not history.accept("r30", history_policy(config, "acc")) and history.pending_accept is None
+    assert history.accept("r30", history_policy(config, "acc"), future=True)
     assert history.pending_accept == "r30"
     _, alerts = check_metric(history, MetricObservation("t", "r30", "acc", 20.0, 30, "success", T0 + 30, T0 + 30,
                                                         {"accelerator": "v5e"}), config)

@@ -1,13 +1,15 @@
 """Triage (accept, dismiss, mute) as the checks apply it: pure state machines, no Beam."""
 
+import copy
 import json
+import re
 
 import pytest
 
 from core.config import RegressionTestConfig, SuccessCondition, TagWindowConfig, WindowCheck, WindowConfig
 from core.history import MetricHistory, apply_metric_triage, check_metric, history_policy, seed_metric_history
-from core.records import Alert, MetricObservation
-from core.triage import AlertFacts, AlertLedger, RaisedAlert, TriageItem, alert_states
+from core.records import Alert, MetricObservation, Refused
+from core.triage import MAX_RECENT_ALERTS, AlertFacts, AlertLedger, RaisedAlert, TriageItem, alert_states
 from core.vocabulary import AlertKind, AlertState
 from core.window_checks import (
     RunEnded,
@@ -15,6 +17,7 @@ from core.window_checks import (
     apply_window_triage,
     check_window,
     end_run,
+    reaches_run_level_history,
     seed_window_history,
     window_triage_targets,
 )
@@ -72,10 +75,53 @@ def test_after_an_accept_the_old_level_is_a_regression_again():
 
 def test_an_accept_of_a_run_not_seen_yet_applies_when_it_arrives_and_that_run_does_not_alert():
     history = MetricHistory()
-    outcome = step_all(history, runs(HEALTHY) + [action("accept", T0 + 750, metric="loss", run="r8")]
+    outcome = step_all(history, runs(HEALTHY) + [action("accept", T0 + 750, metric="loss", run="r8", future=True)]
                        + runs([1.5, 1.51, 1.49], first=8))
     assert outcome[8:] == [("r8", None), ("r9", None), ("r10", None)]
     assert history.pending_accept is None and history.values == [1.5, 1.51, 1.49]
+
+
+@pytest.mark.parametrize("named, reason", [
+    ("r8", "accept of 'loss' of test 't' from run 'r8': not among the 8 runs of its history (those since its last "
+           "re-baseline; a run still going or to come needs the accept's future flag (trainguard-triage accept "
+           "--allow_future))"),
+    ("r-typo", "not among the 8 runs of its history"),
+])
+def test_an_accept_of_a_run_the_history_does_not_hold_is_refused_and_changes_nothing(named, reason):
+    """Without the future flag, a run the history does not hold (still to come, mistyped, or older than what it
+    keeps) is refused: it would otherwise wait for ever as a pending accept."""
+    history = MetricHistory()
+    step_all(history, runs(HEALTHY))
+    before = copy.deepcopy(history)
+    with pytest.raises(Refused, match=re.escape(reason)):
+        apply_metric_triage(history, action("accept", T0 + 750, metric="loss", run=named), POLICY)
+    assert history == before and history.pending_accept is None
+
+
+def test_an_accept_of_a_metric_the_test_never_reported_is_refused():
+    with pytest.raises(Refused, match="no successful run of the test has reported it"):
+        apply_metric_triage(MetricHistory(), action("accept", T0, metric="loss_typo", run="r1"), POLICY)
+
+
+def test_a_stored_accept_the_job_refused_changes_nothing_when_seeded():
+    """The seed steps the stored actions as the job did: a refused one (still in the triage table) is skipped."""
+    observations = runs(HEALTHY)
+    refused = action("accept", T0 + 750, metric="loss", run="r-typo")
+    stepped = MetricHistory()
+    step_all(stepped, observations)
+    seeded = seed_metric_history([(o.finalized_at, o.run, o.value, True, o.status) for o in observations], POLICY,
+                                 [refused])
+    assert seeded == stepped
+
+
+def test_a_dismiss_of_an_alert_the_test_never_raised_is_refused_until_the_ledger_is_full():
+    ledger = AlertLedger()
+    dismiss = action("dismiss", T0, metric="loss", run="r1", alert_id="no-such-alert", alert_kind="metric_out_of_bounds")
+    with pytest.raises(Refused, match="test 't' has raised no such alert"):
+        ledger.apply(dismiss)
+    for index in range(MAX_RECENT_ALERTS):
+        ledger.recent[f"a{index}"] = (T0, {"alert_id": f"a{index}"})
+    assert ledger.apply(dismiss) == []  # older than what the ledger keeps, or not: the triage table records it
 
 
 def test_dismissing_an_alert_lets_its_value_into_the_history_and_ends_its_streak():
@@ -209,6 +255,28 @@ def test_an_accepted_window_level_is_the_history_from_then_on():
     assert finished(state, 5, [2.0, 1.0, 0.6]) == []
 
 
+def test_a_window_accept_of_a_run_not_ended_waits_only_when_it_says_the_run_is_to_come():
+    state = WindowHistory()
+    for i in range(4):
+        finished(state, i, [1.0, 0.5, 0.3])
+    [refused] = window_triage_targets(action("accept", T0 + 450, metric="loss_mean", run="r4"), WINDOWS)
+    with pytest.raises(Refused, match="from run 'r4': not among the 4 runs of its history"):
+        apply_window_triage(state, refused)
+    assert state.pending_accepts == {}
+    [future] = window_triage_targets(action("accept", T0 + 450, metric="loss_mean", run="r4", future=True), WINDOWS)
+    apply_window_triage(state, future)
+    assert state.pending_accepts == {"mean": "r4"}
+    finished(state, 4, [2.0, 1.0, 0.6])
+    assert state.rebased_from == {"mean": "r4"} and finished(state, 5, [2.0, 1.0, 0.6]) == []
+
+
+def test_an_accept_of_a_window_metric_reaches_the_window_checks_only():
+    window_accept = action("accept", T0, metric="loss_mean", run="r1")
+    run_level_accept = action("accept", T0, metric="loss", run="r1")
+    assert not reaches_run_level_history(window_accept, WINDOWS)
+    assert reaches_run_level_history(run_level_accept, WINDOWS)
+
+
 def test_a_dismissed_window_joins_the_history_and_seeding_reproduces_it():
     live = WindowHistory()
     stored = []
@@ -233,3 +301,14 @@ def test_actions_naming_no_known_run_change_nothing_now(fields):
     apply_metric_triage(history, action("dismiss", T0 + 900, metric="loss", alert_id="x",
                                         alert_kind="metric_out_of_bounds", **fields), POLICY)
     assert history.values == before
+
+
+@pytest.mark.parametrize("future", [False, True])
+def test_a_stored_action_reads_back_as_it_was_said_future_flag_included(future):
+    """The seed applies the stored accept as the job did: waiting for its run only if it said the run is to come."""
+    item = action("accept", T0, metric="loss", run="r9", note="new level", user="ana", future=future)
+    row = {**item.to_row(), "created_at": item.time, "until": None}
+    assert TriageItem.from_row(row) == item
+    seeded = seed_metric_history([(o.finalized_at, o.run, o.value, True, o.status) for o in runs(HEALTHY)], POLICY,
+                                 [TriageItem.from_row(row)])
+    assert seeded.pending_accept == ("r9" if future else None)

@@ -219,8 +219,10 @@ def test_a_name_the_store_has_never_seen_is_refused_with_the_nearest(demo, capsy
 
 
 def test_a_run_still_going_is_accepted_with_allow_future(demo):
+    """The message says so (``future``), so that the pipeline waits for the run instead of refusing it."""
     assert triage("accept", CIFAR, "Accuracy/test_final", "--from_run", f"{CIFAR}-099", "--allow_future") == 0
-    assert (demo / "trainguard.triage.jsonl").exists()
+    [message] = [wire.parse_message(line)[0] for line in (demo / "trainguard.triage.jsonl").read_bytes().splitlines()]
+    assert message.triage.run == f"{CIFAR}-099" and message.triage.future is True
 
 
 def test_where_triage_goes_comes_from_the_flags_then_the_environment(monkeypatch):

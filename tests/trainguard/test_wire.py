@@ -126,6 +126,7 @@ def test_attributes_carry_event_time_in_millis():
 
 TRIAGE_CASES = [
     wire.Triage("accept", T0, metric="loss_final", run="r7", note="new optimizer", user="ana"),
+    wire.Triage("accept", T0, metric="loss_final", run="r9", future=True),
     wire.Triage("dismiss", T0, metric="loss_mean", run="r7", alert_id="a" * 32, alert_kind="window_out_of_bounds",
                 instance="count/3"),
     wire.Triage("mute", T0, until=T0 + 86400),
@@ -153,6 +154,8 @@ def control(**triage):
     ({"action": "mute", "time": T0, "until": T0 + 1, "run": "r"}, "does not take ['run']"),
     ({"action": "accept", "time": "yesterday", "metric": "m", "run": "r"}, "time must be a number"),
     ({"action": "accept", "time": T0, "metric": "m", "run": "r", "note": 5}, "note must be a string"),
+    ({"action": "accept", "time": T0, "metric": "m", "run": "r", "future": "yes"}, "future must be true or false"),
+    ({"action": "mute", "time": T0, "until": T0 + 1, "future": True}, "does not take ['future']"),
 ])
 def test_invalid_triage_messages_are_rejected_with_a_reason(triage, reason):
     with pytest.raises(wire.InvalidMessage, match=reason.replace("[", r"\[").replace("]", r"\]")):

@@ -88,13 +88,56 @@ def test_triage_actions_apply_in_event_time_order_in_a_replay_whatever_the_input
         check(detect(p | beam.Create(messages), GraphSettings(CONFIGS, LIFECYCLE)))
 
 
-def test_triage_actions_apply_the_same_way_in_a_stream():
+def in_half_days(messages):
+    """The messages as a stream, half a day at a time: the actions come after the runs and alerts they name, as
+    they do when a user acts on an alert (the local runner holds no watermark for the timers that emit runs)."""
     stream = TestStream().advance_watermark_to(Timestamp.of(T0))
-    by_day = {}
-    for message in all_messages():
-        by_day.setdefault(int(wire.parse_message(message.payload)[0].event_time // (DAY / 2)), []).append(message)
-    for half_day in sorted(by_day):
-        stream = (stream.add_elements(by_day[half_day])
+    by_half_day = {}
+    for message in messages:
+        by_half_day.setdefault(int(wire.parse_message(message.payload)[0].event_time // (DAY / 2)), []).append(message)
+    for half_day in sorted(by_half_day):
+        stream = (stream.add_elements(by_half_day[half_day])
                   .advance_watermark_to(Timestamp.of((half_day + 1) * DAY / 2)))
+    return stream.advance_watermark_to_infinity()
+
+
+def test_triage_actions_apply_the_same_way_in_a_stream():
     with streaming_pipeline() as p:
-        check(detect(p | stream.advance_watermark_to_infinity(), GraphSettings(CONFIGS, LIFECYCLE, streaming=True)))
+        check(detect(p | in_half_days(all_messages()), GraphSettings(CONFIGS, LIFECYCLE, streaming=True)))
+
+
+UNKNOWN = [
+    triage(9.6, "accept", metric="loss_fnal", run="r09"),  # a misspelled metric
+    triage(9.7, "accept", metric="loss_final", run="r99"),  # a run the job has not seen, not said to be to come
+    triage(9.8, "dismiss", metric="loss_final", run="r08", alert_id="0" * 32, alert_kind="metric_out_of_bounds"),
+]
+TO_COME = triage(12.5, "accept", metric="loss_final", run="r13", future=True)  # waits for r13
+
+
+def test_actions_naming_what_the_job_does_not_hold_are_dead_letters_with_a_reason_and_change_nothing():
+    """A triage message that bypassed the CLI's checks (another publisher, a stale name): each stage that would
+    act on it refuses it as a dead letter saying why; alerts, their states and bounds are as without it. (A
+    replay; the streaming job steps the same machines, as the test above shows for the valid actions.)"""
+    with batch_pipeline() as p:
+        outputs = detect(p | beam.Create(all_messages() + UNKNOWN + [TO_COME]), GraphSettings(CONFIGS, LIFECYCLE))
+        assert_that(outputs[ALERTS.name] | beam.Map(lambda r: (r["run_id"], state_of(r))),
+                    equal_to(EXPECTED_ALERTS), label="alerts")
+        assert_that(outputs[ALERT_UPDATES] | beam.Map(lambda r: (r["run_id"], state_of(r))),
+                    equal_to(EXPECTED_UPDATES), label="updates")
+        assert_that(outputs[METRIC_HISTORY.name]
+                    | beam.Filter(lambda r: r["run_id"] >= "r08" and r["metric_name"] == "loss_final")
+                    | beam.Map(lambda r: (r["run_id"], r["within_bounds"])), equal_to(EXPECTED_WITHIN), label="within")
+        assert_that(outputs[DEAD_LETTER.name]
+                    | beam.Map(lambda r: (r["source"], r["reason"], json.loads(r["payload"])["id"])),
+                    equal_to([
+                        ("stage:metric", "metric check refused: accept of 'loss_fnal' of test 'cifar': no successful "
+                         "run of the test has reported it (a misspelled test or metric? a run still going or to come "
+                         "needs the accept's future flag (trainguard-triage accept --allow_future))",
+                         "triage-accept-9.6"),
+                        ("stage:metric", "metric check refused: accept of 'loss_final' of test 'cifar' from run "
+                         "'r99': not among the 1 runs of its history (those since its last re-baseline; a run still "
+                         "going or to come needs the accept's future flag (trainguard-triage accept --allow_future))",
+                         "triage-accept-9.7"),
+                        ("stage:triage", "triage check refused: dismiss of alert '" + "0" * 32 + "': test 'cifar' has "
+                         "raised no such alert (it has raised 2)", "triage-dismiss-9.8"),
+                    ]), label="refused")

@@ -33,7 +33,7 @@ import operator
 import struct
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-import msgpack  # type: ignore[import-untyped]  # no type information shipped
+import msgpack  # no type information shipped: Any (mypy.ini ignores missing imports)
 
 from core.registry import (  # noqa: F401 - the registry's names, re-exported for the encoding's users
     ENUM,

@@ -221,7 +221,8 @@ class WindowResult:
     end_step: Optional[int]
     n: int
     partial: bool
-    values: Dict[str, Optional[float]]  # aggregation -> value; None where beyond the float range
+    # aggregation -> value: a float (None where beyond the float range), the histogram as JSON text
+    values: Dict[str, Any]
     # One worker's window of a distributed run (``core.rank_windows`` combines them); None: the run's own.
     rank: Optional[int] = None
     world_size: Optional[int] = None  # as the worker said

@@ -162,6 +162,7 @@ def build_dead_letters(options: Options):
 def build_source(options: Options, state: NotifierState):
     if options.alerts_file:
         return FileSource(options.alerts_file, state)
+    assert options.subscription is not None  # the options need one source or the other
     return PubSubSource(options.subscription, options.max_outstanding, options.max_lease_seconds).start()
 
 

@@ -209,8 +209,9 @@ class Notifier:
                      self.config.daily_budget, len(alerts), email.label)
 
     def _summary_due_at(self, now: float) -> float:
-        due = self._folded_since + self.config.summary_wait_seconds
-        if utc_day(self._folded_since) != utc_day(now):
+        since = now if self._folded_since is None else self._folded_since
+        due = since + self.config.summary_wait_seconds
+        if utc_day(since) != utc_day(now):
             due = now
         return due if self._can_afford_summary(now) else max(due, next_utc_midnight(now))
 

@@ -27,7 +27,7 @@ import os
 import re
 import sys
 import time
-from typing import List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from core.alert_record import AlertRecord, alert_from_row
 from core.locations import triage_file_for
@@ -252,7 +252,7 @@ def list_alerts(args: argparse.Namespace) -> str:
                           raised_muted=[a.alert_id for a in alerts if a.state is AlertState.MUTED])
     shown = [a for a in alerts if (args.test is None or a.test == args.test)
              and (args.state is None or states[a.alert_id][0].value == args.state)][-args.limit:]
-    rows = []
+    rows: List[Dict[str, Any]] = []
     for alert in shown:
         state, action = states[alert.alert_id]
         rows.append({"alert_id": alert.alert_id, "state": state.value, "kind": alert.kind, "test": alert.test,
@@ -301,7 +301,7 @@ def build_parser(now: float) -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help_text: str, *parents: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        return commands.add_parser(name, help=help_text, description=help_text, parents=list(parents),
+        return commands.add_parser(name, help=help_text, description=help_text, parents=list(parents),  # type: ignore[arg-type]
                                    formatter_class=formatter)
 
     accept_parser = command("accept", "An intended change: the metric's baseline restarts from a run.", said, common)

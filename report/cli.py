@@ -24,7 +24,7 @@ import os
 import sys
 import time
 from concurrent.futures.process import BrokenProcessPool
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence
 
 from core import locations
 from core.config import ConfigSet, load_config_dir
@@ -175,6 +175,7 @@ def draw_figures(data: ReportData, out_dir: str, jobs: int, progress: Optional[b
     chunks = [tasks[i:i + size] for i in range(0, len(tasks), size)]
     bar = progress_bar(len(tasks), progress)
     titles: List[List[str]] = []
+    results: Iterable[List[List[str]]]
     with contextlib.ExitStack() as stack:
         if drawers is not None and chunks:
             results = drawers.draw(chunks)

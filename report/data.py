@@ -25,10 +25,10 @@ from core.vocabulary import TriageAction
 from core.window_checks import (
     NUMERIC_AGGREGATIONS,
     CheckedWindow,
-    WindowResult,
     replay_window_checks,
     window_triage_targets,
 )
+from core.windows import WindowResult
 from report.source import CURVE_AGGREGATIONS, AlertRecord, JobRow, MetricRow
 from trainguard.wire import STATUS_SUCCESS
 
@@ -133,8 +133,8 @@ def bound_lines(points: Sequence[Bounded]) -> BoundLines:
     nan = math.nan
     both = [p.lower is not None and p.upper is not None for p in points]
     return BoundLines(
-        band_lower=tuple(p.lower if b else nan for p, b in zip(points, both)),
-        band_upper=tuple(p.upper if b else nan for p, b in zip(points, both)),
+        band_lower=tuple(p.lower if p.lower is not None and b else nan for p, b in zip(points, both)),
+        band_upper=tuple(p.upper if p.upper is not None and b else nan for p, b in zip(points, both)),
         lower_only=tuple(p.lower if p.lower is not None and not b else nan for p, b in zip(points, both)),
         upper_only=tuple(p.upper if p.upper is not None and not b else nan for p, b in zip(points, both)))
 
@@ -345,7 +345,7 @@ def window_alerts(alerts: Iterable[AlertRecord], key: WindowKey, tags: Iterable[
                              for v in (window.get(k) for k in ("index", "start_step", "end_step")))
         history, centre = alert.details.get("history"), alert.details.get("centre")
         found.append(WindowAlert(
-            alert.metric[len(tag) + 1:], history if isinstance(history, str) else None, index, start, end,
+            (alert.metric or "")[len(tag) + 1:], history if isinstance(history, str) else None, index, start, end,
             WindowBound(alert.lower_bound, alert.upper_bound,
                         float(centre) if isinstance(centre, (int, float)) and not isinstance(centre, bool) else None,
                         out_of_bounds=True, stored=True)))
@@ -377,6 +377,14 @@ def replayed_bound(checked: Optional[CheckedWindow]) -> Optional[WindowBound]:
     return WindowBound(bounds.lower, bounds.upper, bounds.centre, checked.out_of_bounds, stored=False)
 
 
+def window_point(window: WindowResult, aggregation: str, bound: Optional[WindowBound]) -> CurvePoint:
+    """One window with steps (``run_curves`` draws only those) as a curve's point; NaN for a value beyond the
+    float range."""
+    assert window.start_step is not None and window.end_step is not None
+    value = window.values[aggregation]
+    return CurvePoint(window.index, window.start_step, window.end_step, math.nan if value is None else value, bound)
+
+
 def run_curves(runs: Sequence[RunWindows], position: int, key: WindowKey, alerts: Sequence[AlertRecord],
                checks: Optional[TagChecks]) -> List[Curve]:
     """The curves of ``runs[position]`` on ``key``: one per live check of the tag, drawn in the check's
@@ -393,15 +401,15 @@ def run_curves(runs: Sequence[RunWindows], position: int, key: WindowKey, alerts
         if aggregation is None:
             return []
         return [Curve(key[0], key[1], aggregation,
-                      tuple(CurvePoint(w.index, w.start_step, w.end_step, w.values[aggregation],
-                                       stored_bound(fired, w.index, aggregation, None)) for w in windows),
+                      tuple(window_point(w, aggregation, stored_bound(fired, w.index, aggregation, None))
+                            for w in windows),
                       spans)]
 
     def point(w: WindowResult, number: int, check: WindowCheck) -> CurvePoint:
         replayed = checks.checked.get((run.run, w.index))
         bound = stored_bound(fired, w.index, check.aggregation, check) or replayed_bound(
             replayed[number] if replayed else None)
-        return CurvePoint(w.index, w.start_step, w.end_step, w.values[check.aggregation], bound)
+        return window_point(w, check.aggregation, bound)
 
     return [Curve(key[0], key[1], check.aggregation, tuple(point(w, number, check) for w in windows), spans, check)
             for number, check in enumerate(checks.checks)

@@ -19,6 +19,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from matplotlib import dates as mdates
 from matplotlib import rc_context
+from matplotlib.artist import Artist
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
@@ -67,7 +68,7 @@ STATE_LABELS = {NO_RUN: "no run", OUT_OF_BOUNDS: "metrics out of bounds"}
 @contextlib.contextmanager
 def style() -> Iterator[None]:
     """The report's matplotlib settings, for drawing and saving figures (entering it copies every setting)."""
-    with rc_context(STYLE):
+    with rc_context(STYLE):  # type: ignore[arg-type]  # matplotlib types keys as the literal names
         yield
 
 
@@ -130,7 +131,7 @@ def titles(figure: Figure, title: str, handles: List, color: str = "black",
     the measured sizes of the title and the legend, so that none overlaps another whatever the figure's height,
     the number of title lines or of legend entries (legend columns are dropped until it fits the width)."""
     width, height = figure.get_size_inches()
-    renderer = figure.canvas.get_renderer()
+    renderer = figure.canvas.get_renderer()  # type: ignore[attr-defined]  # the Agg canvas's
     text = figure.suptitle(title, x=EDGE / width, y=1 - TITLE_TOP / height, ha="left", va="top", color=color)
     text.set_text(fitted(title, text.get_fontproperties(), (width - 2 * EDGE) * figure.dpi, renderer))
     below_title = TITLE_TOP + text.get_window_extent(renderer).height / figure.dpi + HEADER_GAP
@@ -255,7 +256,7 @@ def draw_bounds(ax, x: Sequence[float], bounds: BoundLines) -> None:
 def history_legend(section: ReportSection) -> List:
     """Legend entries for what the figure shows."""
     points = [p for panel in section.panels for p in panel.points]
-    handles = [Line2D([], [], color=VALUE, marker="o", markersize=3, label="value")]
+    handles: List[Artist] = [Line2D([], [], color=VALUE, marker="o", markersize=3, label="value")]
     if any(p.lower is not None and p.upper is not None for p in points):
         handles.append(Patch(color=BAND, alpha=0.3, label="bounds (both sides)"))
     if any((p.lower is None) != (p.upper is None) for p in points):
@@ -307,7 +308,8 @@ def run_figure(picture: RunPicture) -> Figure:
 def run_legend(picture: RunPicture) -> List:
     """Legend entries for what the figure shows; a tag without a live window check says it has no bounds."""
     points = [p for c in picture.curves for p in c.points]
-    handles = [Line2D([], [], color=VALUE, marker="o", markersize=3, label="this run (value of each window)")]
+    handles: List[Artist] = [Line2D([], [], color=VALUE, marker="o", markersize=3,
+                                     label="this run (value of each window)")]
     if any(p.lower is not None and p.upper is not None for p in points):
         handles.append(Patch(color=BAND, alpha=0.3, label="between the bounds of the live window check"))
     if any((p.lower is None) != (p.upper is None) for p in points):

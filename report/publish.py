@@ -14,7 +14,7 @@ import hashlib
 import os
 import re
 import shutil
-from typing import Callable, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Iterable, List, Optional, Tuple
 
 GCS = "gs://"
 # What cannot be part of one path component: separators and control characters; and "%", the escape itself,
@@ -61,7 +61,7 @@ class Copier:
 
     def __init__(self, storage_client: Optional[Callable[[], object]] = None):
         self._make_client = storage_client or default_storage_client
-        self._client = None
+        self._client: Any = None
 
     def copy(self, source: str, directory: str, name: Optional[str] = None) -> str:
         """Copies ``source`` into ``directory`` as ``name`` (default: its own name); returns the copy's path."""

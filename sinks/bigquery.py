@@ -231,7 +231,12 @@ def check_seed(target: BigQueryTarget, configs: ConfigSet, timeout_seconds: floa
 
     sql = bigquery_dialect(target)
     queries: List[str] = []
-    read_history_seed(configs, lambda text: queries.append(text) or [], sql)  # the queries, recorded, not run
+
+    def record(text: str) -> List[Any]:
+        queries.append(text)
+        return []
+
+    read_history_seed(configs, record, sql)  # the queries, recorded, not run
     client = target.client()
     bound = bounded_call(timeout_seconds)
     scanned = 0

@@ -53,7 +53,7 @@ class DuckDBStore:
 
     def __init__(self, path: str):
         self.path = path
-        self._connection = None
+        self._connection: Optional[duckdb.DuckDBPyConnection] = None
 
     def connect(self) -> duckdb.DuckDBPyConnection:
         """A cursor on the store's connection; closing the cursor keeps the connection."""

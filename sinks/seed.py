@@ -24,12 +24,13 @@ import dataclasses
 import json
 import logging
 import time
-from typing import Any, Callable, Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Tuple, cast
 
 from core import encoding
 from core.config import ConfigSet
 from core.history import HistorySeed, history_policy, seed_job_history, seed_metric_history
 from core.records import iso_utc
+from core.registry import EncodingError
 from core.runs import RunAccumulator, open_run_text
 from core.schema import ALERTS, JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS, TRIAGE, Table
 from core.seed_scope import KeyScope, Names, SeedScope, seed_scope
@@ -106,9 +107,9 @@ def _read_all(reads: Sequence[Tuple[str, Callable[[], Any]]], workers: int, time
             done, pending = concurrent.futures.wait(pending, timeout=remaining,
                                                     return_when=concurrent.futures.FIRST_EXCEPTION)
             for name, future in futures:
-                error = future.exception() if future in done else None
-                if error is not None:
-                    raise _query_failed(name, error) from error
+                failure = future.exception() if future in done else None
+                if failure is not None:
+                    raise _query_failed(name, failure) from failure
             if pending and deadline is not None and time.monotonic() >= deadline:
                 name = next(name for name, future in futures if future in pending)
                 raise SeedReadError(f"cannot read the history seed: the query of {name} did not answer within "
@@ -288,7 +289,7 @@ def read_open_runs(query: Query, sql: SqlDialect) -> Dict[Tuple[str, str], RunAc
             state = None if text is None else encoding.from_text(text)
             if not isinstance(state, RunAccumulator) or (state.test, state.run) != (test, run):
                 raise ValueError("no open state of this run in its events")
-        except (ValueError, TypeError, encoding.EncodingError) as error:
+        except (ValueError, TypeError, EncodingError) as error:
             _LOGGER.warning("interrupted run %s/%s cannot be resumed (%s); its next message starts it afresh",
                             test, run, error)
             continue
@@ -417,7 +418,8 @@ def _window_seed(configs: ConfigSet, windows: Sequence[Tuple[Optional[float], Op
                  actions: Sequence[TriageItem]):
     """Step-aligned window history: the latest revision of each window of successful runs
     (``read_latest_windows(..., successful_only=True)``)."""
-    runs = collections.defaultdict(lambda: collections.defaultdict(list))
+    runs: Dict[Tuple[str, str, str], Dict[Tuple[Optional[float], str], List[WindowResult]]] = (  # successful: ended
+        collections.defaultdict(lambda: collections.defaultdict(list)))
     for finalized_at, _, result in windows:
         runs[(result.test, result.tag, result.kind)][(finalized_at, result.run)].append(result)
     window_actions = collections.defaultdict(list)
@@ -430,6 +432,6 @@ def _window_seed(configs: ConfigSet, windows: Sequence[Tuple[Optional[float], Op
         tag_config = config.windows.tags.get(tag)
         if tag_config is not None and tag_config.spec.kind == kind:
             seeds[(test, tag, kind)] = seed_window_history(
-                [(f, r, windows) for (f, r), windows in runs[(test, tag, kind)].items()], tag_config,
+                [(cast(float, f), r, windows) for (f, r), windows in runs[(test, tag, kind)].items()], tag_config,
                 config.regression_test.rebaseline_after, window_actions.get((test, tag, kind), ()))
     return seeds

@@ -17,7 +17,7 @@ import glob
 import json
 import os
 import uuid
-from typing import Dict, List
+from typing import Dict, List, Set
 
 import apache_beam as beam
 
@@ -68,7 +68,7 @@ class _WriteShardFn(beam.DoFn):
 
 def staged_rows(directory: str, name: str) -> List[dict]:
     """Every complete shard's rows of ``name`` under a staging directory, distinct, in canonical order."""
-    lines = set()
+    lines: Set[str] = set()
     for path in glob.glob(os.path.join(directory, name, "*.jsonl")):
         with open(path, encoding="utf-8") as f:
             lines.update(line.rstrip("\n") for line in f if line.strip())

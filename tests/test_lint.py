@@ -1,4 +1,5 @@
-"""Lint and types are part of the suite: ``ruff check .`` (``ruff.toml``) and ``mypy`` (``mypy.ini``, strict on core/)."""
+"""Lint and types are part of the suite: ``ruff check .`` (``ruff.toml``) and ``mypy`` (``mypy.ini``: every product
+package, core/ strictly)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def test_ruff_finds_nothing():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_the_core_type_checks_strictly():
+def test_the_product_type_checks():
     result = subprocess.run([tool("mypy"), "--no-incremental", "--cache-dir", os.devnull], cwd=REPO_ROOT,
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr

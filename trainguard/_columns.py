@@ -93,6 +93,7 @@ def _column(raw: Any) -> Tuple[str, list, Optional[list], list, bool]:
             raise ValueError(f"{field} must be a list, got {type(value).__name__}")
     if not values:
         raise ValueError("a column needs at least one point")
+    assert isinstance(ms, list)  # checked above
     if len(ms) != len(values) or (steps is not None and len(steps) != len(values)):
         raise ValueError(f"values, steps and ms must be as long, got {len(values)}, "
                          f"{'-' if steps is None else len(steps)} and {len(ms)}")

@@ -531,7 +531,7 @@ class MessageEncoder:
         kept_steps: List[Optional[int]] = []
         kept_ms: List[int] = []
         for point in group:
-            numbers = self._point_numbers(*point, events)
+            numbers = self._point_numbers(*point, events)  # type: ignore[call-arg]  # (tag, value, step, time)
             if numbers is not None:
                 kept_values.append(numbers[0])
                 kept_steps.append(numbers[1])

@@ -148,7 +148,10 @@ def cloud_failure(error: BaseException) -> Optional[str]:
             return f"cannot reach the endpoint: {type(error).__name__}: {first_line}"
         if names & {"NotFound", "Forbidden", "PermissionDenied", "Unauthenticated"}:
             return f"Google Cloud refused: {type(error).__name__}: {first_line}"
-        error = error.__cause__ or error.__context__
+        cause = error.__cause__ or error.__context__
+        if cause is None:
+            break
+        error = cause
     return None
 
 

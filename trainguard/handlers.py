@@ -183,7 +183,7 @@ class WireHandler(MetricHandler):
         # Held while values move between intake, encoder and outbox (never while sending), so that
         # close() can take over the accounting from a thread that does not stop (see _seal).
         self._handover = threading.RLock()
-        if test is not None:
+        if test is not None and run is not None:
             self.bind(test, run)
         config = self.config
         self._latency_s = config.max_latency_ms / 1000.0
@@ -390,12 +390,12 @@ class WireHandler(MetricHandler):
             self.outbox.open()
             while True:
                 self._wake.clear()
-                stopping = self._stop_deadline is not None
-                self._cycle(force=stopping or self._flush_requests > 0)
+                deadline = self._stop_deadline
+                self._cycle(force=deadline is not None or self._flush_requests > 0)
                 with self._cycle_done:
                     self._cycle_done.notify_all()
-                if self.outbox.sealed or (stopping and (self._drained() or self._test is None
-                                                        or time.monotonic() >= self._stop_deadline)):
+                if self.outbox.sealed or (deadline is not None and (self._drained() or self._test is None
+                                                                    or time.monotonic() >= deadline)):
                     break
                 wait = self._wait_time()
                 if wait > 0:
@@ -454,6 +454,7 @@ class WireHandler(MetricHandler):
                 return
         send_by = time.monotonic() + (0.0 if urgent else min(self._linger_s, due_in))
         if self._encoder is None:
+            assert self._test is not None and self._run is not None  # bound before anything is taken in
             self._encoder = MessageEncoder(self._test, self._run, self.config.max_points_per_message,
                                            self.config.max_message_bytes, self._warn_once,
                                            self._rank.rank, self._rank.world_size, self.config.schema)

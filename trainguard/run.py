@@ -128,13 +128,12 @@ class Run:
     def __enter__(self) -> Run:
         return self.start()
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None or (exc_type is SystemExit and exc.code in (0, None)):
             self.finish(wire.STATUS_SUCCESS)
         else:
             error = f"{exc_type.__name__}: {exc}"[:_MAX_ERROR_CHARS]
             self.finish("failure", error=error)
-        return False
 
 
 def _dropped_so_far(handler: Any) -> Dict[str, int]:

@@ -164,6 +164,7 @@ class Shipper:
         self._tb = tb_events
         self.config = config
         self.transport = transport
+        assert config.state_path is not None  # ShipperConfig names one
         self.state = ShipState(config.state_path, config.test, config.run)
         # The rank of files outside rank directories; world_size alone (every file in a rank
         # directory) leaves them without either.
@@ -458,11 +459,12 @@ class Shipper:
                 logger.exception("trainguard-ship: transport did not close cleanly")
 
     def _start_command(self) -> bool:
+        command = self.config.command or []
         env = dict(os.environ, **{ENV_TEST: self.config.test, ENV_RUN: self.config.run})
         try:
-            self.child = subprocess.Popen(self.config.command, env=env)
+            self.child = subprocess.Popen(command, env=env)
         except OSError as e:
-            logger.error("trainguard-ship: cannot run %s: %s", self.config.command[0], e)
+            logger.error("trainguard-ship: cannot run %s: %s", command[0], e)
             return False
         return True
 

@@ -29,7 +29,7 @@ import math
 import random
 import re
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union, cast
 
 from . import _lifecycle
 from .metrics import api
@@ -139,7 +139,7 @@ class Stat:
             if self._start is None:
                 self._start = now
             elif now - self._start >= self._seconds:
-                self._close(self._last_time)
+                self._close(cast(float, self._last_time))  # set with _start
                 self._start = now
             self._last_time = now
         if v - v != 0.0:
@@ -208,7 +208,7 @@ class Stat:
     def _close(self, timestamp: float) -> None:
         if not (self._n or self._nonfinite):
             return
-        result = self._aggregate() if self._n else {"count": 0}
+        result: Dict[str, float] = self._aggregate() if self._n else {"count": 0}
         if self._nonfinite:
             result["nonfinite"] = self._nonfinite
         step = self._step

@@ -39,11 +39,11 @@ class GpuSampler:
 
     def __init__(self, nvml: Any = None):
         self.available = False
-        self._nvml = None
+        self._nvml: Any = None
         self._handles: List[Any] = []
         try:
             if nvml is None:
-                import pynvml as nvml  # nvidia-ml-py
+                import pynvml as nvml  # type: ignore[no-redef]  # nvidia-ml-py
             nvml.nvmlInit()
             count = nvml.nvmlDeviceGetCount()
             self._handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]

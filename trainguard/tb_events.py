@@ -122,7 +122,7 @@ class ScalarReader:
         for value in event.summary.value:
             if value.WhichOneof("value") == "simple_value":
                 # What data_compat.migrate_value makes a scalar tensor of, read directly (10x faster).
-                kind = self.kinds.setdefault(value.tag, SCALAR)
+                kind: Optional[str] = self.kinds.setdefault(value.tag, SCALAR)
                 if kind == SCALAR:
                     points.append((value.tag, _short_float(np.float32(value.simple_value)), event.step,
                                    event.wall_time))
@@ -159,7 +159,7 @@ def is_event_file(name: str) -> bool:
 def find_event_files(logdir: str) -> List[Tuple[str, str]]:
     """``(run, path)`` for every event file under ``logdir``; run is the relative
     directory with ``/`` separators, ``""`` for files directly in ``logdir``."""
-    found = []
+    found: List[Tuple[str, str]] = []
     for directory, subdirs, files in os.walk(logdir):
         subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
         rel = os.path.relpath(directory, logdir)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from typing import Any, Dict, List, Optional, Protocol, Sequence
+from typing import Any, BinaryIO, Dict, List, Optional, Protocol, Sequence
 
 from ._encoding import EncodedMessage
 
@@ -35,7 +35,7 @@ class JsonlWriter:
     def __init__(self, path: str, max_bytes: Optional[int] = None):
         self.path = os.fspath(path)
         self.max_bytes = max_bytes
-        self._file = None
+        self._file: Optional[BinaryIO] = None
         self.bytes_written = 0
 
     def write(self, payloads: Sequence[bytes]) -> None:

@@ -31,7 +31,7 @@ import uuid
 try:  # 3x faster decoding where available (it comes with apache-beam); the stdlib is the fallback
     from orjson import loads as _fast_loads
 except ImportError:  # pragma: no cover - trainer installs without orjson
-    _fast_loads = None
+    _fast_loads = None  # type: ignore[assignment]
 try:  # the common shape of a message in one compiled pass, where the pipeline installed msgspec
     from trainguard import _fast_points
 except ImportError:  # pragma: no cover - trainer installs without msgspec
@@ -392,7 +392,7 @@ def _parse_point(raw: Any) -> Point:
         raise ValueError(f"not an object but {type(raw).__name__}")
     tag, value, time, step = raw.get("tag"), raw.get("value"), raw.get("time"), raw.get("step")
     if type(tag) is not str or not 0 < len(tag) <= MAX_NAME_CHARS or not tag.isprintable():
-        check_name(tag, "tag")
+        tag = check_name(tag, "tag")
     if type(value) is not float or not math.isfinite(value):
         value = point_value(value)
     if type(time) is not float or not MIN_TIME <= time < MAX_TIME:

@@ -34,6 +34,7 @@ import apache_beam as beam
 from apache_beam.typehints import typehints
 
 from core import encoding
+from core.registry import also_load, load_registry
 
 # Modules above core that register state types of their own (``core.encoding.also_load``).
 TRANSFORM_RECORD_MODULES = ("transforms.windows", "transforms.ordered")
@@ -57,7 +58,7 @@ class RecordCoder(beam.coders.Coder):
         return AnyRecord
 
     @classmethod
-    def from_type_hint(cls, unused_typehint, unused_registry) -> RecordCoder:
+    def from_type_hint(cls, unused_typehint, unused_registry):
         return cls()
 
     def __eq__(self, other: object) -> bool:
@@ -84,10 +85,10 @@ def register_record_coders() -> None:
     """Registers ``RecordCoder`` with Beam for every record type of core (those that cross shuffles) and for
     ``AnyRecord``. (The state types of transforms' own modules need no Beam registration: state specs name
     their coder.)"""
-    for entry in encoding.load_registry(above_core=False).by_class.values():
+    for entry in load_registry(above_core=False).by_class.values():
         beam.coders.registry.register_coder(entry.cls, RecordCoder)
     beam.coders.registry.register_coder(_AnyRecordConstraint, RecordCoder)
 
 
-encoding.also_load(*TRANSFORM_RECORD_MODULES)
+also_load(*TRANSFORM_RECORD_MODULES)
 register_record_coders()

@@ -189,7 +189,7 @@ class _CheckConfigsFn(beam.DoFn):
 
     def process(self, unused_element: Any) -> Iterator[Tuple[str, ConfigCheck]]:
         current = self.configs.current()
-        seen, self._seen = self._seen, current
+        seen, self._seen = self._seen or self.configs.launched, current
         if current is not seen:
             for check in current.changes_since(seen):
                 yield check.file, check

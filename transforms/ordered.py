@@ -336,7 +336,8 @@ def in_event_time_order(machine: StateMachine, name: str, streaming: bool = True
         outputs: List[Any] = []
         if not items:
             return state, outputs
-        snapshot, since = encoding.encode(state), []
+        since: List[Any] = []
+        snapshot = encoding.encode(state)
         for item in items:
             try:
                 outputs += list(machine.step(state, item))

@@ -8,6 +8,7 @@ import apache_beam as beam
 from apache_beam.coders import BooleanCoder
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec, TimerSpec, on_timer
+from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Duration
 
 from core.config import Configs
@@ -39,6 +40,7 @@ class ParseMessageFn(beam.DoFn):
 
     def process(self, raw: RawMessage):
         self.messages_read.inc()
+        reason: Optional[str]
         try:
             message, rejections = wire.parse_message(raw.payload)
         except wire.InvalidMessage as e:
@@ -58,10 +60,10 @@ class ParseMessageFn(beam.DoFn):
             yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
                 rejection.reason, payload, raw.source, raw.received_at))
         if message.triage is not None:
-            yield beam.pvalue.TaggedOutput(TRIAGE.name, beam.window.TimestampedValue(
+            yield beam.pvalue.TaggedOutput(TRIAGE.name, TimestampedValue(
                 TriageItem.of(message), message.event_time))
         elif message.points or message.events:
-            yield beam.window.TimestampedValue(ParsedMessage(message, raw.payload, raw.span), message.event_time)
+            yield TimestampedValue(ParsedMessage(message, raw.payload, raw.span), message.event_time)
 
 
 class ParseMessages(beam.PTransform):
@@ -198,14 +200,14 @@ class _FirstCopyFn(beam.DoFn):
         copies = list(copies)
         if len(copies) == 1:
             value, at = copies[0]
-            yield beam.window.TimestampedValue(value, at)
+            yield TimestampedValue(value, at)
             return
         by_content = {}
         for value, at in copies:
             by_content.setdefault(copy_content(value), (value, at))
         contents = sorted(by_content)
         value, at = by_content[contents[0]]
-        yield beam.window.TimestampedValue(value, at)
+        yield TimestampedValue(value, at)
         taken = content_digest(contents[0])
         for content in contents[1:]:
             other, other_at = by_content[content]

@@ -129,6 +129,7 @@ class AssembleRunPartsFn(AssembleRunFn):
         """The run's accumulator: its messages' and a resumed run's (earlier: its events first), changing
         neither."""
         if resumed is None:
+            assert held is not None  # a run has its messages' part, a resumed state, or both
             return held.accumulator
         whole = copy.deepcopy(resumed)
         if held is not None:

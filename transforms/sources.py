@@ -7,7 +7,7 @@ import dataclasses
 import io
 import os
 import zlib
-from typing import IO, Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import IO, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import apache_beam as beam
 import msgspec
@@ -149,7 +149,7 @@ class LineGroup:
     and which group of how many it is."""
     index: int
     count: int
-    ranges: Dict[str, Sequence[int]]
+    ranges: Mapping[str, Sequence[int]]
 
     def holds(self, test: Optional[str]) -> bool:
         return group_of_test(test, self.count) == self.index

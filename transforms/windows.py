@@ -305,22 +305,24 @@ class WindowRunFn(beam.DoFn):
             yield from self._results(test, run, tag, closed, windows.spec.aggregations, run_windows)
 
     def _finalized_at(self, run_windows: _RunWindows) -> float:
+        assert run_windows.last_time is not None  # a run's windows start with its first point or event
         return self.lifecycle.finalization_time(run_windows.finished_time, run_windows.last_time)
 
     def _stall_alerts(self, key, run_windows: _RunWindows, gap_starts):
         test, run = key[:2]
+        stalls = run_windows.stalls
+        assert stalls is not None  # the gaps come from it
         for gap_start in gap_starts:
-            detected = gap_start + run_windows.stalls.stall_seconds
+            detected = gap_start + stalls.stall_seconds
             if detected >= self._finalized_at(run_windows):
                 continue  # the run had ended by then: silence after the end is no stall
-            if self.incremental and self.lifecycle.stall_fired_by_drain(detected, self.clock(),
-                                                                        run_windows.stalls.stall_seconds):
+            if self.incremental and self.lifecycle.stall_fired_by_drain(detected, self.clock(), stalls.stall_seconds):
                 continue  # a drain fired every timer at once: this silence has not happened
             yield beam.pvalue.TaggedOutput(ALERTS.name, Alert(
                 kind=AlertKind.RUN_STALLED, test=test, run=run, created_at=detected, instance=repr(gap_start),
-                message=f"run {run} sent nothing for {run_windows.stalls.stall_seconds:g} s of event time "
+                message=f"run {run} sent nothing for {stalls.stall_seconds:g} s of event time "
                         f"after {iso_utc(gap_start)}",
-                details={"silent_since": iso_utc(gap_start), "stall_seconds": run_windows.stalls.stall_seconds}))
+                details={"silent_since": iso_utc(gap_start), "stall_seconds": stalls.stall_seconds}))
 
     def _schedule(self, run_windows: _RunWindows, settle, buffered_dues: List[float]) -> None:
         dues = [d for d in (w.next_due() for w in run_windows.tags.values()) if d is not None]

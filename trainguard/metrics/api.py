@@ -35,7 +35,7 @@ __all__ = [
 
 DEFAULT_GROUP = "torchelastic"
 
-_MetricDataFields = namedtuple("MetricData", ["timestamp", "group_name", "name", "value"])
+_MetricDataFields = namedtuple("MetricData", ["timestamp", "group_name", "name", "value"])  # type: ignore[name-match]
 
 
 class MetricData(_MetricDataFields):
@@ -116,10 +116,9 @@ class _Timer:
         self._start = time.perf_counter()
         return self
 
-    def __exit__(self, *exc_info) -> bool:
+    def __exit__(self, *exc_info) -> None:
         elapsed_ms = (time.perf_counter() - self._start) * 1000.0
         self._stream.add_value(self._name, elapsed_ms, self._step)
-        return False
 
 
 class MetricStream:
@@ -132,7 +131,7 @@ class MetricStream:
         adder = make_adder(group_name) if make_adder is not None else None
         if adder is not None:
             # The handler's fast path shadows the method below.
-            self.add_value = adder
+            self.add_value = adder  # type: ignore[method-assign]
 
     def add_value(self, metric_name: str, metric_value: Any, step: Optional[int] = None):
         self.handler.emit(MetricData(time.time(), self.group_name, metric_name, metric_value, step))

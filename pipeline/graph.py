@@ -9,12 +9,14 @@ no step needs to see all input at once.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import apache_beam as beam
+from apache_beam import PCollection
 
 from core.config import Configs
 from core.history import HistorySeed, StoredIndex
+from core.parse import RawMessage
 from core.records import job_history_row, rank_metric_rows
 from core.runs import RunLifecycle
 from core.schema import (
@@ -46,7 +48,7 @@ class GraphSettings:
     triage_destination: Tuple[Tuple[str, str], ...] = ()
 
 
-class KeepRecordedTests(beam.PTransform):
+class KeepRecordedTests(beam.PTransform[PCollection[Dict[str, Any]], PCollection[Dict[str, Any]]]):
     """Drops history rows of tests configured with ``write_to_bigquery: false``."""
 
     def __init__(self, configs: Configs):
@@ -58,7 +60,7 @@ class KeepRecordedTests(beam.PTransform):
         return rows | "WrittenTests" >> beam.Filter(lambda row: configs.for_test(row["test_name"]).metric_collection.write_to_bigquery)
 
 
-class DetectRegressions(beam.PTransform):
+class DetectRegressions(beam.PTransform[PCollection[RawMessage], Dict[str, PCollection[Dict[str, Any]]]]):
     """RawMessage -> dict of PCollections keyed by output table name, plus ``alert_updates``.
 
     ``job_history`` and ``metric_history`` hold row dicts of finalized runs

@@ -28,6 +28,7 @@ import time
 from typing import IO, Any, Dict, Iterator, List, Optional
 
 import apache_beam as beam
+from apache_beam import PCollection
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
@@ -62,7 +63,7 @@ PROGRESS_INTERVAL_ENV = "TRAINGUARD_PROGRESS_INTERVAL"
 """Internal, for tests: seconds between progress lines, and before the first, instead of :class:`ProgressTiming`'s."""
 
 
-class WriteLocal(beam.PTransform):
+class WriteLocal(beam.PTransform[Dict[str, PCollection[Dict[str, Any]]], None]):
     """The graph's outputs -> files staged under ``staging_dir`` for the store and the alerts file.
 
     Any worker process may run these steps; ``sinks.local_outputs`` commits the rows to the DuckDB store and

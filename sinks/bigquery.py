@@ -33,9 +33,11 @@ import time
 from typing import Any, Callable, Dict, List, Optional
 
 import apache_beam as beam
+from apache_beam import PCollection
 from apache_beam.io.gcp.bigquery import BigQueryDisposition, WriteToBigQuery
 from apache_beam.io.gcp.bigquery_tools import RetryStrategy
 from apache_beam.options.pipeline_options import StandardOptions
+from apache_beam.pvalue import PBegin
 from apache_beam.utils.timestamp import Timestamp
 
 from core.config import ConfigSet
@@ -308,7 +310,7 @@ class _ReadSeedFn(beam.DoFn):
                             "step waits for the seed, so the job could not run without it") from failure
 
 
-class ReadSeedFromBigQuery(beam.PTransform):
+class ReadSeedFromBigQuery(beam.PTransform[PBegin, PCollection[HistorySeed]]):
     """PBegin -> a one-element PCollection: the ``HistorySeed`` in the BigQuery tables.
 
     A bounded read at start-up, done by a worker rather than by the launcher,
@@ -386,7 +388,7 @@ def rejected_row_to_dead_letter(rejected: Any, table: Table) -> Dict[str, Any]:
     return dead_letter_row(f"rejected by BigQuery ({table.name}): {error}", payload, f"bigquery:{table.name}", None)
 
 
-class WriteTableToBigQuery(beam.PTransform):
+class WriteTableToBigQuery(beam.PTransform[PCollection[Dict[str, Any]], PCollection[Dict[str, Any]]]):
     """Row dicts of one table -> that BigQuery table; returns the rows BigQuery rejected, as dead-letter rows.
 
     The table must exist (``ensure_tables``). Transient errors are retried;
@@ -432,7 +434,7 @@ class _LogLostRowFn(beam.DoFn):
                       json.dumps(row, sort_keys=True))
 
 
-class WriteToBigQueryTables(beam.PTransform):
+class WriteToBigQueryTables(beam.PTransform[Dict[str, PCollection[Dict[str, Any]]], PCollection[Dict[str, Any]]]):
     """The graph's outputs ({table name: row dicts}) -> the BigQuery tables of the same names.
 
     Rows BigQuery rejects from any table become dead-letter rows (with

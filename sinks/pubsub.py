@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Dict
+from typing import Any, Dict
 
 import apache_beam as beam
+from apache_beam import PCollection
 from apache_beam.io.gcp.pubsub import PubsubMessage, WriteToPubSub
 
 from sinks.alerts_file import alert_json
@@ -19,7 +20,7 @@ def alert_message(row: Dict) -> PubsubMessage:
                          {ATTR_TEST: row["test_name"], ATTR_RUN: row["run_id"], ATTR_KIND: row["kind"]})
 
 
-class PublishAlerts(beam.PTransform):
+class PublishAlerts(beam.PTransform[PCollection[Dict[str, Any]], None]):
     """Alert rows -> messages on the Pub/Sub topic ``topic`` (``projects/<p>/topics/<t>``).
 
     The payload is byte for byte the line ``--alerts_file`` gets, so one

@@ -17,9 +17,10 @@ import glob
 import json
 import os
 import uuid
-from typing import Dict, List, Set
+from typing import Any, Dict, List, Set
 
 import apache_beam as beam
+from apache_beam import PCollection
 
 from core.schema import ALERT_LINES, ALERT_UPDATES, ALERTS, TABLES
 from sinks.alerts_file import alert_json, line_key
@@ -33,7 +34,7 @@ def canonical(row: dict) -> str:
     return json.dumps(row, sort_keys=True, separators=(",", ":"))
 
 
-class StageRows(beam.PTransform):
+class StageRows(beam.PTransform[PCollection[Dict[str, Any]], None]):
     """Row dicts -> JSONL shards under ``directory/<name>/``, one per bundle, visible only once complete."""
 
     def __init__(self, directory: str, name: str):

@@ -23,6 +23,7 @@ import uuid
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import apache_beam as beam
+from apache_beam import PCollection
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.localfilesystem import LocalFileSystem
@@ -210,7 +211,7 @@ class AlertOnceFn(beam.DoFn):
             yield config_rejected_alert(check).to_row()
 
 
-class WatchConfigs(beam.PTransform):
+class WatchConfigs(beam.PTransform[PCollection[Any], PCollection[Dict[str, Any]]]):
     """The job's input (any PCollection) -> ``config_rejected`` alert rows: each rejected version of a config
     file alerts once, naming the file, the key and the reason.
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Dict, Optional, Tuple
 
 import apache_beam as beam
+from apache_beam import PCollection
 from apache_beam.coders import BooleanCoder
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec, TimerSpec, on_timer
@@ -66,7 +67,8 @@ class ParseMessageFn(beam.DoFn):
             yield TimestampedValue(ParsedMessage(message, raw.payload, raw.span), message.event_time)
 
 
-class ParseMessages(beam.PTransform):
+class ParseMessages(beam.PTransform[PCollection[RawMessage], Tuple[PCollection[ParsedMessage], PCollection[TriageItem],
+                                                                     PCollection[Dict[str, Any]]]]):
     """RawMessage -> (ParsedMessage in event time, TriageItem of control messages in event time, dead letters).
 
     ``progress_id``: see :class:`ParseMessageFn`.
@@ -99,7 +101,8 @@ class SummarizeMessageFn(beam.DoFn):
                 float(timestamp)))
 
 
-class SummarizeMessages(beam.PTransform):
+class SummarizeMessages(beam.PTransform[PCollection[ParsedMessage],
+                                           Tuple[PCollection[MessageSummary], PCollection[Dict[str, Any]]]]):
     """ParsedMessage -> (MessageSummary: per-tag partial aggregates under the test's config, dead letters).
 
     Done before any shuffle, so that points never cross one: only small
@@ -141,7 +144,7 @@ def _different_copy(value, taken: Optional[bytes], at: float):
         different_copy_reason(taken), copy_content(value), _copy_source(value), at))
 
 
-class DeduplicateMessages(beam.PTransform):
+class DeduplicateMessages(beam.PTransform[PCollection[Any], Tuple[PCollection[Any], PCollection[Dict[str, Any]]]]):
     """MessageSummary (or TriageItem) -> (the same, each message id once; dead letters of copies that differ).
 
     Pub/Sub delivers at least once; a redelivered message carries the same id and bytes, so keying by id

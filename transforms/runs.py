@@ -5,14 +5,15 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import apache_beam as beam
+from apache_beam import PCollection
 
 from core.config import Configs
 from core.parse import MessageSummary
 from core.records import dead_letter_row
-from core.runs import RunLifecycle
+from core.runs import RunLifecycle, RunResult
 from core.schema import DEAD_LETTER
 from transforms.backfills import AssembleRunOrBackfillFn
 from transforms.coders import AnyRecord
@@ -45,7 +46,8 @@ class _SkipStoredRunsFn(beam.DoFn):
                 float(timestamp)))
 
 
-class SkipStoredRuns(beam.PTransform):
+class SkipStoredRuns(beam.PTransform[PCollection[MessageSummary],
+                                        Tuple[PCollection[MessageSummary], PCollection[Dict[str, Any]]]]):
     """``MessageSummary``s -> (those of runs the store does not hold yet, dead-letter rows).
 
     ``stored`` is the singleton side input of the start-up ``core.history.StoredIndex``
@@ -82,7 +84,8 @@ def _open_runs(seed):
     return seed.open_runs.items()
 
 
-class AssembleRuns(beam.PTransform):
+class AssembleRuns(beam.PTransform[PCollection[MessageSummary], Tuple[PCollection[RunResult], PCollection[Dict[str, Any]],
+                                                                      PCollection[RunResult]]]):
     """MessageSummary -> (RunResult per finalized run, dead-letter rows for late messages, ``interrupted`` RunResults).
 
     ``seed`` (the one-element PCollection of the start-up ``HistorySeed``, optional) brings the runs a drained

@@ -11,9 +11,11 @@ from typing import IO, Any, Dict, Iterator, List, Mapping, Optional, Sequence, T
 
 import apache_beam as beam
 import msgspec
+from apache_beam import PCollection
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.gcp.pubsub import PubsubMessage, ReadFromPubSub
+from apache_beam.pvalue import PBegin
 
 from core.parse import FileSpan, RawMessage
 from trainguard import wire
@@ -27,7 +29,7 @@ def raw_from_pubsub(message: PubsubMessage, source: str) -> RawMessage:
     return RawMessage(message.data, source, received_at)
 
 
-class ReadPubSubMessages(beam.PTransform):
+class ReadPubSubMessages(beam.PTransform[PBegin, PCollection[RawMessage]]):
     """A Pub/Sub subscription (or topic) -> RawMessage (unbounded; needs ``--streaming``).
 
     Element timestamps, and on Dataflow the watermark, come from the ``ts``
@@ -174,7 +176,7 @@ def plan_line_groups(filenames: Sequence[str], groups: int) -> List[LineGroup]:
     return [LineGroup(index, groups, by_file) for index, by_file in enumerate(ranges) if by_file]
 
 
-class ReadReplayFiles(beam.PTransform):
+class ReadReplayFiles(beam.PTransform[PBegin, PCollection[RawMessage]]):
     """Lines of ``.jsonl`` files matching a glob (or several) -> RawMessage (bounded).
 
     See :class:`ReadLinesFn` for what a line is. ``progress_id`` names a

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Tuple
 
 import apache_beam as beam
+from apache_beam import PCollection
 
 from core.alert_details import finish_alert
 from core.records import Alert
@@ -18,7 +19,7 @@ from transforms.coders import AnyRecord
 from transforms.ordered import ConfiguredMachine, OrderedCheck
 
 
-class SkipStoredActions(beam.PTransform):
+class SkipStoredActions(beam.PTransform[PCollection[TriageItem], PCollection[TriageItem]]):
     """TriageItem -> the same, less the actions the store already holds (re-running the same files).
 
     ``stored`` is the singleton side input of the start-up ``core.history.StoredIndex``

@@ -158,9 +158,11 @@ def read_history_seed(configs: ConfigSet, query: Query, sql: SqlDialect, workers
     metric_actions = collections.defaultdict(list)
     for action in actions:
         key = (action.test, action.metric)
-        # A scoped read left a run out only when an action on it no longer changes the history (core.seed_scope).
-        if reaches_run_level_history(action, configs.for_test(action.test).windows) and (scope.metrics is None or any(
-                row[1] == action.run for row in rows_by_metric.get(key, ()))):
+        # A scoped read left a run out only when an action on it no longer changes the history (core.seed_scope);
+        # an accept of a run still to come (not ended) waits for it.
+        if reaches_run_level_history(action, configs.for_test(action.test).windows) and (
+                scope.metrics is None or (action.future and (action.test, action.run) not in ended)
+                or any(row[1] == action.run for row in rows_by_metric.get(key, ()))):
             metric_actions[key].append(action)
     return HistorySeed(
         windows=_window_seed(configs, windows, actions),

@@ -179,3 +179,18 @@ def test_a_store_with_no_checked_key_is_not_asked_for_metrics_or_windows(tmp_pat
     read_history_seed(config_set({}), query, DUCKDB_SQL)
     assert not any('"metric_history"' in sql or '"metric_windows"' in sql for sql in asked)
     assert KeyScope({}, frozenset(), 5).empty
+
+
+def test_an_accept_of_a_run_still_to_come_survives_a_scoped_seed(tmp_path):
+    """A future accept whose run has not ended waits in the history; the next job's seed keeps it waiting, as the
+    job that received it did, however little of the history the scoped read takes."""
+    store = Store(tmp_path / "store.duckdb")
+    configs = config_set({"t": {"regression_test_config": {"metric_success_conditions": {"loss": condition(3)}}}})
+    for i in range(10):
+        store.run("t", f"r{i:02}", 100.0 * i, values=[("loss", 1.0 + 0.01 * i, True)])
+    store.triage("t-a", TriageAction.ACCEPT, "t", "loss", "r10", 950.0)
+    store.actions[-1]["future"] = True
+    full = store.seed(configs, scoped=False)
+    scoped = read_history_seed(configs, store.store.query, DUCKDB_SQL)
+    assert full.metrics[("t", "loss")].pending_accept == "r10"
+    assert scoped.metrics[("t", "loss")].pending_accept == "r10"

@@ -113,8 +113,7 @@ def create_app(settings: Settings) -> Starlette:
         number = page_number(request)
         with settings.source.reader() as reader:
             listing = pages.alert_listing(reader, f, number, settings.sink)
-            kinds = queries.alert_kinds(reader)
-        return render(request, "alerts.html", listing=listing, filter=f, page=number, kinds=kinds,
+        return render(request, "alerts.html", listing=listing, filter=f, page=number, kinds=queries.alert_kinds(f.kind),
                       params={k: p.get(k, "") for k in ("state", "test", "kind", "since", "until")})
 
     def alert_page(request: Request) -> Response:

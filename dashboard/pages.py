@@ -92,12 +92,13 @@ def triaged_runs(actions: List[Tuple[TriageItem, bool]], metric: Optional[str]) 
 
 
 def curves_of_run(reader: Reader, test: str, run: str, job: Optional[queries.Job], alerts: List[AlertRecord],
-                  configs: Optional[ConfigSet] = None) -> List[Dict[str, Any]]:
+                  configs: Optional[ConfigSet] = None, span: queries.Span = queries.Span()) -> List[Dict[str, Any]]:
     """The run's window curves as chart specs (none when the run has no windows), each against the bounds of its
     live check: the alert's stored bound where a window alerted; with ``configs`` (the pipeline's), elsewhere the
     bound the check had, replayed as the report does (``report.data.tag_checks``) over the test's latest
-    ``queries.WINDOW_HISTORY_RUNS`` runs up to this one, with the triage actions applied."""
-    windows = queries.windows_of_run(reader, test, run)
+    ``queries.WINDOW_HISTORY_RUNS`` runs up to this one, with the triage actions applied. ``span``: the run's
+    ``queries.run_span``."""
+    windows = queries.windows_of_run(reader, test, run, span)
     if not windows:
         return []
     jobs = {run: job.row} if job else {}
@@ -105,7 +106,8 @@ def curves_of_run(reader: Reader, test: str, run: str, job: Optional[queries.Job
     if config is not None and job is not None and any(t in config.windows.tags for t in {w.tag for w in windows}):
         earlier = queries.runs_of_test(reader, test, 0, queries.WINDOW_HISTORY_RUNS, until=job.row.end)
         jobs.update({j.row.run: j.row for j in earlier})
-        windows = queries.windows_of_runs(reader, test, sorted(jobs))
+        windows = queries.windows_of_runs(reader, test, sorted(jobs),
+                                          queries.run_span([job, *earlier], queries.longest_time_window(configs)))
     runs = run_windows(windows, jobs)
     position = next(i for i, r in enumerate(runs) if r.run == run)
     actions = queries.triage_actions(reader, [test]) if config is not None else []
@@ -126,15 +128,17 @@ def alert_detail(reader: Reader, alert_id: str, sink: ActionSink,
     view = alert_views(reader, [alert], sink)[0]
     how = [(k, _text(alert.details[k])) for k in HOW_COMPUTED if k in alert.details]
     actions = triage_history(reader, alert, sink)
+    jobs = queries.job_rows(reader, alert.test, alert.run)
+    span = queries.run_span(jobs, queries.longest_time_window(configs))
     history = None
-    if alert.metric:
-        points = queries.metric_history(reader, alert.test, alert.metric)
+    at = jobs[0].row.end if jobs else alert.created_at
+    if alert.metric and at is not None:
+        points = queries.metric_history_around(reader, alert.test, alert.metric, at)
         if points:
             history = charts.history_chart(alert.metric, points, alert.unit, alert.run,
                                            triaged_runs(actions, alert.metric))
-    job = queries.job(reader, alert.test, alert.run)
-    run_alerts = queries.alerts_of_runs(reader, alert.test, [alert.run])
-    curves = curves_of_run(reader, alert.test, alert.run, job, run_alerts, configs)
+    run_alerts = queries.alerts_of_runs(reader, alert.test, [alert.run], span=span)
+    curves = curves_of_run(reader, alert.test, alert.run, jobs[0] if jobs else None, run_alerts, configs, span)
     return AlertDetail(view, how, history, curves, actions)
 
 
@@ -169,17 +173,18 @@ def test_detail(reader: Reader, name: str, page: int, configs: Optional[ConfigSe
 
 def run_detail(reader: Reader, test: str, run: str, sink: ActionSink,
                configs: Optional[ConfigSet] = None) -> Optional[RunDetail]:
-    job = queries.job(reader, test, run)
-    if job is None:
+    jobs = queries.job_rows(reader, test, run)
+    if not jobs:
         return None
+    job, span = jobs[0], queries.run_span(jobs, queries.longest_time_window(configs))
     try:
         events = json.loads(job.events)
     except ValueError:
         events = []
-    alerts = queries.alerts_of_runs(reader, test, [run])
-    return RunDetail(job, events if isinstance(events, list) else [], queries.metrics_of_run(reader, test, run),
-                     queries.ranks_of_run(reader, test, run), curves_of_run(reader, test, run, job, alerts, configs),
-                     alert_views(reader, alerts, sink))
+    alerts = queries.alerts_of_runs(reader, test, [run], span=span)
+    return RunDetail(job, events if isinstance(events, list) else [], queries.metrics_of_run(reader, test, run, span),
+                     queries.ranks_of_run(reader, test, run, span),
+                     curves_of_run(reader, test, run, job, alerts, configs, span), alert_views(reader, alerts, sink))
 
 
 def state_names() -> List[str]:

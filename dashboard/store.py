@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import logging
 import math
 import os
 import re
@@ -27,6 +28,7 @@ from sinks.store_lock import lock_path
 from sinks.stores import DUCKDB_SQL, TOOL_TIMEOUT_SECONDS, bigquery_client, bigquery_dialect
 
 BUSY_PATIENCE_SECONDS = 2.0
+logger = logging.getLogger(__name__)
 _PARAMETER = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
 
 Rows = List[tuple]
@@ -243,6 +245,7 @@ class BigQuerySource:
         from google.cloud import bigquery
 
         config = bigquery.QueryJobConfig(query_parameters=[_bigquery_parameter(k, v) for k, v in params.items()])
+        logger.debug("BigQuery query: %s", bigquery_sql(sql))
         job = self._client.query(bigquery_sql(sql), job_config=config, timeout=self._timeout)
         return [tuple(row.values()) for row in job.result(timeout=self._timeout)]
 

@@ -125,9 +125,10 @@ def alert_detail(reader: Reader, alert_id: str, sink: ActionSink,
     alert = queries.alert_by_id(reader, alert_id)
     if alert is None:
         return None
-    view = alert_views(reader, [alert], sink)[0]
+    stored = queries.triage_actions(reader, [alert.test])
+    view = alert_views(reader, [alert], sink, stored)[0]
     how = [(k, _text(alert.details[k])) for k in HOW_COMPUTED if k in alert.details]
-    actions = triage_history(reader, alert, sink)
+    actions = triage_history(reader, alert, sink, stored)
     jobs = queries.job_rows(reader, alert.test, alert.run)
     span = queries.run_span(jobs, queries.longest_time_window(configs))
     history = None

@@ -3,8 +3,8 @@
 Where a page knows *when* its rows were written, its queries also bound the table's time column, the column BigQuery
 partitions the table by (``core.schema``), so that BigQuery reads only those days (DuckDB runs the same SQL):
 
-- the alert list, newest first, reads the last ``LOOK_BACK_DAYS[0]`` days, then wider look-backs, and the whole
-  table only when the narrower ones hold fewer alerts than the page needs (:func:`alerts_newest_first`);
+- the alert list, newest first, reads the last 30 days, then the last 365, and the whole table only when those
+  hold fewer alerts than the page needs (:func:`alerts_newest_first`; ``Reader.look_back_days``: on BigQuery);
 - a run's rows (its metrics, ranks, windows and alerts) are read within :func:`run_span` of its ``job_history``
   rows: all of them are written between its start and its finalization, window ends up to the longest time window
   later (see :func:`run_span` for the margins);
@@ -41,7 +41,6 @@ WINDOW_HISTORY_RUNS = 30  # runs up to a run whose windows replay its live check
 DEAD_LETTERS_LIMIT = 50  # payloads per page
 GRID_DAYS = 30
 DAY = 86400.0
-LOOK_BACK_DAYS = (30, 365)  # the alert list's look-backs before it reads every partition
 RUN_MARGIN = DAY           # around a run's times: clock skew between the workers, a drain's re-finalization
 HISTORY_DAYS_BEFORE = 90   # an alert's history chart: days before its run's end ...
 HISTORY_DAYS_AFTER = 30    # ... and after it
@@ -145,13 +144,13 @@ def alerts_newest_first(reader: Reader, f: AlertFilter, offset: int, limit: int,
                         now: Optional[float] = None) -> List[AlertRecord]:
     """At most ``limit`` alerts matching the filter's SQL part, newest first, after skipping ``offset``.
 
-    Read from the last ``LOOK_BACK_DAYS[0]`` days before ``now`` (a filter's own ``since`` when later), then from
-    the wider look-backs, and from every day only when those hold fewer than ``offset + limit`` alerts: the alerts
-    from a day on are the newest ones, so when a look-back holds the page, the page is the same as the whole
-    table's."""
+    Read from the reader's first look-back before ``now`` (``Reader.look_back_days``; a filter's own ``since``
+    when later), then from the wider ones, and from every day only when those hold fewer than ``offset + limit``
+    alerts: the alerts from a day on are the newest ones, so when a look-back holds the page, the page is the same
+    as the whole table's."""
     q = reader.dialect.quote
     now = time.time() if now is None else now
-    for days in (*LOOK_BACK_DAYS, math.inf):
+    for days in (*reader.look_back_days, math.inf):
         start = now - days * DAY
         last = f.since is not None and f.since >= start or days == math.inf
         if not last and f.until is not None and f.until <= start:

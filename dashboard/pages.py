@@ -168,7 +168,9 @@ def test_detail(reader: Reader, name: str, page: int, configs: Optional[ConfigSe
     specs = [charts.history_chart(metric, series, unit=units(metric), triaged=triaged_runs(actions, metric))
              for metric, series in sorted(charts.by_metric(points).items())
              if charts.has_bounds(series)][:queries.METRICS_LIMIT]
-    runs = queries.runs_of_test(reader, name, (page - 1) * queries.RUNS_LIMIT, queries.RUNS_LIMIT + 1)
+    offset = (page - 1) * queries.RUNS_LIMIT
+    runs = (latest[offset:offset + queries.RUNS_LIMIT + 1] if offset + queries.RUNS_LIMIT < TEST_CHART_RUNS
+            else queries.runs_of_test(reader, name, offset, queries.RUNS_LIMIT + 1))  # the first pages: read already
     return TestDetail(name, specs, status_grid(recent), runs[:queries.RUNS_LIMIT], len(runs) > queries.RUNS_LIMIT)
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from core.alert_record import AlertRecord, alert_from_row
 from core.config import ConfigSet
@@ -236,13 +236,10 @@ def _job_select(reader: Reader) -> str:
 
 def _first_per(rows: Sequence[tuple], key: Callable[[tuple], Any]) -> List[tuple]:
     """The first row of each key, in order (a run's newest row: a re-run writes another)."""
-    seen: Set[Any] = set()
-    first = []
+    first: Dict[Any, tuple] = {}
     for row in rows:
-        if key(row) not in seen:
-            seen.add(key(row))
-            first.append(row)
-    return first
+        first.setdefault(key(row), row)
+    return list(first.values())
 
 
 def _jobs(rows: Sequence[tuple]) -> List[Job]:
@@ -321,20 +318,21 @@ def _points(rows: Sequence[tuple]) -> List[Point]:
 
 
 def metric_history_around(reader: Reader, test: str, metric: str, at: float) -> List[Point]:
-    """One metric of a test around a run that ended at ``at``, oldest first: the newest values of the
-    ``HISTORY_DAYS_BEFORE`` days up to ``at`` (that run's included) and the oldest ``HISTORY_AFTER_LIMIT`` of the
-    ``HISTORY_DAYS_AFTER`` days after (from ``at`` on: a value read twice is kept once), ``HISTORY_LIMIT`` in all. Each value carries the bounds it was checked
-    against, so the chart shows the alert's bounds whatever history the check had."""
+    """One metric of a test around a run that ended at ``at``, oldest first: the newest
+    ``HISTORY_LIMIT - HISTORY_AFTER_LIMIT`` values of the ``HISTORY_DAYS_BEFORE`` days up to ``at`` (that run's
+    included) and the oldest ``HISTORY_AFTER_LIMIT`` of the ``HISTORY_DAYS_AFTER`` days after. Each value carries
+    the bounds it was checked against, so the chart shows the alert's bounds whatever history the check had."""
     q = reader.dialect.quote
-    key = f"{q('timestamp')} {{order}}, {q('run_id')} {{order}}"
-    before: Dict[str, Any] = {"test": test, "metric": metric}
-    after = dict(before)
+    params: Dict[str, Any] = {"test": test, "metric": metric}
     where = f"{_metric_select(reader)} WHERE {q('test_name')} = $test AND {q('metric_name')} = $metric"
-    later = reader.query(f"{where}{Span(at, at + HISTORY_DAYS_AFTER * DAY).sql(reader, 'timestamp', after)} "
-                         f"ORDER BY {key.format(order='ASC')} LIMIT {HISTORY_AFTER_LIMIT}", after)
-    earlier = reader.query(f"{where}{Span(at - HISTORY_DAYS_BEFORE * DAY, at).sql(reader, 'timestamp', before)} "
-                           f"ORDER BY {key.format(order='DESC')} LIMIT {HISTORY_LIMIT - len(later)}", before)
-    return list(reversed(_points(list(reversed(later)) + earlier)))
+    before = Span(at - HISTORY_DAYS_BEFORE * DAY, at).sql(reader, "timestamp", params, "before")
+    after = Span(at, at + HISTORY_DAYS_AFTER * DAY).sql(reader, "timestamp", params, "after")
+    rows = reader.query(
+        f"({where}{before} ORDER BY {q('timestamp')} DESC, {q('run_id')} DESC "
+        f"LIMIT {HISTORY_LIMIT - HISTORY_AFTER_LIMIT}) UNION ALL "
+        f"({where}{after} AND {q('timestamp')} > {reader.from_epoch('$at')} "
+        f"ORDER BY {q('timestamp')}, {q('run_id')} LIMIT {HISTORY_AFTER_LIMIT})", {**params, "at": float(at)})
+    return list(reversed(_points(sorted(rows, key=lambda r: (r[7], r[1]), reverse=True))))
 
 
 def metrics_of_test(reader: Reader, test: str, limit: int = METRICS_LIMIT) -> List[str]:

@@ -1,10 +1,13 @@
 """The dashboard's reads: every query bounded by a key (test, run, metric, alert id) and a LIMIT, parameters bound.
 
 Where a page knows *when* its rows were written, its queries also bound the table's time column, the column BigQuery
-partitions the table by (``core.schema``), so that BigQuery reads only those days (DuckDB runs the same SQL):
+partitions the table by (``core.schema``), so that BigQuery reads only those days. DuckDB runs the same SQL, but
+the look-backs and the alert's first look-up only on a ``Reader.partitioned`` source (BigQuery):
 
-- the alert list, newest first, reads the last 30 days, then the last 365, and the whole table only when those
-  hold fewer alerts than the page needs (:func:`alerts_newest_first`; ``Reader.look_back_days``: on BigQuery);
+- the alert list, newest first, reads the last ``LOOK_BACK_DAYS``, and the whole table only when those hold fewer
+  alerts than the page needs (:func:`alerts_newest_first`);
+- an alert named by its id is found by its id and time first, two narrow columns, and then read whole from its
+  day (:func:`alert_by_id`);
 - a run's rows (its metrics, ranks, windows and alerts) are read within :func:`run_span` of its ``job_history``
   rows: all of them are written between its start and its finalization, window ends up to the longest time window
   later (see :func:`run_span` for the margins);
@@ -41,6 +44,7 @@ WINDOW_HISTORY_RUNS = 30  # runs up to a run whose windows replay its live check
 DEAD_LETTERS_LIMIT = 50  # payloads per page
 GRID_DAYS = 30
 DAY = 86400.0
+LOOK_BACK_DAYS = (30, 365)  # a partitioned source's alert list: these look-backs before every day
 RUN_MARGIN = DAY           # around a run's times: clock skew between the workers, a drain's re-finalization
 HISTORY_DAYS_BEFORE = 90   # an alert's history chart: days before its run's end ...
 HISTORY_DAYS_AFTER = 30    # ... and after it
@@ -144,13 +148,13 @@ def alerts_newest_first(reader: Reader, f: AlertFilter, offset: int, limit: int,
                         now: Optional[float] = None) -> List[AlertRecord]:
     """At most ``limit`` alerts matching the filter's SQL part, newest first, after skipping ``offset``.
 
-    Read from the reader's first look-back before ``now`` (``Reader.look_back_days``; a filter's own ``since``
+    On a partitioned source, read from the first of ``LOOK_BACK_DAYS`` before ``now`` (a filter's own ``since``
     when later), then from the wider ones, and from every day only when those hold fewer than ``offset + limit``
     alerts: the alerts from a day on are the newest ones, so when a look-back holds the page, the page is the same
     as the whole table's."""
     q = reader.dialect.quote
     now = time.time() if now is None else now
-    for days in (*reader.look_back_days, math.inf):
+    for days in (*(LOOK_BACK_DAYS if reader.partitioned else ()), math.inf):
         start = now - days * DAY
         last = f.since is not None and f.since >= start or days == math.inf
         if not last and f.until is not None and f.until <= start:
@@ -164,8 +168,19 @@ def alerts_newest_first(reader: Reader, f: AlertFilter, offset: int, limit: int,
 
 
 def alert_by_id(reader: Reader, alert_id: str) -> Optional[AlertRecord]:
-    rows = reader.query(f"{_alert_select(reader)} WHERE {reader.dialect.quote('alert_id')} = $id LIMIT 1",
-                        {"id": alert_id})
+    """The alert of an id; on a partitioned source its time is looked up first (the id's and the time's columns of
+    every day), then the alert read whole from within a second of that time (its day)."""
+    q = reader.dialect.quote
+    params: Dict[str, Any] = {"id": alert_id}
+    where = f"{q('alert_id')} = $id"
+    if reader.partitioned:
+        found = reader.query(f"SELECT {reader.dialect.epoch_seconds(q('created_at'))} FROM "
+                             f"{reader.dialect.table(ALERTS)} WHERE {where} LIMIT 1", params)
+        if not found:
+            return None
+        if found[0][0] is not None:
+            where += Span(found[0][0] - 1, found[0][0] + 1).sql(reader, "created_at", params)
+    rows = reader.query(f"{_alert_select(reader)} WHERE {where} LIMIT 1", params)
     return _alerts(rows)[0] if rows else None
 
 

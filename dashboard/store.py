@@ -29,7 +29,6 @@ from sinks.store_lock import lock_path
 from sinks.stores import DUCKDB_SQL, TOOL_TIMEOUT_SECONDS, bigquery_client, bigquery_dialect
 
 BUSY_PATIENCE_SECONDS = 2.0
-LOOK_BACK_DAYS = (30.0, 365.0)  # BigQuery: the alert list's look-backs before it reads every partition
 SETTLE_SECONDS = 2.0  # a file changed this recently is not cached from (its times may not show a change yet)
 BIGQUERY_CACHE_SECONDS = 5.0  # how long a page's rows read from BigQuery are shown again (BigQuery has no version)
 CACHE_ENTRIES = 128  # pages' data kept (a test page's is the largest: about 1 MB)
@@ -50,9 +49,9 @@ class Reader:
     run: Run
     dialect: SqlDialect
     from_epoch: Callable[[str], str]  # a parameter of epoch seconds -> a TIMESTAMP expression
-    # Days the newest-first alert list looks back before it reads the whole table (``queries.alerts_newest_first``):
-    # BigQuery bills the partitions a query reads; DuckDB reads the newest rows of its file as cheaply without.
-    look_back_days: Tuple[float, ...] = ()
+    # Whether a query pays for every partition (day) of a table it reads (BigQuery): then the reads that cannot
+    # name a time bound first find one (``dashboard.queries``); DuckDB reads the same rows as cheaply without.
+    partitioned: bool = False
 
     def query(self, sql: str, params: Optional[Mapping[str, Any]] = None) -> Rows:
         return self.run(sql, params or {})
@@ -268,7 +267,7 @@ class BigQuerySource:
     @contextlib.contextmanager
     def reader(self) -> Iterator[Reader]:
         yield Reader(self._run, self._dialect, lambda p: f"TIMESTAMP_MICROS(CAST({p} * 1000000 AS INT64))",
-                     LOOK_BACK_DAYS)
+                     partitioned=True)
 
 
 def file_version(*paths: str) -> Optional[tuple]:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import time
 
-from dashboard.store import SETTLE_SECONDS
+from dashboard.store import SETTLE_SECONDS, PageCache
 from pipeline.main import main as pipeline_main
+from tests.dashboard.conftest import client_of
 from tests.dashboard.test_triage import regressed_alert, token
 
 
@@ -46,3 +47,30 @@ def test_a_kept_alert_shows_a_triage_action_as_soon_as_it_is_written(demo_client
     assert "pending: dismissed" in demo_client.get("/alerts?state=open").text
     settle()
     assert "pending: dismissed" in demo_client.get(f"/alerts/{alert_id}").text
+
+
+def test_a_kept_alert_shows_an_action_published_to_the_topic_at_once(demo_store, pubsub_server):
+    from google.cloud import pubsub_v1
+
+    topic = pubsub_server.topic_path("metrics")
+    pubsub_v1.PublisherClient().create_topic(name=topic)
+    client = client_of(f"--local_store={demo_store}", f"--topic={topic}", "--user=pat")
+    alert_id = regressed_alert(demo_store)
+    settle()
+    page = client.get(f"/alerts/{alert_id}").text
+    hits = client.app.state.cache.hits
+    assert client.get(f"/alerts/{alert_id}").text == page and client.app.state.cache.hits == hits + 1
+    assert "pending: dismissed" not in page
+    client.post(f"/alerts/{alert_id}/triage", data={"csrf_token": token(page), "action": "dismiss"})
+    assert "pending: dismissed" in client.get(f"/alerts/{alert_id}").text  # the store is unchanged: not the kept page
+
+
+def test_the_least_recently_used_page_is_dropped_beyond_the_limit():
+    cache, reads = PageCache(entries=2), []
+
+    def read(key):
+        return cache.get(key, lambda: reads.append(key) or key.upper())
+
+    assert [read("a"), read("b"), read("a"), read("c")] == ["A", "B", "A", "C"]  # "b": the least recently used
+    assert [read("a"), read("c"), read("b")] == ["A", "C", "B"] and reads == ["a", "b", "c", "b"]
+    assert (cache.hits, cache.misses) == (3, 4)

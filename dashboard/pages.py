@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from core.alert_record import AlertRecord
 from core.config import ConfigSet
@@ -91,13 +91,14 @@ def triaged_runs(actions: List[Tuple[TriageItem, bool]], metric: Optional[str]) 
     return {a.run for a, _ in actions if a.run and a.action in ("dismiss", "accept") and a.metric == metric}
 
 
-def curves_of_run(reader: Reader, test: str, run: str, job: Optional[queries.Job], alerts: List[AlertRecord],
-                  configs: Optional[ConfigSet] = None, span: queries.Span = queries.Span()) -> List[Dict[str, Any]]:
+def curves_of_run(reader: Reader, test: str, run: str, job: Optional[queries.Job],
+                  alerts: Callable[[], List[AlertRecord]], configs: Optional[ConfigSet] = None,
+                  span: queries.Span = queries.Span()) -> List[Dict[str, Any]]:
     """The run's window curves as chart specs (none when the run has no windows), each against the bounds of its
     live check: the alert's stored bound where a window alerted; with ``configs`` (the pipeline's), elsewhere the
     bound the check had, replayed as the report does (``report.data.tag_checks``) over the test's latest
-    ``queries.WINDOW_HISTORY_RUNS`` runs up to this one, with the triage actions applied. ``span``: the run's
-    ``queries.run_span``."""
+    ``queries.WINDOW_HISTORY_RUNS`` runs up to this one, with the triage actions applied. ``alerts``: the run's
+    alerts (asked for only when the run has windows); ``span``: the run's ``queries.run_span``."""
     windows = queries.windows_of_run(reader, test, run, span)
     if not windows:
         return []
@@ -111,10 +112,10 @@ def curves_of_run(reader: Reader, test: str, run: str, job: Optional[queries.Job
     runs = run_windows(windows, jobs)
     position = next(i for i, r in enumerate(runs) if r.run == run)
     actions = queries.triage_actions(reader, [test]) if config is not None else []
-    specs = []
+    specs, run_alerts = [], alerts()
     for key in sorted(runs[position].windows):
         checks = tag_checks(config, key, runs, actions) if config is not None else None
-        for curve in run_curves(runs, position, key, alerts, checks):
+        for curve in run_curves(runs, position, key, run_alerts, checks):
             unit = config.metric_collection.unit_for(curve.tag) if config is not None else None
             specs.append(charts.curve_chart(dataclasses.replace(curve, unit=unit)))
     return specs
@@ -138,8 +139,8 @@ def alert_detail(reader: Reader, alert_id: str, sink: ActionSink,
         if points:
             history = charts.history_chart(alert.metric, points, alert.unit, alert.run,
                                            triaged_runs(actions, alert.metric))
-    run_alerts = queries.alerts_of_runs(reader, alert.test, [alert.run], span=span)
-    curves = curves_of_run(reader, alert.test, alert.run, jobs[0] if jobs else None, run_alerts, configs, span)
+    curves = curves_of_run(reader, alert.test, alert.run, jobs[0] if jobs else None,
+                           lambda: queries.alerts_of_runs(reader, alert.test, [alert.run], span=span), configs, span)
     return AlertDetail(view, how, history, curves, actions)
 
 
@@ -187,7 +188,7 @@ def run_detail(reader: Reader, test: str, run: str, sink: ActionSink,
     alerts = queries.alerts_of_runs(reader, test, [run], span=span)
     return RunDetail(job, events if isinstance(events, list) else [], queries.metrics_of_run(reader, test, run, span),
                      queries.ranks_of_run(reader, test, run, span),
-                     curves_of_run(reader, test, run, job, alerts, configs, span), alert_views(reader, alerts, sink))
+                     curves_of_run(reader, test, run, job, lambda: alerts, configs, span), alert_views(reader, alerts, sink))
 
 
 def state_names() -> List[str]:

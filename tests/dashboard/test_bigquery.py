@@ -31,6 +31,12 @@ def rows():
     return tables
 
 
+def dashboard_of(emulator, dataset):
+    """A client of a dashboard on a dataset of the emulator."""
+    return client_of(f"--bigquery_project={emulator.project}", f"--bigquery_dataset={dataset}",
+                     f"--bigquery_endpoint={emulator.endpoint}")
+
+
 @pytest.fixture(scope="module")
 def stores(bigquery_emulator, tmp_path_factory):
     from google.cloud import bigquery
@@ -50,9 +56,7 @@ def stores(bigquery_emulator, tmp_path_factory):
             assert client.insert_rows_json(f"{client.project}.{DATASET}.{table.name}", table_rows) == []
             local.insert(table, table_rows)
     local.close()
-    return (client_of(f"--bigquery_project={client.project}", f"--bigquery_dataset={DATASET}",
-                      f"--bigquery_endpoint={bigquery_emulator.endpoint}"),
-            client_of(f"--local_store={path}"))
+    return dashboard_of(bigquery_emulator, DATASET), client_of(f"--local_store={path}")
 
 
 def comparable(page: str) -> str:
@@ -133,9 +137,7 @@ def recent(bigquery_emulator, tmp_path_factory):
             assert client.insert_rows_json(target.table_id(table), table_rows) == []
             local.insert(table, table_rows)
     local.close()
-    return (client_of(f"--bigquery_project={client.project}", f"--bigquery_dataset={RECENT}",
-                      f"--bigquery_endpoint={bigquery_emulator.endpoint}"),
-            client_of(f"--local_store={path}"), tables)
+    return dashboard_of(bigquery_emulator, RECENT), client_of(f"--local_store={path}"), tables
 
 
 def conjuncts(condition):
@@ -199,8 +201,9 @@ def test_on_recent_rows_the_pages_are_the_same_and_bound_every_partition_column(
                 assert ops >= ({">="} if listing else {">=", "<="}), (path, sql)
 
 
-def test_the_alert_list_reads_one_look_back_when_it_holds_the_page(recent, caplog):
-    bigquery, _, _ = recent
+def test_the_alert_list_reads_one_look_back_when_it_holds_the_page(recent, bigquery_emulator, caplog):
+    # A dashboard of its own: another would show the list it read in the last 5 s (BIGQUERY_CACHE_SECONDS) again.
+    bigquery = dashboard_of(bigquery_emulator, RECENT)
     with caplog.at_level(logging.DEBUG, logger="dashboard.store"):
         assert "/alerts/recent-000" in bigquery.get("/alerts").text
     (listing,) = [r.getMessage() for r in caplog.records if "ORDER BY `created_at` DESC" in r.getMessage()]

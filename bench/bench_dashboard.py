@@ -5,13 +5,20 @@ SQL: ``--tests`` tests of ``--runs`` runs each, ``--metrics`` checked metrics pe
 bounds), an alert per out-of-bounds value, windows for each test's latest 10 runs, dead letters. Serves it with
 ``python -m dashboard`` and measures, over HTTP:
 
-1. each page alone, ``--requests`` times in a row: p50 and p95 per page;
-2. ``--clients`` concurrent clients for ``--seconds``, each looping over the pages: requests per second and
-   p50/p95/p99 per page.
+1. each page alone, ``--requests`` times in a row: p50 and p95 per page, and the CPU time the dashboard's
+   processes used per request;
+2. ``--clients`` concurrent clients for ``--seconds``, each looping over the pages: requests per second,
+   p50/p95/p99 per page, and CPU time per request.
+
+The dashboard keeps a page's data while the store is unchanged (``dashboard.store.PageCache``), so the same ten
+URLs asked again are mostly served from it. With ``--vary`` each request of an alert, a run, a test or a test's
+alerts names another one (of the newest 2,000 alerts, their runs, and every test), so that those pages are read
+from the store as a first visit is.
 
 Writes ``results-N-workers.json`` in the work directory and prints a table.
 
     python bench/bench_dashboard.py [--tests 100] [--runs 1000] [--metrics 20] [--clients 20] [--seconds 30] [--workers 1]
+                                    [--vary]
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ import statistics
 import sys
 import threading
 import time
-from typing import Dict, List
+from typing import Callable, Dict, List
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -89,28 +96,71 @@ def pages(path: str) -> Dict[str, str]:
     }
 
 
+def varied(path: str, urls: Dict[str, str]) -> Dict[str, Callable[[int], str]]:
+    """For ``--vary``: the i-th request of each page that names an alert, a run or a test (the newest 2,000 alerts
+    and their runs, every test); the other pages' one URL."""
+    import urllib.parse
+
+    import duckdb
+
+    with duckdb.connect(path, read_only=True) as c:
+        alerts = c.execute("SELECT alert_id, test_name, run_id FROM alerts ORDER BY created_at DESC "
+                           "LIMIT 2000").fetchall()
+        tests = [r[0] for r in c.execute("SELECT DISTINCT test_name FROM job_history ORDER BY 1").fetchall()]
+    pick = {
+        "alert": lambda i: f"/alerts/{alerts[i % len(alerts)][0]}",
+        "run": lambda i: "/run?" + urllib.parse.urlencode({"test": alerts[i % len(alerts)][1],
+                                                          "run": alerts[i % len(alerts)][2]}),
+        "test": lambda i: "/test?name=" + tests[i % len(tests)],
+        "alerts of a test": lambda i: "/alerts?test=" + tests[(i * 7) % len(tests)],
+    }
+    return {name: pick.get(name, lambda i, url=url: url) for name, url in urls.items()}
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds of a process and every process below it (uvicorn's workers), from /proc."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    stats = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            stats[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / ticks)  # ppid, utime+stime
+    tree, total = {pid}, 0.0
+    for _ in range(4):  # uvicorn's processes are at most a few levels deep
+        tree |= {p for p, (ppid, _) in stats.items() if ppid in tree}
+    for p in tree:
+        total += stats.get(p, (0, 0.0))[1]
+    return total
+
+
 def percentile(values: List[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
 
 
-def alone(base: str, urls: Dict[str, str], requests: int) -> Dict[str, Dict[str, float]]:
+def alone(base: str, urls: Dict[str, Callable[[int], str]], requests: int, pid: int) -> Dict[str, Dict[str, float]]:
     import httpx
 
     out = {}
     with httpx.Client(base_url=base, timeout=60) as client:
         for name, url in urls.items():
-            client.get(url).raise_for_status()  # warm
+            client.get(url(-1)).raise_for_status()  # warm
             times = []
-            for _ in range(requests):
+            cpu = cpu_seconds(pid)
+            for i in range(requests):
                 started = time.perf_counter()
-                client.get(url).raise_for_status()
+                client.get(url(i)).raise_for_status()
                 times.append((time.perf_counter() - started) * 1000)
-            out[name] = {"p50_ms": statistics.median(times), "p95_ms": percentile(times, 95)}
+            out[name] = {"p50_ms": statistics.median(times), "p95_ms": percentile(times, 95),
+                         "cpu_ms": (cpu_seconds(pid) - cpu) * 1000 / requests}
     return out
 
 
-def load(base: str, urls: Dict[str, str], clients: int, seconds: float) -> dict:
+def load(base: str, urls: Dict[str, Callable[[int], str]], clients: int, seconds: float, pid: int) -> dict:
     import httpx
 
     times: Dict[str, List[float]] = {name: [] for name in urls}
@@ -125,7 +175,7 @@ def load(base: str, urls: Dict[str, str], clients: int, seconds: float) -> dict:
             while time.monotonic() < stop:
                 name = names[i % len(names)]
                 started = time.perf_counter()
-                response = client.get(urls[name])
+                response = client.get(urls[name]((i // len(names)) * clients + offset))  # a client's own alerts, runs, tests
                 elapsed = (time.perf_counter() - started) * 1000
                 with lock:
                     if response.status_code == 200:
@@ -135,15 +185,15 @@ def load(base: str, urls: Dict[str, str], clients: int, seconds: float) -> dict:
                 i += 1
 
     threads = [threading.Thread(target=client_loop, args=(k,)) for k in range(clients)]
-    started = time.monotonic()
+    started, cpu = time.monotonic(), cpu_seconds(pid)
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    wall = time.monotonic() - started
+    wall, cpu = time.monotonic() - started, cpu_seconds(pid) - cpu
     every = [t for ts in times.values() for t in ts]
     return {"clients": clients, "seconds": wall, "requests": len(every), "errors": len(errors),
-            "requests_per_s": len(every) / wall,
+            "requests_per_s": len(every) / wall, "cpu_ms_per_request": cpu * 1000 / max(1, len(every) + len(errors)),
             "p50_ms": percentile(every, 50), "p95_ms": percentile(every, 95), "p99_ms": percentile(every, 99),
             "pages": {name: {"p50_ms": percentile(ts, 50), "p95_ms": percentile(ts, 95)}
                       for name, ts in times.items() if ts}}
@@ -158,9 +208,11 @@ def main(argv=None) -> int:
     p.add_argument("--clients", type=int, default=20)
     p.add_argument("--seconds", type=float, default=30.0)
     p.add_argument("--workers", type=int, default=1, help="the dashboard's --workers")
+    p.add_argument("--vary", action="store_true", help="each request of an alert, run, test or a test's alerts "
+                                                       "names another one (most are not kept from an earlier one)")
     p.add_argument("--out_dir", default="bench/out/dashboard")
     args = p.parse_args(argv)
-    from tests.dashboard.support import served
+    from tests.dashboard.support import served_process
 
     os.makedirs(args.out_dir, exist_ok=True)
     path = os.path.join(args.out_dir, f"store-{args.tests}x{args.runs}x{args.metrics}.duckdb")
@@ -168,23 +220,25 @@ def main(argv=None) -> int:
         started = time.perf_counter()
         build_store(path, args.tests, args.runs, args.metrics)
         print(f"built {path} in {time.perf_counter() - started:.1f} s", flush=True)
-    urls = pages(path)
-    with served(f"--local_store={os.path.abspath(path)}", f"--workers={args.workers}") as base:
+    urls = varied(path, pages(path)) if args.vary else {name: (lambda i, u=url: u) for name, url in pages(path).items()}
+    with served_process(f"--local_store={os.path.abspath(path)}", f"--workers={args.workers}") as (base, process):
         results = {"store": {"tests": args.tests, "runs": args.tests * args.runs,
                              "metric_rows": args.tests * args.runs * args.metrics}, "workers": args.workers,
-                   "alone": alone(base, urls, args.requests),
-                   "load": load(base, urls, args.clients, args.seconds)}
-    with open(os.path.join(args.out_dir, f"results-{args.workers}-workers.json"), "w") as f:
+                   "vary": args.vary, "alone": alone(base, urls, args.requests, process.pid),
+                   "load": load(base, urls, args.clients, args.seconds, process.pid)}
+    name = f"results-{args.workers}-workers{'-varied' if args.vary else ''}.json"
+    with open(os.path.join(args.out_dir, name), "w") as f:
         json.dump(results, f, indent=1)
-    print(f"{'page':<18} {'alone p50':>10} {'alone p95':>10} {'load p50':>10} {'load p95':>10}")
+    print(f"{'page':<18} {'alone p50':>10} {'alone p95':>10} {'alone CPU':>10} {'load p50':>10} {'load p95':>10}")
     for name, alone_ms in results["alone"].items():
         loaded = results["load"]["pages"].get(name, {})
-        print(f"{name:<18} {alone_ms['p50_ms']:>8.1f}ms {alone_ms['p95_ms']:>8.1f}ms "
+        print(f"{name:<18} {alone_ms['p50_ms']:>8.1f}ms {alone_ms['p95_ms']:>8.1f}ms {alone_ms['cpu_ms']:>8.1f}ms "
               f"{loaded.get('p50_ms', 0):>8.1f}ms {loaded.get('p95_ms', 0):>8.1f}ms")
     load_result = results["load"]
     print(f"load: {load_result['clients']} clients, {load_result['requests']} requests in "
           f"{load_result['seconds']:.1f} s ({load_result['requests_per_s']:.1f}/s), errors {load_result['errors']}, "
-          f"p50 {load_result['p50_ms']:.1f} ms, p95 {load_result['p95_ms']:.1f} ms, p99 {load_result['p99_ms']:.1f} ms")
+          f"p50 {load_result['p50_ms']:.1f} ms, p95 {load_result['p95_ms']:.1f} ms, p99 {load_result['p99_ms']:.1f} ms, "
+          f"CPU {load_result['cpu_ms_per_request']:.1f} ms a request")
     return 0
 
 

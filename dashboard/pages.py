@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from core.alert_record import AlertRecord
 from core.config import ConfigSet
@@ -91,13 +91,15 @@ def triaged_runs(actions: List[Tuple[TriageItem, bool]], metric: Optional[str]) 
     return {a.run for a, _ in actions if a.run and a.action in ("dismiss", "accept") and a.metric == metric}
 
 
-def curves_of_run(reader: Reader, test: str, run: str, job: Optional[queries.Job], alerts: List[AlertRecord],
-                  configs: Optional[ConfigSet] = None) -> List[Dict[str, Any]]:
+def curves_of_run(reader: Reader, test: str, run: str, job: Optional[queries.Job],
+                  alerts: Callable[[], List[AlertRecord]], configs: Optional[ConfigSet] = None,
+                  span: queries.Span = queries.Span()) -> List[Dict[str, Any]]:
     """The run's window curves as chart specs (none when the run has no windows), each against the bounds of its
     live check: the alert's stored bound where a window alerted; with ``configs`` (the pipeline's), elsewhere the
     bound the check had, replayed as the report does (``report.data.tag_checks``) over the test's latest
-    ``queries.WINDOW_HISTORY_RUNS`` runs up to this one, with the triage actions applied."""
-    windows = queries.windows_of_run(reader, test, run)
+    ``queries.WINDOW_HISTORY_RUNS`` runs up to this one, with the triage actions applied. ``alerts``: the run's
+    alerts (asked for only when the run has windows); ``span``: the run's ``queries.run_span``."""
+    windows = queries.windows_of_run(reader, test, run, span)
     if not windows:
         return []
     jobs = {run: job.row} if job else {}
@@ -105,14 +107,15 @@ def curves_of_run(reader: Reader, test: str, run: str, job: Optional[queries.Job
     if config is not None and job is not None and any(t in config.windows.tags for t in {w.tag for w in windows}):
         earlier = queries.runs_of_test(reader, test, 0, queries.WINDOW_HISTORY_RUNS, until=job.row.end)
         jobs.update({j.row.run: j.row for j in earlier})
-        windows = queries.windows_of_runs(reader, test, sorted(jobs))
+        windows = queries.windows_of_runs(reader, test, sorted(jobs),
+                                          queries.run_span([job, *earlier], queries.longest_time_window(configs)))
     runs = run_windows(windows, jobs)
     position = next(i for i, r in enumerate(runs) if r.run == run)
     actions = queries.triage_actions(reader, [test]) if config is not None else []
-    specs = []
+    specs, run_alerts = [], alerts()
     for key in sorted(runs[position].windows):
         checks = tag_checks(config, key, runs, actions) if config is not None else None
-        for curve in run_curves(runs, position, key, alerts, checks):
+        for curve in run_curves(runs, position, key, run_alerts, checks):
             unit = config.metric_collection.unit_for(curve.tag) if config is not None else None
             specs.append(charts.curve_chart(dataclasses.replace(curve, unit=unit)))
     return specs
@@ -123,18 +126,21 @@ def alert_detail(reader: Reader, alert_id: str, sink: ActionSink,
     alert = queries.alert_by_id(reader, alert_id)
     if alert is None:
         return None
-    view = alert_views(reader, [alert], sink)[0]
+    stored = queries.triage_actions(reader, [alert.test])
+    view = alert_views(reader, [alert], sink, stored)[0]
     how = [(k, _text(alert.details[k])) for k in HOW_COMPUTED if k in alert.details]
-    actions = triage_history(reader, alert, sink)
+    actions = triage_history(reader, alert, sink, stored)
+    jobs = queries.job_rows(reader, alert.test, alert.run)
+    span = queries.run_span(jobs, queries.longest_time_window(configs))
     history = None
-    if alert.metric:
-        points = queries.metric_history(reader, alert.test, alert.metric)
+    at = jobs[0].row.end if jobs else alert.created_at
+    if alert.metric and at is not None:
+        points = queries.metric_history_around(reader, alert.test, alert.metric, at)
         if points:
             history = charts.history_chart(alert.metric, points, alert.unit, alert.run,
                                            triaged_runs(actions, alert.metric))
-    job = queries.job(reader, alert.test, alert.run)
-    run_alerts = queries.alerts_of_runs(reader, alert.test, [alert.run])
-    curves = curves_of_run(reader, alert.test, alert.run, job, run_alerts, configs)
+    curves = curves_of_run(reader, alert.test, alert.run, jobs[0] if jobs else None,
+                           lambda: queries.alerts_of_runs(reader, alert.test, [alert.run], span=span), configs, span)
     return AlertDetail(view, how, history, curves, actions)
 
 
@@ -163,23 +169,26 @@ def test_detail(reader: Reader, name: str, page: int, configs: Optional[ConfigSe
     specs = [charts.history_chart(metric, series, unit=units(metric), triaged=triaged_runs(actions, metric))
              for metric, series in sorted(charts.by_metric(points).items())
              if charts.has_bounds(series)][:queries.METRICS_LIMIT]
-    runs = queries.runs_of_test(reader, name, (page - 1) * queries.RUNS_LIMIT, queries.RUNS_LIMIT + 1)
+    offset = (page - 1) * queries.RUNS_LIMIT
+    runs = (latest[offset:offset + queries.RUNS_LIMIT + 1] if offset + queries.RUNS_LIMIT < TEST_CHART_RUNS
+            else queries.runs_of_test(reader, name, offset, queries.RUNS_LIMIT + 1))  # the first pages: read already
     return TestDetail(name, specs, status_grid(recent), runs[:queries.RUNS_LIMIT], len(runs) > queries.RUNS_LIMIT)
 
 
 def run_detail(reader: Reader, test: str, run: str, sink: ActionSink,
                configs: Optional[ConfigSet] = None) -> Optional[RunDetail]:
-    job = queries.job(reader, test, run)
-    if job is None:
+    jobs = queries.job_rows(reader, test, run)
+    if not jobs:
         return None
+    job, span = jobs[0], queries.run_span(jobs, queries.longest_time_window(configs))
     try:
         events = json.loads(job.events)
     except ValueError:
         events = []
-    alerts = queries.alerts_of_runs(reader, test, [run])
-    return RunDetail(job, events if isinstance(events, list) else [], queries.metrics_of_run(reader, test, run),
-                     queries.ranks_of_run(reader, test, run), curves_of_run(reader, test, run, job, alerts, configs),
-                     alert_views(reader, alerts, sink))
+    alerts = queries.alerts_of_runs(reader, test, [run], span=span)
+    return RunDetail(job, events if isinstance(events, list) else [], queries.metrics_of_run(reader, test, run, span),
+                     queries.ranks_of_run(reader, test, run, span),
+                     curves_of_run(reader, test, run, job, lambda: alerts, configs, span), alert_views(reader, alerts, sink))
 
 
 def state_names() -> List[str]:

@@ -1,5 +1,19 @@
 """The dashboard's reads: every query bounded by a key (test, run, metric, alert id) and a LIMIT, parameters bound.
 
+Where a page knows *when* its rows were written, its queries also bound the table's time column, the column BigQuery
+partitions the table by (``core.schema``), so that BigQuery reads only those days. DuckDB runs the same SQL, but
+the look-backs and the alert's first look-up only on a ``Reader.partitioned`` source (BigQuery):
+
+- the alert list, newest first, reads the last ``LOOK_BACK_DAYS``, and the whole table only when those hold fewer
+  alerts than the page needs (:func:`alerts_newest_first`);
+- an alert named by its id is found by its id and time first, two narrow columns, and then read whole from its
+  day (:func:`alert_by_id`);
+- a run's rows (its metrics, ranks, windows and alerts) are read within :func:`run_span` of its ``job_history``
+  rows: all of them are written between its start and its finalization, window ends up to the longest time window
+  later (see :func:`run_span` for the margins);
+- an alert's history chart reads ``HISTORY_DAYS_BEFORE`` days before its run's end and ``HISTORY_DAYS_AFTER``
+  after (:func:`metric_history_around`).
+
 Each function takes an open :class:`dashboard.store.Reader` and returns records; times are float seconds since
 the epoch. Alert rows become ``core.alert_record.AlertRecord`` and job, metric and window rows the report's
 records (``report.source.JobRow``/``MetricRow``, ``core.windows.WindowResult``), so the dashboard and the static
@@ -9,12 +23,15 @@ report share one read model.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+import math
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from core.alert_record import AlertRecord, alert_from_row
+from core.config import ConfigSet
 from core.schema import ALERTS, DEAD_LETTER, JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS, RANK_METRICS, TRIAGE
 from core.triage import AlertFacts, TriageItem
-from core.vocabulary import RunStatus
+from core.vocabulary import AlertKind, RunStatus
 from core.window_checks import NUMERIC_AGGREGATIONS, WindowResult
 from dashboard.store import Reader, in_list
 from report.source import JobRow, MetricRow
@@ -26,6 +43,12 @@ WINDOWS_LIMIT = 50_000   # windows of the runs a run's curves are checked agains
 WINDOW_HISTORY_RUNS = 30  # runs up to a run whose windows replay its live checks' bounds
 DEAD_LETTERS_LIMIT = 50  # payloads per page
 GRID_DAYS = 30
+DAY = 86400.0
+LOOK_BACK_DAYS = (30, 365)  # a partitioned source's alert list: these look-backs before every day
+RUN_MARGIN = DAY           # around a run's times: clock skew between the workers, a drain's re-finalization
+HISTORY_DAYS_BEFORE = 90   # an alert's history chart: days before its run's end ...
+HISTORY_DAYS_AFTER = 30    # ... and after it
+HISTORY_AFTER_LIMIT = 100  # of the chart's HISTORY_LIMIT points, at most this many after the alert's run
 
 _ALERT_NAMES = ("alert_id", "kind", "test_name", "run_id", "metric_name", "value", "lower_bound", "upper_bound",
                 "message", "created_at", "details")
@@ -64,6 +87,22 @@ class DeadLetter:
     reason: str
     source: str
     payload: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Span:
+    """A range of a table's time (partition) column, epoch seconds, both ends included; None: open."""
+    lo: Optional[float] = None
+    hi: Optional[float] = None
+
+    def sql(self, reader: Reader, column: str, params: Dict[str, Any], name: str = "span") -> str:
+        """`` AND column >= lo AND column <= hi`` (the ends that are set), their values put in ``params``."""
+        q, where = reader.dialect.quote, ""
+        for end, op, value in (("lo", ">=", self.lo), ("hi", "<=", self.hi)):
+            if value is not None:
+                where += f" AND {q(column)} {op} {reader.from_epoch(f'${name}_{end}')}"
+                params[f"{name}_{end}"] = float(value)
+        return where
 
 
 def _q(reader: Reader, *names: str) -> str:
@@ -105,34 +144,63 @@ def alert_conditions(reader: Reader, f: AlertFilter) -> Tuple[str, Dict[str, Any
     return " AND ".join(where), params
 
 
-def alerts_newest_first(reader: Reader, f: AlertFilter, offset: int, limit: int) -> List[AlertRecord]:
-    """At most ``limit`` alerts matching the filter's SQL part, newest first, after skipping ``offset``."""
+def alerts_newest_first(reader: Reader, f: AlertFilter, offset: int, limit: int,
+                        now: Optional[float] = None) -> List[AlertRecord]:
+    """At most ``limit`` alerts matching the filter's SQL part, newest first, after skipping ``offset``.
+
+    On a partitioned source, read from the first of ``LOOK_BACK_DAYS`` before ``now`` (a filter's own ``since``
+    when later), then from the wider ones, and from every day only when those hold fewer than ``offset + limit``
+    alerts: the alerts from a day on are the newest ones, so when a look-back holds the page, the page is the same
+    as the whole table's."""
     q = reader.dialect.quote
-    where, params = alert_conditions(reader, f)
-    rows = reader.query(f"{_alert_select(reader)} WHERE {where} ORDER BY {q('created_at')} DESC, "
-                        f"{q('alert_id')} DESC LIMIT {int(limit)} OFFSET {int(offset)}", params)
-    return _alerts(rows)
+    now = time.time() if now is None else now
+    for days in (*(LOOK_BACK_DAYS if reader.partitioned else ()), math.inf):
+        start = now - days * DAY
+        last = f.since is not None and f.since >= start or days == math.inf
+        if not last and f.until is not None and f.until <= start:
+            continue  # nothing of the filter's range is that recent
+        where, params = alert_conditions(reader, f if last else dataclasses.replace(f, since=start))
+        rows = reader.query(f"{_alert_select(reader)} WHERE {where} ORDER BY {q('created_at')} DESC, "
+                            f"{q('alert_id')} DESC LIMIT {int(limit)} OFFSET {int(offset)}", params)
+        if last or len(rows) >= limit:
+            return _alerts(rows)
+    raise AssertionError("unreachable: the last look-back is every day")
 
 
 def alert_by_id(reader: Reader, alert_id: str) -> Optional[AlertRecord]:
-    rows = reader.query(f"{_alert_select(reader)} WHERE {reader.dialect.quote('alert_id')} = $id LIMIT 1",
-                        {"id": alert_id})
+    """The alert of an id; on a partitioned source its time is looked up first (the id's and the time's columns of
+    every day), then the alert read whole from within a second of that time (its day)."""
+    q = reader.dialect.quote
+    params: Dict[str, Any] = {"id": alert_id}
+    where = f"{q('alert_id')} = $id"
+    if reader.partitioned:
+        found = reader.query(f"SELECT {reader.dialect.epoch_seconds(q('created_at'))} FROM "
+                             f"{reader.dialect.table(ALERTS)} WHERE {where} LIMIT 1", params)
+        if not found:
+            return None
+        if found[0][0] is not None:
+            where += Span(found[0][0] - 1, found[0][0] + 1).sql(reader, "created_at", params)
+    rows = reader.query(f"{_alert_select(reader)} WHERE {where} LIMIT 1", params)
     return _alerts(rows)[0] if rows else None
 
 
-def alerts_of_runs(reader: Reader, test: str, runs: Sequence[str], limit: int = 1000) -> List[AlertRecord]:
-    """The alerts of a few runs of one test (a run's page; the start of an accepted run)."""
+def alerts_of_runs(reader: Reader, test: str, runs: Sequence[str], limit: int = 1000,
+                   span: Span = Span()) -> List[AlertRecord]:
+    """The alerts of a few runs of one test (a run's page; the start of an accepted run), raised within ``span``
+    (the runs' :func:`run_span`)."""
     q = reader.dialect.quote
     runs_in, params = in_list("run", list(runs))
-    rows = reader.query(f"{_alert_select(reader)} WHERE {q('test_name')} = $test AND {q('run_id')} IN {runs_in} "
-                        f"ORDER BY {q('created_at')}, {q('alert_id')} LIMIT {int(limit)}", {"test": test, **params})
+    params["test"] = test
+    within = span.sql(reader, "created_at", params)
+    rows = reader.query(f"{_alert_select(reader)} WHERE {q('test_name')} = $test AND {q('run_id')} IN {runs_in}"
+                        f"{within} ORDER BY {q('created_at')}, {q('alert_id')} LIMIT {int(limit)}", params)
     return _alerts(rows)
 
 
-def alert_kinds(reader: Reader) -> List[str]:
-    q = reader.dialect.quote
-    return [r[0] for r in reader.query(f"SELECT DISTINCT {q('kind')} FROM {reader.dialect.table(ALERTS)} "
-                                       f"ORDER BY 1 LIMIT 100")]
+def alert_kinds(chosen: Optional[str] = None) -> List[str]:
+    """The kinds the alert list filters by: every kind the pipeline raises (and one chosen that it no longer does)."""
+    kinds = [k.value for k in AlertKind]
+    return kinds + [chosen] if chosen and chosen not in kinds else kinds
 
 
 def triage_actions(reader: Reader, tests: Sequence[str]) -> List[TriageItem]:
@@ -183,13 +251,10 @@ def _job_select(reader: Reader) -> str:
 
 def _first_per(rows: Sequence[tuple], key: Callable[[tuple], Any]) -> List[tuple]:
     """The first row of each key, in order (a run's newest row: a re-run writes another)."""
-    seen: Set[Any] = set()
-    first = []
+    first: Dict[Any, tuple] = {}
     for row in rows:
-        if key(row) not in seen:
-            seen.add(key(row))
-            first.append(row)
-    return first
+        first.setdefault(key(row), row)
+    return list(first.values())
 
 
 def _jobs(rows: Sequence[tuple]) -> List[Job]:
@@ -214,11 +279,46 @@ def runs_of_test(reader: Reader, test: str, offset: int = 0, limit: int = RUNS_L
         f"LIMIT {int(limit)} OFFSET {int(offset)}", params))
 
 
-def job(reader: Reader, test: str, run: str) -> Optional[Job]:
+def job_rows(reader: Reader, test: str, run: str) -> List[Job]:
+    """Every ``job_history`` row of a run, the newest first (a run interrupted by a drain, or re-run, has several)."""
     q = reader.dialect.quote
-    jobs = _jobs(reader.query(f"{_job_select(reader)} WHERE {q('test_name')} = $test AND {q('run_id')} = $run "
-                              f"ORDER BY {q('processed_at')} DESC LIMIT 2", {"test": test, "run": run}))
+    rows = reader.query(f"{_job_select(reader)} WHERE {q('test_name')} = $test AND {q('run_id')} = $run "
+                        f"ORDER BY {q('processed_at')} DESC LIMIT 20", {"test": test, "run": run})
+    return [Job(JobRow(*row[:6]), row[6], row[7], row[8] or "[]") for row in rows]
+
+
+def job(reader: Reader, test: str, run: str) -> Optional[Job]:
+    jobs = job_rows(reader, test, run)
     return jobs[0] if jobs else None
+
+
+def longest_time_window(configs: Optional[ConfigSet]) -> Optional[float]:
+    """The longest time window (seconds) of the configs, 0 without one; None when the configs are not known."""
+    if configs is None:
+        return None
+    tags = [t for c in (configs.default, *configs.by_test.values()) for t in c.windows.tags.values()]
+    return max([t.spec.time_seconds or 0.0 for t in tags], default=0.0)
+
+
+def run_span(jobs: Sequence[Job], longest_window: Optional[float]) -> Span:
+    """When the rows of these runs were written, for the time (partition) column of each table:
+
+    - ``metric_history`` and ``rank_metrics``: the run's end (``job_history.timestamp``);
+    - ``alerts``: from the run's start (a live window check, a stall) to its finalization (``processed_at``: the
+      run-level checks), a window's alert at the window's end;
+    - ``metric_windows``: a window's end, after the run's start, and at most the longest time window after the
+      run's last point (a time window ends at its bound; the others at their last point).
+
+    So from the earliest start (or end) to the latest finalization plus ``longest_window``, each widened by
+    ``RUN_MARGIN`` (clock skew between a run's workers). With ``longest_window`` None (no configs: window lengths
+    unknown) the span is open at its end.
+    """
+    if not jobs:
+        return Span()
+    lo = min(j.row.start if j.row.start is not None else j.row.end for j in jobs) - RUN_MARGIN
+    if longest_window is None:
+        return Span(lo)
+    return Span(lo, max(max(j.row.end, j.row.finalized) for j in jobs) + longest_window + RUN_MARGIN)
 
 
 def _metric_select(reader: Reader) -> str:
@@ -232,13 +332,22 @@ def _points(rows: Sequence[tuple]) -> List[Point]:
     return [Point(MetricRow(*row[:8]), row[8]) for row in _first_per(rows, lambda r: (r[1], r[2]))]
 
 
-def metric_history(reader: Reader, test: str, metric: str, limit: int = HISTORY_LIMIT) -> List[Point]:
-    """The newest ``limit`` values of one metric of a test, oldest first."""
+def metric_history_around(reader: Reader, test: str, metric: str, at: float) -> List[Point]:
+    """One metric of a test around a run that ended at ``at``, oldest first: the newest
+    ``HISTORY_LIMIT - HISTORY_AFTER_LIMIT`` values of the ``HISTORY_DAYS_BEFORE`` days up to ``at`` (that run's
+    included) and the oldest ``HISTORY_AFTER_LIMIT`` of the ``HISTORY_DAYS_AFTER`` days after. Each value carries
+    the bounds it was checked against, so the chart shows the alert's bounds whatever history the check had."""
     q = reader.dialect.quote
-    rows = reader.query(f"{_metric_select(reader)} WHERE {q('test_name')} = $test AND {q('metric_name')} = $metric "
-                        f"ORDER BY {q('timestamp')} DESC, {q('run_id')} DESC LIMIT {int(limit)}",
-                        {"test": test, "metric": metric})
-    return list(reversed(_points(rows)))
+    params: Dict[str, Any] = {"test": test, "metric": metric}
+    where = f"{_metric_select(reader)} WHERE {q('test_name')} = $test AND {q('metric_name')} = $metric"
+    before = Span(at - HISTORY_DAYS_BEFORE * DAY, at).sql(reader, "timestamp", params, "before")
+    after = Span(at, at + HISTORY_DAYS_AFTER * DAY).sql(reader, "timestamp", params, "after")
+    rows = reader.query(
+        f"({where}{before} ORDER BY {q('timestamp')} DESC, {q('run_id')} DESC "
+        f"LIMIT {HISTORY_LIMIT - HISTORY_AFTER_LIMIT}) UNION ALL "
+        f"({where}{after} AND {q('timestamp')} > {reader.from_epoch('$at')} "
+        f"ORDER BY {q('timestamp')}, {q('run_id')} LIMIT {HISTORY_AFTER_LIMIT})", {**params, "at": float(at)})
+    return list(reversed(_points(sorted(rows, key=lambda r: (r[7], r[1]), reverse=True))))
 
 
 def metrics_of_test(reader: Reader, test: str, limit: int = METRICS_LIMIT) -> List[str]:
@@ -252,36 +361,45 @@ def metrics_of_test(reader: Reader, test: str, limit: int = METRICS_LIMIT) -> Li
     return [r[0] for r in rows]
 
 
-def metrics_of_run(reader: Reader, test: str, run: str) -> List[Point]:
+def metrics_of_run(reader: Reader, test: str, run: str, span: Span = Span()) -> List[Point]:
+    """The run's metric values (written within ``span``, its :func:`run_span`)."""
     q = reader.dialect.quote
-    return _points(reader.query(f"{_metric_select(reader)} WHERE {q('test_name')} = $test AND {q('run_id')} = $run "
-                                f"ORDER BY {q('metric_name')} LIMIT 2000", {"test": test, "run": run}))
+    params = {"test": test, "run": run}
+    within = span.sql(reader, "timestamp", params)
+    return _points(reader.query(f"{_metric_select(reader)} WHERE {q('test_name')} = $test AND {q('run_id')} = $run"
+                                f"{within} ORDER BY {q('metric_name')} LIMIT 2000", params))
 
 
-def ranks_of_run(reader: Reader, test: str, run: str) -> List[Tuple[str, int, float, Optional[int]]]:
-    """(metric, rank, value, step) of a distributed run's workers."""
+def ranks_of_run(reader: Reader, test: str, run: str,
+                 span: Span = Span()) -> List[Tuple[str, int, float, Optional[int]]]:
+    """(metric, rank, value, step) of a distributed run's workers (written within ``span``)."""
     q = reader.dialect.quote
+    params = {"test": test, "run": run}
+    within = span.sql(reader, "timestamp", params)
     return [tuple(r) for r in reader.query(
         f"SELECT {_q(reader, 'metric_name', 'rank', 'metric_value', 'step')} FROM "
-        f"{reader.dialect.table(RANK_METRICS)} WHERE {q('test_name')} = $test AND {q('run_id')} = $run "
-        f"ORDER BY 1, 2 LIMIT 5000", {"test": test, "run": run})]
+        f"{reader.dialect.table(RANK_METRICS)} WHERE {q('test_name')} = $test AND {q('run_id')} = $run{within} "
+        f"ORDER BY 1, 2 LIMIT 5000", params)]
 
 
-def windows_of_run(reader: Reader, test: str, run: str) -> List[WindowResult]:
+def windows_of_run(reader: Reader, test: str, run: str, span: Span = Span()) -> List[WindowResult]:
     """The run's windows, each at its highest revision."""
-    return windows_of_runs(reader, test, [run])
+    return windows_of_runs(reader, test, [run], span)
 
 
-def windows_of_runs(reader: Reader, test: str, runs: Sequence[str]) -> List[WindowResult]:
-    """The windows of a few runs of a test, each at its highest revision."""
+def windows_of_runs(reader: Reader, test: str, runs: Sequence[str], span: Span = Span()) -> List[WindowResult]:
+    """The windows of a few runs of a test, each at its highest revision (windows that end within ``span``: the
+    runs' :func:`run_span`)."""
     q, epoch = reader.dialect.quote, reader.dialect.epoch_seconds
     runs_in, params = in_list("run", list(runs))
+    params["test"] = test
+    within = span.sql(reader, "end_time", params)
     key = ("run_id", "tag", "window_kind", "window_index")
     rows = reader.query(
         f"SELECT {_q(reader, 'test_name', *key)}, {epoch(q('start_time'))}, {epoch(q('end_time'))}, "
         f"{_q(reader, 'start_step', 'end_step', 'n', 'partial', *NUMERIC_AGGREGATIONS)}, {q('revision')} "
-        f"FROM {reader.dialect.table(METRIC_WINDOWS)} WHERE {q('test_name')} = $test AND {q('run_id')} IN {runs_in} "
-        f"ORDER BY {_q(reader, *key)}, {q('revision')} DESC LIMIT {WINDOWS_LIMIT}", {"test": test, **params})
+        f"FROM {reader.dialect.table(METRIC_WINDOWS)} WHERE {q('test_name')} = $test AND {q('run_id')} IN {runs_in}"
+        f"{within} ORDER BY {_q(reader, *key)}, {q('revision')} DESC LIMIT {WINDOWS_LIMIT}", params)
     latest: Dict[tuple, WindowResult] = {}
     for row in rows:
         if tuple(row[1:5]) not in latest:

@@ -15,18 +15,24 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import logging
 import math
 import os
 import re
 import threading
 import time
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from collections import OrderedDict
+from typing import Any, Callable, Dict, Hashable, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 from sinks.seed import SqlDialect
 from sinks.store_lock import lock_path
 from sinks.stores import DUCKDB_SQL, TOOL_TIMEOUT_SECONDS, bigquery_client, bigquery_dialect
 
 BUSY_PATIENCE_SECONDS = 2.0
+SETTLE_SECONDS = 2.0  # a file changed this recently is not cached from (its times may not show a change yet)
+BIGQUERY_CACHE_SECONDS = 5.0  # how long a page's rows read from BigQuery are shown again (BigQuery has no version)
+CACHE_ENTRIES = 128  # pages' data kept (a test page's is the largest: about 1 MB)
+logger = logging.getLogger(__name__)
 _PARAMETER = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
 
 Rows = List[tuple]
@@ -43,6 +49,9 @@ class Reader:
     run: Run
     dialect: SqlDialect
     from_epoch: Callable[[str], str]  # a parameter of epoch seconds -> a TIMESTAMP expression
+    # Whether a query pays for every partition (day) of a table it reads (BigQuery): then the reads that cannot
+    # name a time bound first find one (``dashboard.queries``); DuckDB reads the same rows as cheaply without.
+    partitioned: bool = False
 
     def query(self, sql: str, params: Optional[Mapping[str, Any]] = None) -> Rows:
         return self.run(sql, params or {})
@@ -195,6 +204,10 @@ class DuckDBSource:
         self.local_store: Optional[str] = path
         self.connection = SharedConnection(path)
 
+    def version(self) -> Optional[tuple]:
+        """The store file's and its write-ahead log's :func:`file_version` (None: do not cache)."""
+        return file_version(self.path, self.path + ".wal")
+
     @contextlib.contextmanager
     def reader(self) -> Iterator[Reader]:
         cursor = self.connection.acquire()
@@ -243,12 +256,82 @@ class BigQuerySource:
         from google.cloud import bigquery
 
         config = bigquery.QueryJobConfig(query_parameters=[_bigquery_parameter(k, v) for k, v in params.items()])
+        logger.debug("BigQuery query: %s", bigquery_sql(sql))
         job = self._client.query(bigquery_sql(sql), job_config=config, timeout=self._timeout)
         return [tuple(row.values()) for row in job.result(timeout=self._timeout)]
 
+    def version(self) -> Optional[tuple]:
+        """BigQuery tells no version of a dataset: a page's rows are kept ``BIGQUERY_CACHE_SECONDS``."""
+        return ("bigquery", math.floor(time.monotonic() / BIGQUERY_CACHE_SECONDS))
+
     @contextlib.contextmanager
     def reader(self) -> Iterator[Reader]:
-        yield Reader(self._run, self._dialect, lambda p: f"TIMESTAMP_MICROS(CAST({p} * 1000000 AS INT64))")
+        yield Reader(self._run, self._dialect, lambda p: f"TIMESTAMP_MICROS(CAST({p} * 1000000 AS INT64))",
+                     partitioned=True)
+
+
+def file_version(*paths: str) -> Optional[tuple]:
+    """What changes whenever one of the files is written, replaced, created or deleted: (mtime, ctime, size, inode)
+    of each (None for a missing one). None while one changed within ``SETTLE_SECONDS``: a file system's clock
+    ticks coarsely, so a write in the same tick as an earlier look may not change the times yet."""
+    now = time.time_ns()
+    version = []
+    for path in paths:
+        try:
+            status = os.stat(path)
+        except FileNotFoundError:
+            version.append(None)
+            continue
+        if now - max(status.st_mtime_ns, status.st_ctime_ns) < SETTLE_SECONDS * 1e9:
+            return None
+        version.append((status.st_mtime_ns, status.st_ctime_ns, status.st_size, status.st_ino))
+    return tuple(version)
+
+
+T = TypeVar("T")
+
+
+class PageCache:
+    """The data of pages, each under a key that names the page *and the versions of what it was read from* (the
+    source's and the triage sink's), the least recently used dropped beyond ``entries``. Concurrent requests for
+    one missing key read it once."""
+
+    def __init__(self, entries: int = CACHE_ENTRIES):
+        self.entries = entries
+        self.hits = self.misses = 0
+        self._values: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+        self._reading: Dict[Hashable, threading.Lock] = {}
+
+    def _kept(self, key: Hashable) -> Tuple[bool, Any]:
+        with self._lock:
+            if key in self._values:
+                self._values.move_to_end(key)
+                self.hits += 1
+                return True, self._values[key]
+            return False, None
+
+    def get(self, key: Hashable, read: Callable[[], T]) -> T:
+        found, value = self._kept(key)
+        if found:
+            return value
+        with self._lock:
+            gate = self._reading.setdefault(key, threading.Lock())
+        with gate:
+            found, value = self._kept(key)
+            if found:
+                return value
+            try:
+                value = read()
+            finally:
+                with self._lock:
+                    self._reading.pop(key, None)
+            with self._lock:
+                self.misses += 1
+                self._values[key] = value
+                while len(self._values) > self.entries:
+                    self._values.popitem(last=False)
+        return value
 
 
 def in_list(prefix: str, values: Sequence[Any]) -> Tuple[str, Dict[str, Any]]:

@@ -20,7 +20,7 @@ from core.alert_record import AlertRecord
 from core.triage import TriageItem, alert_states
 from core.vocabulary import AlertState, TriageAction
 from dashboard import queries
-from dashboard.store import Reader
+from dashboard.store import Reader, file_version
 from pipeline.triage import deliver, dismiss_message, read_file_actions
 from trainguard import wire
 
@@ -45,6 +45,7 @@ class ActionSink:
     def __init__(self, path: Optional[str] = None, topic: Optional[str] = None, timeout: float = 30.0):
         self.path, self.topic, self.timeout = path, topic, timeout
         self._sent: List[TriageItem] = []
+        self._published = 0  # actions this process published: the version of ``_sent``
         self._lock = threading.Lock()
 
     @property
@@ -58,7 +59,16 @@ class ActionSink:
         if self.topic:
             with self._lock:
                 self._sent.append(TriageItem(message_id, test, **triage._asdict()))
+                self._published += 1
         return where
+
+    def version(self) -> Optional[tuple]:
+        """What the pending actions depend on beside the store: the triage file's ``file_version`` locally, the
+        count of actions published by this process with a topic (None: do not cache)."""
+        if self.topic:
+            with self._lock:
+                return ("published", self._published)
+        return file_version(self.path) if self.path else ()
 
     def unapplied(self, stored_ids: set) -> List[TriageItem]:
         """The actions written that the store does not hold yet."""
@@ -69,12 +79,14 @@ class ActionSink:
         return [a for a in read_file_actions(self.path or "") if a.id not in stored_ids]
 
 
-def alert_views(reader: Reader, alerts: Sequence[AlertRecord], sink: ActionSink) -> List[AlertView]:
-    """The alerts with their applied and pending states (reads the triage actions of their tests only)."""
+def alert_views(reader: Reader, alerts: Sequence[AlertRecord], sink: ActionSink,
+                stored: Optional[List[TriageItem]] = None) -> List[AlertView]:
+    """The alerts with their applied and pending states (reads the triage actions of their tests only, unless
+    given as ``stored``)."""
     if not alerts:
         return []
     tests = sorted({a.test for a in alerts})
-    stored = queries.triage_actions(reader, tests)
+    stored = queries.triage_actions(reader, tests) if stored is None else stored
     pending = [a for a in sink.unapplied({a.id for a in stored}) if a.test in tests]
     facts = {a.alert_id: a.facts() for a in alerts}
     for fact in queries.accepted_run_facts(reader, stored + pending):
@@ -91,10 +103,11 @@ def alert_views(reader: Reader, alerts: Sequence[AlertRecord], sink: ActionSink)
     return views
 
 
-def triage_history(reader: Reader, alert: AlertRecord, sink: ActionSink) -> List[Tuple[TriageItem, bool]]:
+def triage_history(reader: Reader, alert: AlertRecord, sink: ActionSink,
+                   stored: Optional[List[TriageItem]] = None) -> List[Tuple[TriageItem, bool]]:
     """The actions of the alert's test that name its metric (or every metric), or the alert, oldest first, each
-    with whether it is still pending."""
-    stored = queries.triage_actions(reader, [alert.test])
+    with whether it is still pending (``stored``: the test's stored actions, if read already)."""
+    stored = queries.triage_actions(reader, [alert.test]) if stored is None else stored
     pending = [a for a in sink.unapplied({a.id for a in stored}) if a.test == alert.test]
 
     def about(a: TriageItem) -> bool:

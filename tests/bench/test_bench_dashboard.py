@@ -23,15 +23,20 @@ def test_the_quick_benchmark_asks_every_page_and_writes_its_results(tmp_path, ca
     results = json.loads((tmp_path / "results-1-workers.json").read_text())
     assert set(results["alone"]) == set(bench.pages(str(tmp_path / "store-3x40x4.duckdb")))
     assert results["load"]["requests"] > 0 and results["load"]["errors"] == 0
+    assert results["load"]["cpu_ms_per_request"] > 0 and all(p["cpu_ms"] >= 0 for p in results["alone"].values())
     assert "load: 2 clients" in capsys.readouterr().out
 
 
-def test_the_readme_command_runs(tmp_path):
-    """The README's command as written, made quick and pointed at a scratch directory."""
+def test_the_readme_commands_run(tmp_path):
+    """The README's commands as written, made quick and pointed at a scratch directory."""
     with open(os.path.join(REPO_ROOT, "README.md"), encoding="utf-8") as f:
         section = f.read().split(SECTION + "\n", 1)[1].split("\n## ", 1)[0]
-    (command,) = [line for line in section.splitlines() if line.startswith("python bench/bench_dashboard.py")]
-    result = run_shell_line(f"{command} {QUICK} --out_dir={tmp_path}", REPO_ROOT)
-    assert result.returncode == 0, result.stderr
-    assert "requests in" in result.stdout
-    assert json.loads((tmp_path / "results-2-workers.json").read_text())["workers"] == 2
+    commands = [line for line in section.splitlines() if line.startswith("python bench/bench_dashboard.py")]
+    assert len(commands) == 2
+    for command in commands:
+        result = run_shell_line(f"{command} {QUICK} --out_dir={tmp_path}", REPO_ROOT)
+        assert result.returncode == 0, result.stderr
+        assert "requests in" in result.stdout and "CPU" in result.stdout
+    assert json.loads((tmp_path / "results-1-workers.json").read_text())["vary"] is False
+    varied = json.loads((tmp_path / "results-2-workers-varied.json").read_text())
+    assert varied["workers"] == 2 and varied["vary"] is True and varied["load"]["errors"] == 0

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from typing import Iterator
+from typing import Iterator, Tuple
 
 from tests.support import REPO_ROOT
 
@@ -26,6 +26,13 @@ def free_port() -> int:
 @contextlib.contextmanager
 def served(*argv: str) -> Iterator[str]:
     """``python -m dashboard ARGV --port=<free>`` until the block ends (stopped with Ctrl-C); yields its base URL."""
+    with served_process(*argv) as (base, _):
+        yield base
+
+
+@contextlib.contextmanager
+def served_process(*argv: str) -> Iterator[Tuple[str, subprocess.Popen]]:
+    """:func:`served`, yielding the process too (its pid: the benchmark reads the CPU time it used)."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": REPO_ROOT, "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
     process = subprocess.Popen([sys.executable, "-m", "dashboard", *argv, f"--port={port}"], cwd=REPO_ROOT, env=env,
@@ -44,7 +51,7 @@ def served(*argv: str) -> Iterator[str]:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
-        yield base
+        yield base, process
     finally:
         process.send_signal(signal.SIGINT)
         try:

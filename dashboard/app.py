@@ -14,7 +14,7 @@ import math
 import os
 import time
 import urllib.parse
-from typing import Any, Callable, Dict, Optional, Tuple, TypeVar
+from typing import Any, Callable, MutableMapping, Optional, Tuple, TypeVar
 
 import jinja2
 import orjson
@@ -256,7 +256,7 @@ class Guard:
         scope["state"]["user"] = user
         scope["state"]["new_cookie"] = new_cookie
 
-        async def send_with_headers(message: Dict[str, Any]) -> None:
+        async def send_with_headers(message: MutableMapping[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers", []))
                 headers += [(k.encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]

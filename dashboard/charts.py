@@ -9,7 +9,7 @@ page's run) and per point the ``runs`` and ``steps`` the hover shows. Pure funct
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Optional, Sequence, Set
+from typing import AbstractSet, Any, Dict, List, Optional, Sequence
 
 from dashboard.queries import Point
 from report.data import Curve
@@ -25,7 +25,7 @@ def _finite(value: Optional[float]) -> Optional[float]:
 
 
 def history_chart(metric: str, points: Sequence[Point], unit: Optional[str] = None, current: Optional[str] = None,
-                  triaged: Set[str] = frozenset()) -> Dict[str, Any]:
+                  triaged: AbstractSet[str] = frozenset()) -> Dict[str, Any]:
     """A metric's history against time: its values, the bounds each was checked against, the out-of-bounds and
     triaged runs marked, and ``current`` (a run) highlighted."""
     spec: Dict[str, Any] = {"title": metric, "x": "time", "xlabel": "run end (UTC)", "ylabel": axis_label(metric, unit)}

@@ -16,7 +16,7 @@ import getpass
 import json
 import os
 import sys
-from typing import List, Optional
+from typing import List, Optional, Union
 
 from core import locations
 from core.config import load_config_dir
@@ -67,6 +67,7 @@ def settings_from(args: argparse.Namespace):
     from dashboard.store import BigQuerySource, DuckDBSource
     from dashboard.triage import ActionSink
 
+    source: Union[BigQuerySource, DuckDBSource]
     if args.bigquery_dataset:
         source = BigQuerySource(args.bigquery_project, args.bigquery_dataset, args.bigquery_endpoint,
                                 args.bigquery_timeout_seconds)

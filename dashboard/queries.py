@@ -32,7 +32,8 @@ from core.config import ConfigSet
 from core.schema import ALERTS, DEAD_LETTER, JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS, RANK_METRICS, TRIAGE
 from core.triage import AlertFacts, TriageItem
 from core.vocabulary import AlertKind, RunStatus
-from core.window_checks import NUMERIC_AGGREGATIONS, WindowResult
+from core.window_checks import NUMERIC_AGGREGATIONS
+from core.windows import WindowResult
 from dashboard.store import Reader, in_list
 from report.source import JobRow, MetricRow
 
@@ -128,7 +129,8 @@ def _alerts(rows: Sequence[tuple]) -> List[AlertRecord]:
 def alert_conditions(reader: Reader, f: AlertFilter) -> Tuple[str, Dict[str, Any]]:
     """The WHERE clause of the filter's SQL part (all but the state, which follows from the triage actions)."""
     q = reader.dialect.quote
-    where, params = ["TRUE"], {}
+    where: List[str] = ["TRUE"]
+    params: Dict[str, Any] = {}
     if f.test:
         where.append(f"{q('test_name')} = $test")
         params["test"] = f.test
@@ -404,7 +406,7 @@ def windows_of_runs(reader: Reader, test: str, runs: Sequence[str], span: Span =
     for row in rows:
         if tuple(row[1:5]) not in latest:
             values = {a: v for a, v in zip(NUMERIC_AGGREGATIONS, row[11:-1]) if v is not None}
-            latest[tuple(row[1:5])] = WindowResult(*row[:11], values)
+            latest[tuple(row[1:5])] = WindowResult(*row[:11], values)  # type: ignore[call-arg]  # 11 fields first
     return list(latest.values())
 
 

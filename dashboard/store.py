@@ -275,7 +275,7 @@ def file_version(*paths: str) -> Optional[tuple]:
     of each (None for a missing one). None while one changed within ``SETTLE_SECONDS``: a file system's clock
     ticks coarsely, so a write in the same tick as an earlier look may not change the times yet."""
     now = time.time_ns()
-    version = []
+    version: List[Optional[Tuple[int, int, int, int]]] = []
     for path in paths:
         try:
             status = os.stat(path)

@@ -33,7 +33,7 @@ import collections
 import dataclasses
 import itertools
 import operator
-from typing import Any, Deque, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple, cast
+from typing import Any, Deque, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple, cast
 
 from core.alert_details import change_facts, describe, previous_facts, threshold_facts
 from core.bounds import MODE_RECENT, Bounds, compute_bounds, judge, reference, threshold_details
@@ -144,6 +144,8 @@ class _OpenRun:
     windows: List[WindowResult] = dataclasses.field(default_factory=list)
     out_of_bounds: Dict[str, Set[int]] = dataclasses.field(default_factory=dict)  # aggregation -> window indices
     tripped: Set[str] = dataclasses.field(default_factory=set)  # aggregations whose check tripped in this run
+    # How many of ``windows`` a state kept in parts holds in its log (``take_unlogged``), the first ones.
+    logged: int = 0
 
 
 @record("WindowHistory")
@@ -490,3 +492,100 @@ def _forget_old_levels(state: WindowHistory, config: TagWindowConfig) -> None:
             del state.rebased_from[check.aggregation]
     while len(state.finished_runs) > 2 * runs_compared(config):
         state.finished_runs.popleft()
+
+
+# -- the state in parts ------------------------------------------------------------------------------------------
+#
+# A streaming job keeps a (test, tag, kind)'s history in parts (``transforms.window_checks``): what changes at every
+# window (debounces, open runs' verdicts: ``live_part``), the finished runs (changed by run ends and triage only),
+# a small view of them for the steps being checked now (``NearWindows``), and a log of the open runs' windows,
+# each added once (``take_unlogged``). The functions below make and join the parts; the checks see one
+# ``WindowHistory`` either way.
+
+NEAR_SPANS_AHEAD = 8
+"""How far ``near_windows`` reaches past the windows it is made for: this many times the widest one's steps."""
+
+
+def settles(item: Any) -> bool:
+    """Whether stepping ``item`` may change the finished runs or drop an open run's windows: a run's end or a
+    triage action (a window check only reads the finished runs and adds to its own run's windows)."""
+    return isinstance(item, (RunEnded, WindowTriage))
+
+
+def _step_span(window: WindowResult) -> Optional[Tuple[int, int]]:
+    """The lowest and highest step of ``window`` (None: it has no steps, and shares none with any window)."""
+    if window.start_step is None or window.end_step is None:
+        return None
+    return min(window.start_step, window.end_step), max(window.start_step, window.end_step)
+
+
+@record("NearWindows")
+@dataclasses.dataclass
+class NearWindows:
+    """The finished runs, in order, each with its ``excluded`` and only its windows that share a step with steps
+    [low, high]: what checking a window within those steps reads of them. ``FinishedRun.most_overlapping``
+    picks among the windows that share a step with the one checked, in their order, so it picks the same one
+    from these as from all of a run's windows."""
+    low: int
+    high: int
+    runs: List[FinishedRun]
+
+    def covers(self, window: WindowResult) -> bool:
+        """Whether checking ``window`` reads only windows these hold."""
+        span = _step_span(window)
+        return span is None or (self.low <= span[0] and span[1] <= self.high)
+
+
+def near_windows(runs: Iterable[FinishedRun], windows: Sequence[WindowResult]) -> NearWindows:
+    """The view of ``runs`` that covers ``windows`` and reaches ``NEAR_SPANS_AHEAD`` times the widest one's steps
+    past the highest (the windows to come of the runs open now), so that the next checks need not read every
+    finished run again."""
+    spans = [span for span in map(_step_span, windows) if span is not None]
+    if not spans:
+        return NearWindows(0, -1, [FinishedRun(f.run, [], f.excluded) for f in runs])
+    low = min(start for start, _ in spans)
+    high = max(end for _, end in spans) + NEAR_SPANS_AHEAD * max(end - start + 1 for start, end in spans)
+    return NearWindows(low, high, [FinishedRun(f.run, [w for w in f.windows if _shares_steps(w, low, high)],
+                                               f.excluded) for f in runs])
+
+
+def _shares_steps(window: WindowResult, low: int, high: int) -> bool:
+    """Whether ``window`` may share a step with a window within steps [low, high] (``_overlap`` >= 0)."""
+    return (window.start_step is not None and window.end_step is not None
+            and window.start_step <= high and window.end_step >= low)
+
+
+def is_whole(history: WindowHistory) -> bool:
+    """Whether ``history`` holds finished runs or open runs' windows: a whole state (one cell, or a seed's), not
+    the ``live_part`` of one kept in parts."""
+    return bool(history.finished_runs) or any(open_run.windows for open_run in history.open_runs.values())
+
+
+def live_part(history: WindowHistory) -> WindowHistory:
+    """``history`` without its finished runs and its open runs' windows (which are kept apart)."""
+    return dataclasses.replace(history, finished_runs=collections.deque(), open_runs={
+        run: dataclasses.replace(open_run, windows=[]) for run, open_run in history.open_runs.items()})
+
+
+def take_unlogged(history: WindowHistory, everything: bool, holds_logged: bool) -> List[Tuple[int, WindowResult]]:
+    """(position in its run, window) of each open run's window not yet in the log, oldest first, which from now
+    on count as logged; every window (from position 0) when ``everything`` (the log is written anew).
+    ``holds_logged``: the runs' ``windows`` hold the logged ones too (the log was read), not only those since."""
+    taken = []
+    for open_run in history.open_runs.values():
+        first = 0 if everything else open_run.logged
+        held = open_run.windows[open_run.logged:] if holds_logged and not everything else open_run.windows
+        taken += [(first + i, window) for i, window in enumerate(held)]
+        open_run.logged = first + len(held)
+    return taken
+
+
+def put_back_logged(history: WindowHistory, logged: Iterable[Tuple[int, WindowResult]]) -> None:
+    """Puts the log's windows back before the windows of their open runs, in their positions' order."""
+    by_run: Dict[str, List[Tuple[int, WindowResult]]] = collections.defaultdict(list)
+    for position, window in logged:
+        by_run[window.run].append((position, window))
+    for run, entries in by_run.items():
+        open_run = history.open_runs.setdefault(run, _OpenRun())
+        entries.sort(key=operator.itemgetter(0))
+        open_run.windows = [window for _, window in entries] + open_run.windows

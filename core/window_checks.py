@@ -502,8 +502,10 @@ def _forget_old_levels(state: WindowHistory, config: TagWindowConfig) -> None:
 # each added once (``take_unlogged``). The functions below make and join the parts; the checks see one
 # ``WindowHistory`` either way.
 
-NEAR_SPANS_AHEAD = 8
-"""How far ``near_windows`` reaches past the windows it is made for: this many times the widest one's steps."""
+NEAR_SPANS_AHEAD = 6
+NEAR_SPANS_BEHIND = 2
+"""How far ``near_windows`` reaches past the windows it is made for, and before them (for the windows of runs a
+little behind, due in the next firings): these many times the widest one's steps."""
 
 
 def settles(item: Any) -> bool:
@@ -538,13 +540,14 @@ class NearWindows:
 
 def near_windows(runs: Iterable[FinishedRun], windows: Sequence[WindowResult]) -> NearWindows:
     """The view of ``runs`` that covers ``windows`` and reaches ``NEAR_SPANS_AHEAD`` times the widest one's steps
-    past the highest (the windows to come of the runs open now), so that the next checks need not read every
-    finished run again."""
+    past the highest and ``NEAR_SPANS_BEHIND`` times before the lowest (the windows to come of the runs open
+    now), so that the next checks need not read every finished run again."""
     spans = [span for span in map(_step_span, windows) if span is not None]
     if not spans:
         return NearWindows(0, -1, [FinishedRun(f.run, [], f.excluded) for f in runs])
-    low = min(start for start, _ in spans)
-    high = max(end for _, end in spans) + NEAR_SPANS_AHEAD * max(end - start + 1 for start, end in spans)
+    widest = max(end - start + 1 for start, end in spans)
+    low = min(start for start, _ in spans) - NEAR_SPANS_BEHIND * widest
+    high = max(end for _, end in spans) + NEAR_SPANS_AHEAD * widest
     return NearWindows(low, high, [FinishedRun(f.run, [w for w in f.windows if _shares_steps(w, low, high)],
                                                f.excluded) for f in runs])
 

@@ -11,7 +11,6 @@ from typing import Any, Iterable, List, NamedTuple, Optional, Set, Tuple
 
 import apache_beam as beam
 
-from core.config import TagWindowConfig
 from core.records import Alert
 from core.runs import RunResult
 from core.schema import DEAD_LETTER
@@ -32,7 +31,7 @@ from core.window_checks import (
 )
 from core.windows import WindowResult
 from transforms.coders import AnyRecord
-from transforms.ordered import ConfiguredMachine, OrderedCheck
+from transforms.ordered import ApartCells, ConfiguredMachine, OrderedCheck
 
 
 class _Loaded(NamedTuple):
@@ -57,19 +56,18 @@ class WindowCheckMachine(ConfiguredMachine):
 
     def step(self, history: WindowHistory, item: Any) -> Iterable[Alert]:
         config = self.configs.for_test(item.test, item.order[0])
-        return step_window_history(history, item, self._tag_config(item), config.regression_test.rebaseline_after)
-
-    def _tag_config(self, item: Any) -> Optional[TagWindowConfig]:
-        """The config of ``item``'s tag at its time (None: removed since)."""
-        return self.configs.for_test(item.test, item.order[0]).windows.tags.get(item.tag)
+        tag_config = config.windows.tags.get(item.tag)  # None: removed since
+        return step_window_history(history, item, tag_config, config.regression_test.rebaseline_after)
 
     def _compared_with(self, item: Any) -> Set[str]:
         """The histories checking ``item`` reads (``step_aligned``, ``trailing``): none for all but windows."""
-        config = self._tag_config(item) if isinstance(item, WindowResult) else None
+        if not isinstance(item, WindowResult):
+            return set()
+        config = self.configs.for_test(item.test, item.order[0]).windows.tags.get(item.tag)
         return {check.history for check in config.checks} if config is not None else set()
 
-    def load(self, key: Any, stored: Optional[WindowHistory], items: List[Any], cells) -> Tuple[WindowHistory,
-                                                                                                  _Loaded]:
+    def load(self, key: Any, stored: Optional[WindowHistory], items: List[Any], cells: ApartCells) -> Tuple[
+            WindowHistory, _Loaded]:
         """The history to step ``items`` on: the live part, with the log if a run ends, a triage action or a
         trailing check needs the open runs' windows, and the finished runs (all of them for a run's end or
         triage; their ``NearWindows`` for windows)."""
@@ -77,19 +75,19 @@ class WindowCheckMachine(ConfiguredMachine):
             return stored, _Loaded(settling=True, log_read=True)
         history = WindowHistory() if stored is None else stored
         settling = any(settles(item) for item in items)
-        compared = set().union(*map(self._compared_with, items))
-        log_read = settling or "trailing" in compared
+        compared = [self._compared_with(item) for item in items]
+        aligned = [item for item, histories in zip(items, compared) if "step_aligned" in histories]
+        log_read = settling or any("trailing" in histories for histories in compared)
         if log_read:
             put_back_logged(history, cells.log.read())
         if settling:
             history.finished_runs = collections.deque(cells.settled.read() or ())
-        elif "step_aligned" in compared:
-            history.finished_runs = collections.deque(self._near(cells, [
-                item for item in items if "step_aligned" in self._compared_with(item)]).runs)
+        elif aligned:
+            history.finished_runs = collections.deque(self._near(cells, aligned).runs)
         return history, _Loaded(settling, log_read)
 
     @staticmethod
-    def _near(cells, windows: List[WindowResult]) -> NearWindows:
+    def _near(cells: ApartCells, windows: List[WindowResult]) -> NearWindows:
         """The finished runs' ``NearWindows`` that covers ``windows``: the one kept, or one made from every finished
         run (and kept)."""
         near = cells.near.read()
@@ -98,7 +96,7 @@ class WindowCheckMachine(ConfiguredMachine):
             cells.near.write(near)
         return near
 
-    def store(self, history: WindowHistory, loaded: _Loaded, cells) -> WindowHistory:
+    def store(self, history: WindowHistory, loaded: _Loaded, cells: ApartCells) -> WindowHistory:
         """Writes the finished runs and the log anew after a run's end or triage (the near view goes with them),
         else adds the open runs' new windows to the log; returns the live part."""
         if loaded.settling:

@@ -27,6 +27,7 @@ from bench.bench_ordered import OneKey
 from core import encoding
 from core.config import ConfigSet, parse_test_config
 from core.history import SeededState
+from core.schema import DEAD_LETTER
 from core.triage import TriageItem
 from core.vocabulary import AlertKind, RunStatus, TriageAction
 from core.window_checks import RunEnded, WindowHistory, is_whole, put_back_logged, settles, window_triage_targets
@@ -70,9 +71,19 @@ class OneCell:
         return self.machine.step(state, item)
 
 
-def keys(checks) -> Tuple[OneKey, OneKey]:
+class Poisoned(WindowCheckMachine):
+    """Raises after stepping some windows and a run's end (the state changed): they are dead letters."""
+
+    def step(self, state, item):
+        alerts = list(super().step(state, item))
+        if isinstance(item, RunEnded) and item.run == "r2" or getattr(item, "index", None) in (4, 17):
+            raise RuntimeError("injected")
+        return alerts
+
+
+def keys(checks, machine_type=WindowCheckMachine) -> Tuple[OneKey, OneKey]:
     """(the key with its history in parts, the same with one cell)."""
-    machine = WindowCheckMachine(configs(*checks))
+    machine = machine_type(configs(*checks))
     return (OneKey(in_event_time_order(machine, "window", True, BUCKET), KEY),
             OneKey(in_event_time_order(OneCell(machine), "window", True, BUCKET), KEY))
 
@@ -171,6 +182,19 @@ def test_the_parts_give_what_one_cell_gives_and_write_the_finished_runs_only_whe
     assert kinds[AlertKind.WINDOW_OUT_OF_BOUNDS] >= 1  # the workload alerts: what the comparison covers
     assert [f.run for f in parts.state["settled"].read()] == [f.run for f in one.state["keyed"].read().finished_runs]
     assert 0 < tally["refills"] < tally["firings"] / 2, tally  # the near view spares most reads of the finished runs
+
+
+def test_a_step_that_fails_leaves_the_parts_as_one_cell_is_left():
+    """A window or run end whose step raises is a dead letter, and every part is as if it had not been there."""
+    parts, one = keys((STEP_ALIGNED, TRAILING), Poisoned)
+    seen: List[Any] = []
+    for at, item in arrivals(workload(1), 1):
+        fire_until(parts, one, at - LAG, seen)
+        parts.add(item)
+        one.add(item)
+    fire_until(parts, one, float("inf"), seen)
+    assert sum(tag == DEAD_LETTER.name for tag, _ in seen) == 9 * 2 + 1  # windows 4 and 17 of each run, r2's end
+    assert "r2" not in [f.run for f in parts.state["settled"].read()]
 
 
 def test_a_firing_of_step_aligned_windows_reads_neither_the_log_nor_the_finished_runs_while_near_covers_them():

@@ -245,7 +245,7 @@ def build() -> Dict[str, Any]:
     logged = take_unlogged(parted, True, True)
     cases["window_live"] = live_part(parted)
     cases["window_settled"] = parted.finished_runs
-    cases["window_near"] = near_windows(parted.finished_runs, window_results[-2:])
+    cases["window_near"] = near_windows(parted.finished_runs, window_results[-2:], ["mean"])
     cases["window_log_entry"] = logged[-1]
 
     # Rank windows: two ranks' windows of a distributed run, one index combined, one waiting.

@@ -11,6 +11,7 @@ from typing import Any, Iterable, List, NamedTuple, Optional, Set, Tuple
 
 import apache_beam as beam
 
+from core.config import WindowCheck
 from core.records import Alert
 from core.runs import RunResult
 from core.schema import DEAD_LETTER
@@ -59,12 +60,12 @@ class WindowCheckMachine(ConfiguredMachine):
         tag_config = config.windows.tags.get(item.tag)  # None: removed since
         return step_window_history(history, item, tag_config, config.regression_test.rebaseline_after)
 
-    def _compared_with(self, item: Any) -> Set[str]:
-        """The histories checking ``item`` reads (``step_aligned``, ``trailing``): none for all but windows."""
+    def _checks_of(self, item: Any) -> Tuple[WindowCheck, ...]:
+        """The checks of ``item``: none for all but windows (and those of a tag no longer configured)."""
         if not isinstance(item, WindowResult):
-            return set()
+            return ()
         config = self.configs.for_test(item.test, item.order[0]).windows.tags.get(item.tag)
-        return {check.history for check in config.checks} if config is not None else set()
+        return config.checks if config is not None else ()
 
     def load(self, key: Any, stored: Optional[WindowHistory], items: List[Any], cells: ApartCells) -> Tuple[
             WindowHistory, _Loaded]:
@@ -75,9 +76,11 @@ class WindowCheckMachine(ConfiguredMachine):
             return stored, _Loaded(settling=True, log_read=True)
         history = WindowHistory() if stored is None else stored
         settling = any(settles(item) for item in items)
-        compared = [self._compared_with(item) for item in items]
-        aligned = [item for item, histories in zip(items, compared) if "step_aligned" in histories]
-        log_read = settling or any("trailing" in histories for histories in compared)
+        checks = [self._checks_of(item) for item in items]
+        aligned = [(item, {c.aggregation for c in item_checks if c.history == "step_aligned"})
+                   for item, item_checks in zip(items, checks)]
+        aligned = [(item, aggregations) for item, aggregations in aligned if aggregations]
+        log_read = settling or any(c.history == "trailing" for item_checks in checks for c in item_checks)
         if log_read:
             put_back_logged(history, cells.log.read())
         if settling:
@@ -87,12 +90,13 @@ class WindowCheckMachine(ConfiguredMachine):
         return history, _Loaded(settling, log_read)
 
     @staticmethod
-    def _near(cells: ApartCells, windows: List[WindowResult]) -> NearWindows:
-        """The finished runs' ``NearWindows`` that covers ``windows``: the one kept, or one made from every finished
-        run (and kept)."""
+    def _near(cells: ApartCells, aligned: List[Tuple[WindowResult, Set[str]]]) -> NearWindows:
+        """The finished runs' ``NearWindows`` that covers each window of ``aligned`` for its aggregations: the one
+        kept, or one made from every finished run (and kept)."""
         near = cells.near.read()
-        if near is None or not all(near.covers(window) for window in windows):
-            near = near_windows(cells.settled.read() or (), windows)
+        if near is None or not all(near.covers(window, aggregations) for window, aggregations in aligned):
+            near = near_windows(cells.settled.read() or (), [window for window, _ in aligned],
+                                set().union(*(aggregations for _, aggregations in aligned)))
             cells.near.write(near)
         return near
 

@@ -261,18 +261,23 @@ def stepped(index, steps, run="old"):
 @given(st.lists(st.lists(st.tuples(st.integers(0, 5), any_steps), max_size=10), min_size=1, max_size=3),
        st.lists(any_steps, min_size=1, max_size=3), any_steps)
 def test_the_near_view_finds_what_every_window_finds_for_the_windows_it_covers(runs, made_for, query):
-    """``near_windows`` keeps each run, and of its windows those a covered window may overlap: the lookup of a
-    covered window is the same window as in all of them."""
+    """``near_windows`` keeps each run, and of its windows those a covered window may overlap, with the values of
+    the aggregations asked for: the lookup of a covered window finds the same window, with the same values."""
     finished = [FinishedRun(f"r{r}", [stepped(index, steps) for index, steps in windows], {"mean": frozenset({1})})
                 for r, windows in enumerate(runs)]
-    near = near_windows(finished, [stepped(0, steps, "new") for steps in made_for])
+    near = near_windows(finished, [stepped(0, steps, "new") for steps in made_for], ["mean"])
     assert [f.run for f in near.runs] == [f.run for f in finished]
     assert all(n.excluded == f.excluded for n, f in zip(near.runs, finished))
     checked = stepped(0, query, "new")
-    assert all(near.covers(stepped(0, steps, "new")) for steps in made_for)
-    if near.covers(checked):
+    assert all(near.covers(stepped(0, steps, "new"), ["mean"]) for steps in made_for)
+    assert not near.covers(checked, ["mean", "max"])  # values it does not hold
+    if near.covers(checked, ["mean"]):
         for full, view in zip(finished, near.runs):
-            assert view.most_overlapping(checked) is full.most_overlapping(checked)
+            found, expected = view.most_overlapping(checked), full.most_overlapping(checked)
+            assert (found is None) == (expected is None)
+            if found is not None:
+                assert (found.index, found.start_step, found.end_step, found.values) == (
+                    expected.index, expected.start_step, expected.end_step, expected.values)
 
 
 def test_the_step_index_follows_new_windows_and_stays_out_of_pickles_and_comparisons():

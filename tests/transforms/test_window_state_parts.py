@@ -206,7 +206,7 @@ def test_a_firing_of_step_aligned_windows_reads_neither_the_log_nor_the_finished
         parts.fire()
     reads = {name: cell.reads for name, cell in parts.state.items()}
     window = next(i for i in sorted(items, key=lambda i: i.order)[80:] if isinstance(i, WindowResult)
-                  and i.start_step is not None and parts.state["near"].read().covers(i))
+                  and i.start_step is not None and parts.state["near"].read().covers(i, ["mean"]))
     parts.add(window)
     parts.fire(bucket_end(window.order[0], BUCKET))
     assert parts.state["settled"].reads == reads["settled"] and parts.state["log"].reads == reads["log"]

@@ -121,7 +121,8 @@ def arguments(method: Callable, key: Any, cells: Dict[str, Any], timers: Dict[st
 
 class OneKey:
     """The DoFn of ``in_event_time_order`` driven for one key as a runner drives it, its state and timer in
-    stand-ins (``state`` by the spec's short name: ``keyed``, ``pending``, ``scheduled``)."""
+    stand-ins (``state`` by the spec's short name: ``keyed``, ``pending``, ``scheduled``, and a machine's cells kept
+    apart: ``settled``, ``near``, ``log``)."""
 
     def __init__(self, fn: beam.DoFn, key: Any):
         self.fn = fn
@@ -129,7 +130,8 @@ class OneKey:
         self.params: Dict[str, Any] = {}
         self.state: Dict[str, Any] = {}
         self.timer = Timer()
-        for name, parameter in inspect.signature(fn.process).parameters.items():
+        for name, parameter in {**inspect.signature(fn.process).parameters,
+                                **inspect.signature(fn.on_flush).parameters}.items():
             spec = getattr(parameter.default, "state_spec", None)
             if spec is not None:
                 stand_in = CodedBag(spec.coder) if isinstance(spec, BagStateSpec) else CodedCell(spec.coder)
@@ -137,9 +139,13 @@ class OneKey:
             elif getattr(parameter.default, "timer_spec", None) is not None:
                 self.params[name] = self.timer
 
+    def _params(self, method: Callable) -> Dict[str, Any]:
+        """The state and timer stand-ins ``method`` takes, by parameter name."""
+        return {name: self.params[name] for name in inspect.signature(method).parameters if name in self.params}
+
     def add(self, item: Any) -> List[Any]:
         """``process`` of one element (an item, or a ``SeededState``): its outputs."""
-        return list(self.fn.process((self.key, item), **self.params))
+        return list(self.fn.process((self.key, item), **self._params(self.fn.process)))
 
     def saved(self) -> Dict[str, Any]:
         """The key's state and timer as they are, for ``restore``."""
@@ -157,7 +163,7 @@ class OneKey:
         assert fired_at is not None, "no timer set"
         if at is None:
             self.timer.clear()
-        return list(self.fn.on_flush(key=self.key, fired_at=fired_at, **self.params))
+        return list(self.fn.on_flush(key=self.key, fired_at=fired_at, **self._params(self.fn.on_flush)))
 
 
 def observations(count: int, start: float = T0) -> List[MetricObservation]:

@@ -18,8 +18,8 @@ tag and step, trainguard/v1.1 columns as the trainer sends them) and a ``run_fin
 test has count windows of ``--window_count`` points on every tag (aggregations mean, min, max, p90; the README's
 live-windows example on ``--tags`` tags), ``--allowed_lateness_seconds`` 60, ``stall_seconds`` 600, and
 step-aligned checks (5 runs) on ``--checked_tags`` of them, whose history holds ``--history_runs`` earlier runs
-as long as these (given as a restarted job's seed gives it, uncounted; the metric and job checks start empty:
-their state is small). A message reaches the job ``--publish_delay_seconds`` after its latest point; the job
+as long as these (given as a restarted job's seed gives it, uncounted; its move into the window checks' parts
+at each key's first firing is counted; the metric and job checks start empty: their state is small). A message reaches the job ``--publish_delay_seconds`` after its latest point; the job
 ends with the watermark a week past the last run, so every run's end, tombstone and expiry are in the counts.
 
 Prints, per stage and test: state bytes read and written per message (per 1,000-point message: bytes per point

@@ -34,7 +34,7 @@ import contextlib
 import dataclasses
 import itertools
 import operator
-from typing import Any, Deque, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple, cast
+from typing import Any, Deque, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple, Union, cast
 
 from core.alert_details import change_facts, describe, previous_facts, threshold_facts
 from core.bounds import MODE_RECENT, Bounds, compute_bounds, judge, reference, threshold_details
@@ -78,16 +78,30 @@ class _Debounce:
     firing: bool = False
 
 
+@record("StepWindow")
+@dataclasses.dataclass(frozen=True)
+class StepWindow:
+    """Of a finished run's window, what a step-aligned check reads of it (``NearWindows``): its index, its steps
+    and the values of the aggregations checked."""
+    index: int
+    start_step: Optional[int]
+    end_step: Optional[int]
+    values: Dict[str, Optional[float]]
+
+
+HistoryWindow = Union[WindowResult, StepWindow]
+
+
 @record("FinishedRun")
 @dataclasses.dataclass
 class FinishedRun:
-    """A successful run's windows, as step-aligned history."""
+    """A successful run's windows, as step-aligned history (``StepWindow``s in a ``NearWindows``)."""
     run: str
-    windows: List[WindowResult]
+    windows: Sequence[HistoryWindow]
     # Per aggregation, the indices of the windows that counted as out of bounds: not history.
     excluded: Dict[str, FrozenSet[int]] = dataclasses.field(default_factory=dict)
 
-    def most_overlapping(self, window: WindowResult) -> Optional[WindowResult]:
+    def most_overlapping(self, window: WindowResult) -> Optional[HistoryWindow]:
         """The window of this run overlapping ``window``'s steps the most (ties: the lowest index, then the
         first in ``windows``), None when none overlaps: a lookup in a step index of the windows, built on first
         use and kept beside the fields (never encoded, pickled or compared), not a scan of every window."""
@@ -118,7 +132,7 @@ class _StepIndex:
 
     __slots__ = ("windows", "size", "starts", "reach", "positions")
 
-    def __init__(self, windows: List[WindowResult]):
+    def __init__(self, windows: Sequence[HistoryWindow]):
         self.windows = windows
         self.size = len(windows)
         starts, ends = [w.start_step for w in windows], [w.end_step for w in windows]
@@ -132,7 +146,7 @@ class _StepIndex:
         self.starts = cast(List[int], starts)
         self.reach = list(itertools.accumulate(cast(List[int], ends), max))
 
-    def most_overlapping(self, window: WindowResult) -> Optional[WindowResult]:
+    def most_overlapping(self, window: WindowResult) -> Optional[HistoryWindow]:
         if window.start_step is None or window.end_step is None:
             return None
         lo = bisect.bisect_left(self.reach, window.start_step)
@@ -153,6 +167,8 @@ class _OpenRun:
     windows: List[WindowResult] = dataclasses.field(default_factory=list)
     out_of_bounds: Dict[str, Set[int]] = dataclasses.field(default_factory=dict)  # aggregation -> window indices
     tripped: Set[str] = dataclasses.field(default_factory=set)  # aggregations whose check tripped in this run
+    # How many of ``windows`` a state kept in parts holds in its log (``take_unlogged``), the first ones.
+    logged: int = 0
 
 
 @record("WindowHistory")
@@ -252,7 +268,7 @@ def _move_level(state: WindowHistory, aggregation: str, run: str) -> None:
     state.streaks[aggregation] = []
 
 
-def _overlap(a: WindowResult, b: WindowResult) -> int:
+def _overlap(a: HistoryWindow, b: WindowResult) -> int:
     if a.start_step is None or b.start_step is None or a.end_step is None or b.end_step is None:
         return -1
     return min(a.end_step, b.end_step) - max(a.start_step, b.start_step)
@@ -514,3 +530,115 @@ def _forget_old_levels(state: WindowHistory, config: TagWindowConfig) -> None:
             del state.rebased_from[check.aggregation]
     while len(state.finished_runs) > 2 * runs_compared(config):
         state.finished_runs.popleft()
+
+
+# -- the state in parts ------------------------------------------------------------------------------------------
+#
+# A streaming job keeps a (test, tag, kind)'s history in parts (``transforms.window_checks``): what changes at every
+# window (debounces, open runs' verdicts: ``live_part``), the finished runs (changed by run ends and triage only),
+# a small view of them for the steps being checked now (``NearWindows``), and a log of the open runs' windows,
+# each added once (``take_unlogged``). The functions below make and join the parts; the checks see one
+# ``WindowHistory`` either way.
+
+NEAR_SPANS_AHEAD = 16
+NEAR_SPANS_BEHIND = 2
+"""How far ``near_windows`` reaches past the windows it is made for, and before them (for the windows of runs a
+little behind, due in the next firings): these many times the widest one's steps."""
+
+
+def settles(item: Any) -> bool:
+    """Whether stepping ``item`` may change the finished runs or drop an open run's windows: a run's end or a
+    triage action (a window check only reads the finished runs and adds to its own run's windows)."""
+    return isinstance(item, (RunEnded, WindowTriage))
+
+
+def _step_span(window: WindowResult) -> Optional[Tuple[int, int]]:
+    """The lowest and highest step of ``window`` (None: it has no steps, and shares none with any window)."""
+    if window.start_step is None or window.end_step is None:
+        return None
+    return min(window.start_step, window.end_step), max(window.start_step, window.end_step)
+
+
+@record("NearWindows")
+@dataclasses.dataclass
+class NearWindows:
+    """The finished runs, in order, each with its ``excluded`` and, of its windows that share a step with steps
+    [low, high], what a check of ``aggregations`` reads (``StepWindow``): what checking a window within those
+    steps reads of them. ``FinishedRun.most_overlapping`` picks among the windows that share a step with the one
+    checked, by overlap, index and order, so it picks the same one from these as from all of a run's windows."""
+    low: int
+    high: int
+    aggregations: Tuple[str, ...]  # sorted
+    runs: List[FinishedRun]
+
+    def covers(self, window: WindowResult, aggregations: Iterable[str]) -> bool:
+        """Whether checking ``window`` by ``aggregations`` reads only what these hold."""
+        span = _step_span(window)
+        return (span is None or (self.low <= span[0] and span[1] <= self.high)) and set(aggregations) <= set(
+            self.aggregations)
+
+
+def near_windows(runs: Iterable[FinishedRun], windows: Sequence[WindowResult],
+                 aggregations: Iterable[str]) -> NearWindows:
+    """The view of ``runs`` that covers ``windows`` and reaches ``NEAR_SPANS_AHEAD`` times the widest one's steps
+    past the highest and ``NEAR_SPANS_BEHIND`` times before the lowest (the windows to come of the runs open
+    now), so that the next checks need not read every finished run again."""
+    kept = tuple(sorted(set(aggregations)))
+    spans = [span for span in map(_step_span, windows) if span is not None]
+    if not spans:
+        return NearWindows(0, -1, kept, [FinishedRun(f.run, [], f.excluded) for f in runs])
+    widest = max(end - start + 1 for start, end in spans)
+    low = min(start for start, _ in spans) - NEAR_SPANS_BEHIND * widest
+    high = max(end for _, end in spans) + NEAR_SPANS_AHEAD * widest
+    return NearWindows(low, high, kept, [FinishedRun(f.run, [_step_window(w, kept) for w in f.windows
+                                                             if _shares_steps(w, low, high)], f.excluded)
+                                         for f in runs])
+
+
+def _step_window(window: HistoryWindow, aggregations: Tuple[str, ...]) -> StepWindow:
+    """What a check of ``aggregations`` reads of ``window`` (an aggregation it has no value of stays absent)."""
+    return StepWindow(window.index, window.start_step, window.end_step,
+                      {aggregation: window.values[aggregation] for aggregation in aggregations
+                       if aggregation in window.values})
+
+
+def _shares_steps(window: HistoryWindow, low: int, high: int) -> bool:
+    """Whether ``window`` may share a step with a window within steps [low, high] (``_overlap`` >= 0)."""
+    return (window.start_step is not None and window.end_step is not None
+            and window.start_step <= high and window.end_step >= low)
+
+
+def is_whole(history: WindowHistory) -> bool:
+    """Whether ``history`` holds finished runs or open runs' windows: a whole state (one cell, or a seed's), not
+    the ``live_part`` of one kept in parts."""
+    return bool(history.finished_runs) or any(open_run.windows for open_run in history.open_runs.values())
+
+
+def live_part(history: WindowHistory) -> WindowHistory:
+    """``history`` without its finished runs and its open runs' windows (which are kept apart)."""
+    return dataclasses.replace(history, finished_runs=collections.deque(), open_runs={
+        run: dataclasses.replace(open_run, windows=[]) for run, open_run in history.open_runs.items()})
+
+
+def take_unlogged(history: WindowHistory, everything: bool, holds_logged: bool) -> List[Tuple[int, WindowResult]]:
+    """(position in its run, window) of each open run's window not yet in the log, oldest first, which from now
+    on count as logged; every window (from position 0) when ``everything`` (the log is written anew).
+    ``holds_logged``: the runs' ``windows`` hold the logged ones too (the log was read), not only those since."""
+    taken = []
+    for open_run in history.open_runs.values():
+        first = 0 if everything else open_run.logged
+        held = open_run.windows[open_run.logged:] if holds_logged and not everything else open_run.windows
+        taken += [(first + i, window) for i, window in enumerate(held)]
+        open_run.logged = first + len(held)
+    return taken
+
+
+def put_back_logged(history: WindowHistory, logged: Iterable[Tuple[int, WindowResult]]) -> None:
+    """Puts the log's windows back before the windows of their open runs, in their positions' order."""
+    by_run: Dict[str, List[Tuple[int, WindowResult]]] = collections.defaultdict(list)
+    for position, window in logged:
+        by_run[window.run].append((position, window))
+    for run, entries in by_run.items():
+        open_run = history.open_runs.setdefault(run, _OpenRun())
+        entries.sort(key=operator.itemgetter(0))
+        open_run.windows = [window for _, window in entries] + open_run.windows

@@ -16,13 +16,14 @@ a schema version bump), ``tests/transforms/test_coders.py`` finds that today's
 encoding is no longer the latest set's, byte for byte: write the next set next
 to the old ones, which stay decoded::
 
-    python scripts/write_state_fixtures.py --out tests/fixtures/state_v3
+    python scripts/write_state_fixtures.py --out tests/fixtures/state_v4
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import copy
 import json
 import os
 import struct
@@ -53,7 +54,16 @@ from core.runs import RunAccumulator, RunLifecycle, RunResult
 from core.stalls import StallWatch
 from core.triage import AlertLedger, RaisedAlert, TriageItem
 from core.vocabulary import AlertKind, AlertState, RunStatus, TriageAction
-from core.window_checks import RunEnded, WindowHistory, WindowTriage, step_window_history, window_triage_targets
+from core.window_checks import (
+    RunEnded,
+    WindowHistory,
+    WindowTriage,
+    live_part,
+    near_windows,
+    step_window_history,
+    take_unlogged,
+    window_triage_targets,
+)
 from core.windows import TagWindows, Window, WindowPoint, WindowResult, window_aggregates
 from trainguard import wire
 from transforms.ordered import _Keyed
@@ -228,6 +238,15 @@ def build() -> Dict[str, Any]:
     cases["run_ended"] = RunEnded(TEST, "run-0", RunStatus.SUCCESS.value, T0 + 60, "loss", "count")
     cases["window_triage"] = WindowTriage(dismiss, "loss", "count", "mean")
     cases["window_history"] = window_history
+    # The same history as the streaming job keeps it, in parts (``transforms.window_checks``): the live part
+    # (``<name>_keyed``), the finished runs (``<name>_settled``), their windows near the last run's steps
+    # (``<name>_near``) and an entry of the open run's windows (``<name>_log``).
+    parted = copy.deepcopy(window_history)
+    logged = take_unlogged(parted, True, True)
+    cases["window_live"] = live_part(parted)
+    cases["window_settled"] = parted.finished_runs
+    cases["window_near"] = near_windows(parted.finished_runs, window_results[-2:], ["mean"])
+    cases["window_log_entry"] = logged[-1]
 
     # Rank windows: two ranks' windows of a distributed run, one index combined, one waiting.
     step_config = config.windows.tags["step_time"]

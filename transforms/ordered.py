@@ -14,7 +14,7 @@ side input that every worker reads whole (``WithSeeds``).
 from __future__ import annotations
 
 import copy
-from typing import Any, Dict, Iterable, List, Optional, Protocol, Tuple
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Protocol, Tuple, cast
 
 import apache_beam as beam
 from apache_beam.coders import VarIntCoder
@@ -43,6 +43,30 @@ class StateMachine(Protocol):
     # Optional: ``forget_at(state) -> Optional[float]``, the event time from which a key whose items are all
     # stepped may lose its state (None: never). A machine keyed per run defines it, so that a streaming job
     # does not keep a state per run forever (``in_event_time_order``).
+    # Optional: ``load`` and ``store`` (``KeepsApart``), for a machine that keeps parts of its state in cells of
+    # their own, read and written only when its items need them.
+
+
+class ApartCells(NamedTuple):
+    """The cells where a ``KeepsApart`` machine keeps parts of its state, besides ``<name>_keyed``: Beam's state
+    handles (``read``, ``write``/``add``, ``clear``), what each holds the machine's to say."""
+    settled: Any  # ``<name>_settled``, a value: what changes seldom (e.g. the history of finished runs)
+    near: Any     # ``<name>_near``, a value: a small view of ``settled``, enough for most items
+    log: Any      # ``<name>_log``, a bag: what only grows between the items that change ``settled``
+
+
+class KeepsApart(Protocol):
+    """A machine whose state lives in ``<name>_keyed`` and the ``ApartCells``, so that a firing reads and writes
+    only the parts its items need, not the whole state (``in_event_time_order``)."""
+
+    def load(self, key: Any, stored: Any, items: List[Any], cells: ApartCells) -> Tuple[Any, Any]:
+        """The state to step ``items`` on, from ``stored`` (the ``<name>_keyed`` value, None for a new key) and
+        the cells they need; and what ``store`` is to know of what was read. ``stored`` may be a whole state
+        written before the machine kept parts apart: ``store`` then moves it into its parts."""
+
+    def store(self, state: Any, loaded: Any, cells: ApartCells) -> Any:
+        """Writes the parts of ``state`` kept apart that stepping may have changed; returns what
+        ``<name>_keyed`` keeps."""
 
 
 class ConfiguredMachine:
@@ -181,7 +205,12 @@ def in_event_time_order(machine: StateMachine, name: str, streaming: bool = True
     - ``<name>_keyed``: the machine's state (``transforms.coders.RecordCoder``);
     - ``<name>_pending``: a bag of the items waiting for the watermark, in arrival order;
     - ``<name>_scheduled``: when the ``<name>_flush`` watermark timer fires, in
-      microseconds, or ``IDLE`` when it is not set.
+      microseconds, or ``IDLE`` when it is not set;
+    - for a machine that keeps parts of its state apart (``KeepsApart``: ``load`` and ``store``), the
+      ``ApartCells`` ``<name>_settled``, ``<name>_near`` and ``<name>_log`` too, and only the rest of its
+      state in ``<name>_keyed``: a firing reads the parts its due items need and writes those they change
+      (``transforms.window_checks``: the history of finished runs is written when a run ends, not at every
+      firing). Other machines have no such cells.
 
     An item costs the same however many are pending: ``process`` appends it to
     the bag and reads only ``<name>_scheduled``, to move the timer earlier if
@@ -236,6 +265,11 @@ def in_event_time_order(machine: StateMachine, name: str, streaming: bool = True
     pending_spec = BagStateSpec(f"{name}_pending", RecordCoder())
     scheduled_spec = ReadModifyWriteStateSpec(f"{name}_scheduled", VarIntCoder())
     flush_spec = TimerSpec(f"{name}_flush", TimeDomain.WATERMARK)
+    keeps_apart = callable(getattr(machine, "load", None)) and callable(getattr(machine, "store", None))
+    apart_machine = cast(KeepsApart, machine)  # used only when ``keeps_apart``
+    settled_spec = ReadModifyWriteStateSpec(f"{name}_settled", RecordCoder())
+    near_spec = ReadModifyWriteStateSpec(f"{name}_near", RecordCoder())
+    log_spec = BagStateSpec(f"{name}_log", RecordCoder())
 
     class InEventTimeOrderFn(beam.DoFn):
         def process(self, element,
@@ -257,43 +291,66 @@ def in_event_time_order(machine: StateMachine, name: str, streaming: bool = True
             if scheduled != known:
                 scheduled_state.write(scheduled)
 
-        @on_timer(flush_spec)
-        def on_flush(self, key=beam.DoFn.KeyParam, fired_at=beam.DoFn.TimestampParam,
-                     keyed_state=beam.DoFn.StateParam(keyed_spec),
-                     pending=beam.DoFn.StateParam(pending_spec),
-                     scheduled_state=beam.DoFn.StateParam(scheduled_spec),
-                     flush=beam.DoFn.TimerParam(flush_spec)):
-            stored = keyed_state.read()
-            items = list(pending.read())
-            old_layout = isinstance(stored, _Keyed)
-            if old_layout:
-                stored, items = stored.machine_state, stored.pending + items
-            elif not items:  # nothing pending: the key is to be forgotten, or its state is gone or was never set
-                forget = forget_timer(stored)
-                if forget is not None and forget <= fired_at:
-                    keyed_state.clear()
-                    pending.clear()
-                    scheduled_state.clear()
-                elif forget is not None:  # an earlier timer fired late (a runner's order): keep the later one
-                    flush.set(forget)
-                    scheduled_state.write(forget.micros)
-                return
-            items.sort(key=_order)  # stable: items of equal order stay in arrival order
-            ready = len(items) if not streaming else next(
-                (i for i, item in enumerate(items) if _due(item) > fired_at), len(items))
-            state = stored
-            if ready or old_layout:
-                state = machine.initial(key) if stored is None else stored
-                state, outputs = step_all(state, items[:ready])
-                yield from outputs
-                keyed_state.write(state)
-                pending.clear()
-                for item in items[ready:]:
-                    pending.add(item)
-            scheduled = fires_at(items[ready]) if ready < len(items) else forget_timer(state)
-            if scheduled is not None:
-                flush.set(scheduled)
-            scheduled_state.write(IDLE if scheduled is None else scheduled.micros)
+        if not keeps_apart:
+            @on_timer(flush_spec)
+            def on_flush(self, key=beam.DoFn.KeyParam, fired_at=beam.DoFn.TimestampParam,
+                         keyed_state=beam.DoFn.StateParam(keyed_spec),
+                         pending=beam.DoFn.StateParam(pending_spec),
+                         scheduled_state=beam.DoFn.StateParam(scheduled_spec),
+                         flush=beam.DoFn.TimerParam(flush_spec)):
+                return flush_key(key, fired_at, keyed_state, pending, scheduled_state, flush, None)
+        else:
+            @on_timer(flush_spec)
+            def on_flush(self, key=beam.DoFn.KeyParam, fired_at=beam.DoFn.TimestampParam,
+                         keyed_state=beam.DoFn.StateParam(keyed_spec),
+                         pending=beam.DoFn.StateParam(pending_spec),
+                         scheduled_state=beam.DoFn.StateParam(scheduled_spec),
+                         flush=beam.DoFn.TimerParam(flush_spec),
+                         settled=beam.DoFn.StateParam(settled_spec),
+                         near=beam.DoFn.StateParam(near_spec),
+                         log=beam.DoFn.StateParam(log_spec)):
+                return flush_key(key, fired_at, keyed_state, pending, scheduled_state, flush,
+                                 ApartCells(settled, near, log))
+
+    def flush_key(key: Any, fired_at: Timestamp, keyed_state, pending, scheduled_state, flush,
+                  apart: Optional[ApartCells]) -> Iterable[Any]:
+        """A firing of the key's flush timer at ``fired_at``: steps what is due, sets the timer for the rest."""
+        stored = keyed_state.read()
+        items = list(pending.read())
+        old_layout = isinstance(stored, _Keyed)
+        if old_layout:
+            stored, items = stored.machine_state, stored.pending + items
+        elif not items:  # nothing pending: the key is to be forgotten, or its state is gone or was never set
+            forget = forget_timer(stored)
+            if forget is not None and forget <= fired_at:
+                for cell in (keyed_state, pending, scheduled_state, *(apart or ())):
+                    cell.clear()
+            elif forget is not None:  # an earlier timer fired late (a runner's order): keep the later one
+                flush.set(forget)
+                scheduled_state.write(forget.micros)
+            return
+        items.sort(key=_order)  # stable: items of equal order stay in arrival order
+        ready = len(items) if not streaming else next(
+            (i for i, item in enumerate(items) if _due(item) > fired_at), len(items))
+        state = stored
+        if ready or old_layout:
+            state, loaded = load_state(key, stored, items[:ready], apart)
+            state, outputs = step_all(state, items[:ready])
+            yield from outputs
+            keyed_state.write(state if apart is None else apart_machine.store(state, loaded, apart))
+            pending.clear()
+            for item in items[ready:]:
+                pending.add(item)
+        scheduled = fires_at(items[ready]) if ready < len(items) else forget_timer(state)
+        if scheduled is not None:
+            flush.set(scheduled)
+        scheduled_state.write(IDLE if scheduled is None else scheduled.micros)
+
+    def load_state(key: Any, stored: Any, items: List[Any], apart: Optional[ApartCells]) -> Tuple[Any, Any]:
+        """The state to step ``items`` on, and what the machine's ``store`` is to know of it (None: one cell)."""
+        if apart is not None:
+            return apart_machine.load(key, stored, items, apart)
+        return (machine.initial(key) if stored is None else stored), None
 
     def fires_at(item: Any) -> Timestamp:
         return bucket_end(item.order[0], timer_bucket_seconds) if streaming else _due(item)

@@ -6,22 +6,52 @@ event-time order per (test, tag, window kind) by ``transforms.ordered``.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, List
+import collections
+from typing import Any, Iterable, List, NamedTuple, Optional, Set, Tuple
 
 import apache_beam as beam
 
+from core.config import WindowCheck
 from core.records import Alert
 from core.runs import RunResult
 from core.schema import DEAD_LETTER
 from core.triage import TriageItem
-from core.window_checks import RunEnded, WindowHistory, WindowTriage, step_window_history, window_triage_targets
+from core.window_checks import (
+    NearWindows,
+    RunEnded,
+    WindowHistory,
+    WindowTriage,
+    is_whole,
+    live_part,
+    near_windows,
+    put_back_logged,
+    settles,
+    step_window_history,
+    take_unlogged,
+    window_triage_targets,
+)
 from core.windows import WindowResult
 from transforms.coders import AnyRecord
-from transforms.ordered import ConfiguredMachine, OrderedCheck
+from transforms.ordered import ApartCells, ConfiguredMachine, OrderedCheck
+
+
+class _Loaded(NamedTuple):
+    """What ``WindowCheckMachine.load`` read of a key's parts, for ``store``."""
+    settling: bool  # the finished runs and the whole log were read (or the state was whole): all written anew
+    log_read: bool  # the open runs' windows hold the logged ones
 
 
 class WindowCheckMachine(ConfiguredMachine):
-    """The state machine of one (test, tag, window kind): its windows, run ends and triage, in event time."""
+    """The state machine of one (test, tag, window kind): its windows, run ends and triage, in event time.
+
+    It keeps its history in parts (``transforms.ordered.KeepsApart``): ``<name>_keyed`` holds what every window
+    changes (``live_part``: debounces, open runs' verdicts), ``<name>_settled`` the finished runs, written when
+    a run ends or a triage action reaches them, ``<name>_near`` their windows near the steps being checked
+    (``NearWindows``), read instead of them by a firing of windows only, and ``<name>_log`` the open runs'
+    windows, each added once, read for a run's end, triage and trailing checks only. A key whose
+    ``<name>_keyed`` holds a whole history (one cell, before the parts; or its seed) is moved into the parts by
+    its first firing."""
+
     def initial(self, key) -> WindowHistory:
         return WindowHistory()
 
@@ -29,6 +59,57 @@ class WindowCheckMachine(ConfiguredMachine):
         config = self.configs.for_test(item.test, item.order[0])
         tag_config = config.windows.tags.get(item.tag)  # None: removed since
         return step_window_history(history, item, tag_config, config.regression_test.rebaseline_after)
+
+    def _checks_of(self, item: Any) -> Tuple[WindowCheck, ...]:
+        """The checks of ``item``: none for all but windows (and those of a tag no longer configured)."""
+        if not isinstance(item, WindowResult):
+            return ()
+        config = self.configs.for_test(item.test, item.order[0]).windows.tags.get(item.tag)
+        return config.checks if config is not None else ()
+
+    def load(self, key: Any, stored: Optional[WindowHistory], items: List[Any], cells: ApartCells) -> Tuple[
+            WindowHistory, _Loaded]:
+        """The history to step ``items`` on: the live part, with the log if a run ends, a triage action or a
+        trailing check needs the open runs' windows, and the finished runs (all of them for a run's end or
+        triage; their ``NearWindows`` for windows)."""
+        if stored is not None and is_whole(stored):
+            return stored, _Loaded(settling=True, log_read=True)
+        history = WindowHistory() if stored is None else stored
+        settling = any(settles(item) for item in items)
+        checks = [self._checks_of(item) for item in items]
+        aligned = [(item, {c.aggregation for c in item_checks if c.history == "step_aligned"})
+                   for item, item_checks in zip(items, checks)]
+        aligned = [(item, aggregations) for item, aggregations in aligned if aggregations]
+        log_read = settling or any(c.history == "trailing" for item_checks in checks for c in item_checks)
+        if log_read:
+            put_back_logged(history, cells.log.read())
+        if settling:
+            history.finished_runs = collections.deque(cells.settled.read() or ())
+        elif aligned:
+            history.finished_runs = collections.deque(self._near(cells, aligned).runs)
+        return history, _Loaded(settling, log_read)
+
+    @staticmethod
+    def _near(cells: ApartCells, aligned: List[Tuple[WindowResult, Set[str]]]) -> NearWindows:
+        """The finished runs' ``NearWindows`` that covers each window of ``aligned`` for its aggregations: the one
+        kept, or one made from every finished run (and kept)."""
+        near = cells.near.read()
+        if near is None or not all(near.covers(window, aggregations) for window, aggregations in aligned):
+            near = near_windows(cells.settled.read() or (), [window for window, _ in aligned],
+                                set().union(*(aggregations for _, aggregations in aligned)))
+            cells.near.write(near)
+        return near
+
+    def store(self, history: WindowHistory, loaded: _Loaded, cells: ApartCells) -> WindowHistory:
+        """Writes the finished runs and the log anew after a run's end or triage (the near view goes with them),
+        else adds the open runs' new windows to the log; returns the live part."""
+        if loaded.settling:
+            cells.settled.write(history.finished_runs)
+            cells.near.clear()
+            cells.log.clear()
+        for entry in take_unlogged(history, loaded.settling, loaded.log_read):
+            cells.log.add(entry)
+        return live_part(history)
 
 
 class CheckWindows(OrderedCheck):

@@ -29,7 +29,16 @@ from core.runs import MetricValue, RankedEvent, RunAccumulator, RunResult
 from core.stalls import StallWatch
 from core.triage import AlertLedger, RaisedAlert, TriageItem
 from core.vocabulary import AlertKind, RunStatus
-from core.window_checks import FinishedRun, RunEnded, WindowHistory, WindowTriage, _Debounce, _OpenRun
+from core.window_checks import (
+    FinishedRun,
+    NearWindows,
+    RunEnded,
+    StepWindow,
+    WindowHistory,
+    WindowTriage,
+    _Debounce,
+    _OpenRun,
+)
 from core.windows import PointColumns, TagWindows, Window, WindowPoint, WindowResult, WindowSpec
 from tests.support import REPO_ROOT, T0
 from trainguard import wire
@@ -92,14 +101,16 @@ run_results = st.builds(
     st.lists(st.tuples(st.integers(0, 8), metric_values), max_size=2).map(tuple))
 metric_histories = st.builds(MetricHistory, st.lists(st.tuples(names, floats, st.booleans()), max_size=5),
                              st.none() | st.booleans(), st.lists(floats, max_size=4), st.none() | names)
+step_windows = st.builds(StepWindow, st.integers(0, 99), st.none() | st.integers(0, 999), st.none() | st.integers(0, 999),
+                        st.dictionaries(names, st.none() | floats, max_size=2))
+finished_runs = st.builds(FinishedRun, names, st.lists(window_results | step_windows, max_size=2),
+                          st.dictionaries(names, st.frozensets(st.integers(0, 100), max_size=3), max_size=2))
 window_histories = st.builds(
     WindowHistory,
-    st.lists(st.builds(FinishedRun, names, st.lists(window_results, max_size=2),
-                       st.dictionaries(names, st.frozensets(st.integers(0, 100), max_size=3), max_size=2)),
-             max_size=2).map(collections.deque),
+    st.lists(finished_runs, max_size=2).map(collections.deque),
     st.dictionaries(names, st.builds(_OpenRun, st.lists(window_results, max_size=2),
                                      st.dictionaries(names, st.sets(st.integers(0, 100), max_size=3), max_size=2),
-                                     st.sets(names, max_size=2)), max_size=2),
+                                     st.sets(names, max_size=2), st.integers(0, 9)), max_size=2),
     st.dictionaries(st.tuples(names, names),
                     st.builds(_Debounce, st.lists(st.booleans(), max_size=3).map(lambda b: collections.deque(b, 3)),
                               st.booleans()), max_size=2),
@@ -151,6 +162,9 @@ STRATEGIES: Dict[type, Any] = {
     MetricHistory: metric_histories,
     JobHistory: st.builds(JobHistory, st.none() | st.sampled_from(list(RunStatus))),
     WindowHistory: window_histories,
+    NearWindows: st.builds(NearWindows, st.integers(-5, 100), st.integers(-5, 100),
+                           st.lists(names, max_size=2).map(lambda a: tuple(sorted(a))), st.lists(finished_runs, max_size=2)),
+    StepWindow: step_windows,
     RunEnded: st.builds(RunEnded, names, names, names, floats, names, names),
     WindowTriage: st.builds(WindowTriage, triage_items, names, names, names),
     StallWatch: st.builds(StallWatch, floats, st.lists(st.tuples(floats, floats), max_size=3), optional_floats,

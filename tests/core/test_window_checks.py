@@ -13,6 +13,7 @@ from core.window_checks import (
     WindowHistory,
     check_window,
     end_run,
+    near_windows,
     seed_window_history,
     step_aligned_history,
 )
@@ -246,6 +247,37 @@ def test_the_step_index_finds_what_a_scan_of_every_window_finds(windows, query):
     expected = scanned(finished, spanned(0, query, "new"))
     found = finished.most_overlapping(spanned(0, query, "new"))
     assert found is expected
+
+
+any_steps = st.one_of(st.none(), st.tuples(st.integers(0, 90), st.integers(0, 90)))  # steps that restart too
+
+
+def stepped(index, steps, run="old"):
+    start, end = steps if steps is not None else (None, None)
+    return dataclasses.replace(window(run, index, float(index)), start_step=start, end_step=end)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(0, 5), any_steps), max_size=10), min_size=1, max_size=3),
+       st.lists(any_steps, min_size=1, max_size=3), any_steps)
+def test_the_near_view_finds_what_every_window_finds_for_the_windows_it_covers(runs, made_for, query):
+    """``near_windows`` keeps each run, and of its windows those a covered window may overlap, with the values of
+    the aggregations asked for: the lookup of a covered window finds the same window, with the same values."""
+    finished = [FinishedRun(f"r{r}", [stepped(index, steps) for index, steps in windows], {"mean": frozenset({1})})
+                for r, windows in enumerate(runs)]
+    near = near_windows(finished, [stepped(0, steps, "new") for steps in made_for], ["mean"])
+    assert [f.run for f in near.runs] == [f.run for f in finished]
+    assert all(n.excluded == f.excluded for n, f in zip(near.runs, finished))
+    checked = stepped(0, query, "new")
+    assert all(near.covers(stepped(0, steps, "new"), ["mean"]) for steps in made_for)
+    assert not near.covers(checked, ["mean", "max"])  # values it does not hold
+    if near.covers(checked, ["mean"]):
+        for full, view in zip(finished, near.runs):
+            found, expected = view.most_overlapping(checked), full.most_overlapping(checked)
+            assert (found is None) == (expected is None)
+            if found is not None:
+                assert (found.index, found.start_step, found.end_step, found.values) == (
+                    expected.index, expected.start_step, expected.end_step, expected.values)
 
 
 def test_the_step_index_follows_new_windows_and_stays_out_of_pickles_and_comparisons():

@@ -118,7 +118,8 @@ TRIAGE = Table("triage", (
     Column("note", "STRING", False),
     Column("author", "STRING", False, "who said it"),
     Column("created_at", "TIMESTAMP", True, "event time of the action"),
-    Column("future", "BOOL", False, "accept: TRUE when its run may be still going or to come (--allow_future)"),
+    Column("future", "BOOL", False, "accept: TRUE when its run may be still going or to come (--allow_future); "
+           "NULL: an accept stored before the column, which waited for its run"),
 ), key=("action_id",), time_column="created_at")
 
 RANK_METRICS = Table("rank_metrics", (

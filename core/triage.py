@@ -44,7 +44,12 @@ ALERT_ID_PREFIX_CHARS = 12
 MUTE_FOR = "+1d"  # what the suggested mute lasts
 
 
-@record("TriageItem")
+def _item_v1_to_v2(fields: Dict[str, Any]) -> Dict[str, Any]:
+    """An accept written before ``future`` existed waited for a run the check had not seen: it keeps doing so."""
+    return {**fields, "future": fields.get("action") == TriageAction.ACCEPT}
+
+
+@record("TriageItem", version=2, upgrades={1: _item_v1_to_v2})
 @dataclasses.dataclass(frozen=True)
 class TriageItem:
     """One triage action of one test, as the pipeline's stages carry it."""
@@ -79,15 +84,19 @@ class TriageItem:
                 "run_id": self.run, "alert_id": self.alert_id, "alert_kind": self.alert_kind,
                 "alert_instance": self.instance, "until": iso_utc(self.until), "note": self.note or None,
                 "author": self.user or None, "created_at": iso_utc(self.time),
-                "future": self.future or None}
+                "future": self.future if self.action == TriageAction.ACCEPT else None}
 
     @staticmethod
     def from_row(row: Mapping[str, Any]) -> TriageItem:
-        """Back from a stored row whose times are epoch seconds."""
+        """Back from a stored row whose times are epoch seconds. An accept's NULL ``future`` is a row older than
+        the column, whose accept waited for a run the check had not seen (what ``future`` says now)."""
+        future = row.get("future")
+        if future is None:
+            future = row["action"] == TriageAction.ACCEPT
         return TriageItem(row["action_id"], row["test_name"], row["action"], float(row["created_at"]),
                           row.get("metric_name"), row.get("run_id"), row.get("alert_id"), row.get("alert_kind"),
                           row.get("alert_instance"), None if row.get("until") is None else float(row["until"]),
-                          row.get("note") or "", row.get("author") or "", bool(row.get("future")))
+                          row.get("note") or "", row.get("author") or "", bool(future))
 
     def marker(self, state: AlertState) -> Dict[str, Any]:
         """What an alert's details say of the action that set its state."""

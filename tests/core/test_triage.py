@@ -2,10 +2,12 @@
 
 import copy
 import json
+import os
 import re
 
 import pytest
 
+from core import encoding
 from core.config import RegressionTestConfig, SuccessCondition, TagWindowConfig, WindowCheck, WindowConfig
 from core.history import MetricHistory, apply_metric_triage, check_metric, history_policy, seed_metric_history
 from core.records import Alert, MetricObservation, Refused
@@ -22,7 +24,7 @@ from core.window_checks import (
     window_triage_targets,
 )
 from core.windows import WindowResult, WindowSpec
-from tests.support import T0
+from tests.support import REPO_ROOT, T0
 
 LOSS = SuccessCondition("less", mads_from_median=5, wait_for_n_points_of_history=5)
 HEALTHY = [1.00, 1.02, 0.98, 1.01, 0.99, 1.03, 0.97, 1.00]
@@ -312,3 +314,17 @@ def test_a_stored_action_reads_back_as_it_was_said_future_flag_included(future):
     seeded = seed_metric_history([(o.finalized_at, o.run, o.value, True, o.status) for o in runs(HEALTHY)], POLICY,
                                  [TriageItem.from_row(row)])
     assert seeded.pending_accept == ("r9" if future else None)
+
+
+def test_an_accept_stored_before_the_future_flag_waits_for_its_run_as_it_did():
+    """A triage row older than the ``future`` column (NULL) and state bytes of TriageItem's first version: their
+    accepts waited for a run the check had not seen, so they still do (an update or a re-seed changes nothing)."""
+    row = {**action("accept", T0, metric="loss", run="r9").to_row(), "created_at": T0, "until": None, "future": None}
+    assert TriageItem.from_row(row).future is True
+    mute = {**action("mute", T0, until=T0 + 1).to_row(), "created_at": T0, "until": T0 + 1, "future": None}
+    assert TriageItem.from_row(mute).future is False
+    assert action("accept", T0, metric="loss", run="r9").to_row()["future"] is False
+    for version in ("state_v1", "state_v2"):
+        with open(os.path.join(REPO_ROOT, "tests", "fixtures", version, "triage_item.bin"), "rb") as f:
+            old = encoding.decode(f.read())
+        assert old.action == "accept" and old.future is True

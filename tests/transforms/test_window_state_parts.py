@@ -114,7 +114,8 @@ def workload(seed: int) -> List[Any]:
     windows = configs(STEP_ALIGNED).for_test(TEST).windows
     for action in (TriageItem("dismiss", TEST, TriageAction.DISMISS.value, T0 + 70 * 6 + 60, "loss_mean", "r6",
                               alert_id="a", alert_kind=AlertKind.WINDOW_OUT_OF_BOUNDS.value, instance="count/3"),
-                   TriageItem("accept", TEST, TriageAction.ACCEPT.value, T0 + 70 * 7 + 30, "loss_mean", "r7")):
+                   TriageItem("accept", TEST, TriageAction.ACCEPT.value, T0 + 70 * 7 + 30, "loss_mean", "r7",
+                              future=True)):
         items += window_triage_targets(action, windows)
     return items
 

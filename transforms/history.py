@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any, Dict, Tuple
+
 import apache_beam as beam
+from apache_beam import PCollection
 
 from core.history import JobHistory, MetricHistory, apply_metric_triage, check_job, check_metric, history_policy
-from core.records import MetricObservation
+from core.records import Alert, MetricObservation
 from core.runs import RunResult
 from core.schema import ALERTS, DEAD_LETTER
 from core.triage import TriageItem
@@ -39,7 +42,9 @@ class JobMachine(ConfiguredMachine):
         yield from check_job(history, run, self.configs.for_test(run.test, run.finalized_at))
 
 
-class CheckMetricHistory(OrderedCheck):
+class CheckMetricHistory(OrderedCheck[Tuple[PCollection[RunResult], PCollection[TriageItem]],
+                                      Tuple[PCollection[Dict[str, Any]], PCollection[Alert],
+                                            PCollection[Dict[str, Any]]]]):
     """(RunResult, TriageItem) -> (metric_history rows with bounds, metric_out_of_bounds alerts, dead letters).
 
     Keyed by (test, metric); each key sees its runs in the order they ended and
@@ -64,7 +69,7 @@ class CheckMetricHistory(OrderedCheck):
         return outputs.rows, outputs[ALERTS.name], outputs[DEAD_LETTER.name]
 
 
-class CheckJobHistory(OrderedCheck):
+class CheckJobHistory(OrderedCheck[PCollection[RunResult], Tuple[PCollection[Alert], PCollection[Dict[str, Any]]]]):
     """RunResult -> (run-level alerts: failed or missing job, required metric missing, ...; dead letters).
 
     Keyed by test, in the order runs ended, so that "alert only after the second

@@ -14,9 +14,10 @@ side input that every worker reads whole (``WithSeeds``).
 from __future__ import annotations
 
 import copy
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Protocol, Tuple, cast
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Protocol, Tuple, TypeVar, cast
 
 import apache_beam as beam
+from apache_beam import PCollection
 from apache_beam.coders import VarIntCoder
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec, TimerSpec, on_timer
@@ -76,7 +77,11 @@ class ConfiguredMachine:
         self.configs = configs
 
 
-class OrderedCheck(beam.PTransform):
+InputT = TypeVar("InputT")
+OutputT = TypeVar("OutputT")
+
+
+class OrderedCheck(beam.PTransform[InputT, OutputT]):
     """Base of the composites that run a ``ConfiguredMachine`` in event-time order: its settings, once.
 
     ``seed`` is the one-element PCollection of the start-up ``HistorySeed`` (None: no history);
@@ -107,7 +112,7 @@ def seeded_states(seed: HistorySeed, field: str) -> Iterable[Tuple[Any, SeededSt
         yield key, SeededState(state)
 
 
-class WithSeeds(beam.PTransform):
+class WithSeeds(beam.PTransform[PCollection[Tuple[Any, Any]], PCollection[Tuple[Any, Any]]]):
     """(key, item) -> the same, and (key, ``SeededState``) for each key of ``seed``'s ``field`` (key -> state).
 
     ``seed`` is the one-element PCollection of the start-up ``HistorySeed``

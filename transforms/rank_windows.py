@@ -7,15 +7,18 @@ event-time order per (test, run, tag) by ``transforms.ordered``.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import apache_beam as beam
+from apache_beam import PCollection
 
 from core.config import ranks_matter
 from core.rank_windows import RankWindows, add_rank_window, close_rank_windows
+from core.records import Alert
 from core.runs import TIMER_BUCKET_SECONDS, RunLifecycle, RunResult
 from core.schema import ALERTS, DEAD_LETTER
 from core.window_checks import RunEnded
+from core.windows import WindowResult
 from transforms.coders import AnyRecord
 from transforms.ordered import ConfiguredMachine, OrderedCheck
 
@@ -49,7 +52,9 @@ class RankWindowMachine(ConfiguredMachine):
         return None if state.ended_at is None else state.ended_at + self.retention_seconds
 
 
-class CombineRankWindows(OrderedCheck):
+class CombineRankWindows(OrderedCheck[Tuple[PCollection[Tuple[WindowResult, int]], PCollection[RunResult]],
+                                      Tuple[PCollection[Tuple[WindowResult, int]], PCollection[Alert],
+                                            PCollection[Dict[str, Any]]]]):
     """((WindowResult of one rank, revision), RunResult) -> ((the run's WindowResult, 0), rank_straggler alerts,
     dead letters).
 

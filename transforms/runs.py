@@ -84,8 +84,8 @@ def _open_runs(seed):
     return seed.open_runs.items()
 
 
-class AssembleRuns(beam.PTransform[PCollection[MessageSummary], Tuple[PCollection[RunResult], PCollection[Dict[str, Any]],
-                                                                      PCollection[RunResult]]]):
+class AssembleRuns(beam.PTransform[PCollection[MessageSummary],
+                                   Tuple[PCollection[RunResult], PCollection[Dict[str, Any]], PCollection[RunResult]]]):
     """MessageSummary -> (RunResult per finalized run, dead-letter rows for late messages, ``interrupted`` RunResults).
 
     ``seed`` (the one-element PCollection of the start-up ``HistorySeed``, optional) brings the runs a drained

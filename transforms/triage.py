@@ -6,7 +6,7 @@ dismisses to their own histories (``transforms.history``, ``transforms.window_ch
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Tuple
+from typing import Any, Dict, Iterable, Tuple
 
 import apache_beam as beam
 from apache_beam import PCollection
@@ -48,7 +48,8 @@ class LedgerMachine(ConfiguredMachine):
             yield ledger.raise_alert(item)
 
 
-class TriageAlerts(OrderedCheck):
+class TriageAlerts(OrderedCheck[Tuple[PCollection[Alert], PCollection[TriageItem]],
+                                 Tuple[PCollection[Dict[str, Any]], PCollection[Dict[str, Any]], PCollection[Dict[str, Any]]]]):
     """(Alert, TriageItem) -> (alert rows, re-announced alert rows, dead letters).
 
     Keyed by test, in event-time order: an alert raised while a mute covers it

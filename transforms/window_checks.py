@@ -7,9 +7,10 @@ event-time order per (test, tag, window kind) by ``transforms.ordered``.
 from __future__ import annotations
 
 import collections
-from typing import Any, Iterable, List, NamedTuple, Optional, Set, Tuple
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Set, Tuple
 
 import apache_beam as beam
+from apache_beam import PCollection
 
 from core.config import WindowCheck
 from core.records import Alert
@@ -112,7 +113,8 @@ class WindowCheckMachine(ConfiguredMachine):
         return live_part(history)
 
 
-class CheckWindows(OrderedCheck):
+class CheckWindows(OrderedCheck[Tuple[PCollection[Tuple[WindowResult, int]], PCollection[RunResult],
+                                       PCollection[TriageItem]], Tuple[PCollection[Alert], PCollection[Dict[str, Any]]]]):
     """((WindowResult, revision), RunResult, TriageItem) -> (window_out_of_bounds alerts, dead letters).
 
     Each window is checked once, at its first revision; a run's end moves its

@@ -9,9 +9,10 @@ from __future__ import annotations
 import dataclasses
 import json
 from time import time as wall_clock
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import apache_beam as beam
+from apache_beam import PCollection
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.utils.timestamp import Timestamp
@@ -21,9 +22,10 @@ from core.config import Configs, WindowConfig, ranks_matter
 from core.parse import MessageSummary
 from core.records import Alert, dead_letter_row, failure_reason, iso_utc, window_row
 from core.registry import record
-from core.runs import RunLifecycle, effective_rank
+from core.runs import RunLifecycle, RunResult, effective_rank
 from core.schema import ALERTS, DEAD_LETTER
 from core.stalls import StallWatch
+from core.triage import TriageItem
 from core.vocabulary import AlertKind
 from core.windows import PointColumns, TagWindows, Window, WindowPoint, WindowResult, window_aggregates
 from trainguard import wire
@@ -425,7 +427,9 @@ def without_payload(summary: MessageSummary) -> MessageSummary:
     return dataclasses.replace(summary, payload=b"", payload_span=None)
 
 
-class LiveWindows(beam.PTransform):
+class LiveWindows(beam.PTransform[Tuple[PCollection[MessageSummary], PCollection[RunResult], PCollection[RunResult],
+                                        PCollection[TriageItem]],
+                                  Tuple[PCollection[Dict[str, Any]], PCollection[Alert], PCollection[Dict[str, Any]]]]):
     """(MessageSummary, RunResult, interrupted RunResult, TriageItem) -> (metric_windows rows, window alerts,
     late points).
 

@@ -24,6 +24,9 @@ IAP_CERTS_URL = "https://www.gstatic.com/iap/verify/public_key"
 IAP_ISSUER = "https://cloud.google.com/iap"
 CERTS_TTL_SECONDS = 3600.0
 CERTS_TIMEOUT_SECONDS = 10.0  # the deadline of one fetch of IAP's keys (google-auth's default is 120 s)
+# An assertion naming a key id we do not hold fetches the keys again (IAP rotates them), at most this often: a flood
+# of forged assertions must not make every request a fetch.
+CERTS_REFRESH_FLOOR_SECONDS = 60.0
 
 
 class Csrf:
@@ -64,7 +67,8 @@ class IapVerifier:
 
     def _keys(self, refresh: bool = False) -> Dict[str, str]:
         with self._lock:
-            if refresh or not self._certs or time.monotonic() - self._fetched > CERTS_TTL_SECONDS:
+            age = time.monotonic() - self._fetched
+            if (refresh and age >= CERTS_REFRESH_FLOOR_SECONDS) or not self._certs or age > CERTS_TTL_SECONDS:
                 self._certs = self._fetch(self.certs_url)
                 self._fetched = time.monotonic()
             return self._certs

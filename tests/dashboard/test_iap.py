@@ -129,3 +129,41 @@ def test_fetching_the_keys_has_a_deadline(monkeypatch, keys):
         assert time.monotonic() - started < 60  # generous for a loaded machine; google-auth alone waits 120 s
     finally:
         silent.close()
+
+
+def test_assertions_with_unknown_key_ids_fetch_the_keys_again_at_most_once_a_minute(monkeypatch):
+    """IAP rotates its keys, so an unknown key id fetches them again; a flood of forged ones must not fetch each
+    time (the certificate server counts its GETs)."""
+    from dashboard import security
+
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    private, public = new_key()
+    fetches = []
+
+    class Certs(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            fetches.append(self.path)
+            body = json.dumps({"k1": public}).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Certs)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        verifier = security.IapVerifier(AUDIENCE, f"http://127.0.0.1:{server.server_address[1]}/keys")
+        assert verifier.verify(assertion(private)) == USER
+        for _ in range(20):
+            with pytest.raises(security.IapError):
+                verifier.verify(assertion(private, kid="unknown"))
+        assert len(fetches) == 1  # the first fetch is under a minute old: no refresh yet
+        monkeypatch.setattr(security, "CERTS_REFRESH_FLOOR_SECONDS", 0.0)
+        with pytest.raises(security.IapError):
+            verifier.verify(assertion(private, kid="unknown"))
+        assert len(fetches) == 2  # past the floor, an unknown key id fetches again
+    finally:
+        server.shutdown()

@@ -4,11 +4,13 @@ is who triage actions are recorded from."""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import re
 import threading
 import time
+from typing import Iterator, List, Optional
 
 import pytest
 from cryptography.hazmat.primitives import serialization
@@ -32,14 +34,16 @@ def new_key():
     return private, public.decode()
 
 
-@pytest.fixture(scope="module")
-def keys():
-    """(private key of kid k1, URL of a server publishing its public key as IAP's certificate URL does)."""
-    private, public = new_key()
+@contextlib.contextmanager
+def certs_server(public: str, fetches: Optional[List[str]] = None) -> Iterator[str]:
+    """The URL of a local server publishing ``public`` as key k1, as IAP's certificate URL does; each GET's path
+    is appended to ``fetches``."""
     body = json.dumps({"k1": public}).encode()
 
     class Certs(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
+            if fetches is not None:
+                fetches.append(self.path)
             self.send_response(200)
             self.send_header("content-type", "application/json")
             self.end_headers()
@@ -51,9 +55,17 @@ def keys():
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Certs)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        yield private, f"http://127.0.0.1:{server.server_address[1]}/iap/verify/public_key"
+        yield f"http://127.0.0.1:{server.server_address[1]}/iap/verify/public_key"
     finally:
         server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def keys():
+    """(private key of kid k1, URL of a server publishing its public key as IAP's certificate URL does)."""
+    private, public = new_key()
+    with certs_server(public) as url:
+        yield private, url
 
 
 def assertion(private: bytes, kid: str = "k1", **claims) -> str:
@@ -138,24 +150,9 @@ def test_assertions_with_unknown_key_ids_fetch_the_keys_again_at_most_once_a_min
 
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     private, public = new_key()
-    fetches = []
-
-    class Certs(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            fetches.append(self.path)
-            body = json.dumps({"k1": public}).encode()
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Certs)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        verifier = security.IapVerifier(AUDIENCE, f"http://127.0.0.1:{server.server_address[1]}/keys")
+    fetches: List[str] = []
+    with certs_server(public, fetches) as url:
+        verifier = security.IapVerifier(AUDIENCE, url)
         assert verifier.verify(assertion(private)) == USER
         for _ in range(20):
             with pytest.raises(security.IapError):
@@ -165,5 +162,3 @@ def test_assertions_with_unknown_key_ids_fetch_the_keys_again_at_most_once_a_min
         with pytest.raises(security.IapError):
             verifier.verify(assertion(private, kid="unknown"))
         assert len(fetches) == 2  # past the floor, an unknown key id fetches again
-    finally:
-        server.shutdown()

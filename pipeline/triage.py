@@ -280,7 +280,7 @@ def build_parser(now: float) -> argparse.ArgumentParser:
                                   formatter_class=argparse.RawDescriptionHelpFormatter,
                                   epilog="\n\n".join(__doc__.split("\n\n")[1:3]).replace("``", "")
                                   + "\n\n" + DASHES_NOTE)
-    common = argparse.ArgumentParser(add_help=False, formatter_class=formatter)
+    common = StrictArgumentParser(add_help=False, formatter_class=formatter)
     where = common.add_argument_group("where actions go and alerts are read")
     where.add_argument("--triage_file", default=None,
                        help="local JSONL file of triage actions, applied by the next replay into --local_store "
@@ -292,7 +292,7 @@ def build_parser(now: float) -> argparse.ArgumentParser:
     where.add_argument("--unchecked", action="store_true",
                        help="accept and mute: do not check the test, metric and run against the store")
     add_store_options(where)
-    said = argparse.ArgumentParser(add_help=False, formatter_class=formatter)
+    said = StrictArgumentParser(add_help=False, formatter_class=formatter)
     words = said.add_argument_group("the action")
     words.add_argument("--note", default="", help="why (shown with the alert)")
     words.add_argument("--user", default=os.environ.get("USER", ""), help="who says so")
@@ -300,8 +300,8 @@ def build_parser(now: float) -> argparse.ArgumentParser:
                        help="event time of the action (ISO-8601, epoch seconds or +N[smhd]); default: now")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, help_text: str, *parents: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        return commands.add_parser(name, help=help_text, description=help_text, parents=list(parents),  # type: ignore[arg-type]
+    def command(name: str, help_text: str, *parents: StrictArgumentParser) -> StrictArgumentParser:
+        return commands.add_parser(name, help=help_text, description=help_text, parents=list(parents),
                                    formatter_class=formatter)
 
     accept_parser = command("accept", "An intended change: the metric's baseline restarts from a run.", said, common)
@@ -309,8 +309,8 @@ def build_parser(now: float) -> argparse.ArgumentParser:
     accept_parser.add_argument("metric")
     accept_parser.add_argument("--from_run", required=True, help="the first run at the new level")
     accept_parser.add_argument("--allow_future", action="store_true",
-                               help="--from_run is a run still going or to come, not in the store yet (the pipeline waits for it; "
-                                    "without this, it refuses a run its history does not hold)")
+                               help="--from_run is a run still going or to come, not in the store yet (the "
+                                    "pipeline waits for it; without this, it refuses a run its history does not hold)")
     accept_parser.set_defaults(handler=accept)
     dismiss_parser = command("dismiss", "A false positive: the alert's value joins the history as normal.",
                              said, common)

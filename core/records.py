@@ -143,7 +143,10 @@ class Refused(ValueError):
 def failure_reason(stage: str, error: BaseException) -> str:
     """The dead-letter reason for an item a stage could not handle: the stage, the exception's type and message
     (for a :class:`Refused` item, the stage and the message)."""
-    text = f"{stage} refused: {error}" if isinstance(error, Refused) else f"error in {stage}: {type(error).__name__}: {error}"
+    if isinstance(error, Refused):
+        text = f"{stage} refused: {error}"
+    else:
+        text = f"error in {stage}: {type(error).__name__}: {error}"
     return text if len(text) <= MAX_REASON_CHARS else text[:MAX_REASON_CHARS - 3] + "..."
 
 

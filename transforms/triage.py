@@ -49,7 +49,8 @@ class LedgerMachine(ConfiguredMachine):
 
 
 class TriageAlerts(OrderedCheck[Tuple[PCollection[Alert], PCollection[TriageItem]],
-                                 Tuple[PCollection[Dict[str, Any]], PCollection[Dict[str, Any]], PCollection[Dict[str, Any]]]]):
+                                 Tuple[PCollection[Dict[str, Any]], PCollection[Dict[str, Any]],
+                                       PCollection[Dict[str, Any]]]]):
     """(Alert, TriageItem) -> (alert rows, re-announced alert rows, dead letters).
 
     Keyed by test, in event-time order: an alert raised while a mute covers it

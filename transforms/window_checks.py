@@ -114,7 +114,8 @@ class WindowCheckMachine(ConfiguredMachine):
 
 
 class CheckWindows(OrderedCheck[Tuple[PCollection[Tuple[WindowResult, int]], PCollection[RunResult],
-                                       PCollection[TriageItem]], Tuple[PCollection[Alert], PCollection[Dict[str, Any]]]]):
+                                       PCollection[TriageItem]],
+                                 Tuple[PCollection[Alert], PCollection[Dict[str, Any]]]]):
     """((WindowResult, revision), RunResult, TriageItem) -> (window_out_of_bounds alerts, dead letters).
 
     Each window is checked once, at its first revision; a run's end moves its

@@ -118,7 +118,8 @@ def test_a_stored_accept_the_job_refused_changes_nothing_when_seeded():
 
 def test_a_dismiss_of_an_alert_the_test_never_raised_is_refused_until_the_ledger_is_full():
     ledger = AlertLedger()
-    dismiss = action("dismiss", T0, metric="loss", run="r1", alert_id="no-such-alert", alert_kind="metric_out_of_bounds")
+    dismiss = action("dismiss", T0, metric="loss", run="r1", alert_id="no-such-alert",
+                     alert_kind="metric_out_of_bounds")
     with pytest.raises(Refused, match="test 't' has raised no such alert"):
         ledger.apply(dismiss)
     for index in range(MAX_RECENT_ALERTS):

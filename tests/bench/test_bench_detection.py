@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from bench import bench_detection
-from bench.detection import anchors, harness, scoring
+from bench.detection import anchors, harness, oracle, scoring
 from bench.detection import suite as gen
 from bench.detection.scoring import Alert
 
@@ -200,7 +200,44 @@ def test_the_change_point_detector_alerts_a_shift_once():
     assert len(alerts) == 1 and 25 <= alerts[0] < 25 + gen.SHIFT_DEADLINE
 
 
-def test_the_benchmark_command_runs_trainguard_end_to_end_on_a_tiny_suite(tmp_path, capsys):
+@pytest.mark.parametrize("noise", gen.NOISE_FAMILIES)
+def test_the_oracle_cutoff_passes_healthy_runs_it_never_saw_at_its_rate(tmp_path, noise):
+    """The oracle's quantiles, sampled from the generator, hold on other healthy runs: at 1% a check, 3,000
+    fresh runs put about 30 values of each metric beyond it (binomial: 30 ± 5.5)."""
+    quantiles = oracle.cached_noise_quantiles(noise, str(tmp_path), runs=4000)
+    again = oracle.cached_noise_quantiles(noise, str(tmp_path), runs=4000)  # read back from its file
+    assert all(np.array_equal(quantiles.residuals[m.name], again.residuals[m.name]) for m in oracle.NOISY)
+    spec = gen.SuiteSpec(tests=1, runs=3000, seed=77, noise=noise)
+    plan = gen.TestPlan("fresh", 0, "plain", (), {}, frozenset())
+    runs = [gen.generate_run(spec, plan, i) for i in range(spec.runs)]
+    for metric in oracle.NOISY:
+        cutoff = quantiles.cutoff(metric.name, 0.01)
+        beyond = sum((r.values[metric.name] - gen.level(plan, r.index, metric)[0]) * metric.worse
+                     > cutoff * gen.level(plan, r.index, metric)[1] for r in runs)
+        assert 15 <= beyond <= 50, (metric.name, beyond)
+    heavier = quantiles.cutoff(gen.ACCURACY.name, 0.001) - quantiles.cutoff(gen.ACCURACY.name, 0.01)
+    assert heavier > (1.5 if noise == "t3" else 0.5)  # t3's tail reaches further between the two rates
+
+
+def test_the_oracle_catches_a_6_sigma_drop_of_normal_noise_and_alerts_a_shift_once(tmp_path):
+    """Knowing the level and the noise, a 6σ accuracy drop of normal noise is out past any cutoff of these
+    rates; a shift is alerted at its first run out and is the level from then on."""
+    spec = gen.SuiteSpec(tests=6, runs=60, seed=3, noise="normal")
+    suite = gen.generate(spec)
+    quantiles = oracle.cached_noise_quantiles("normal", str(tmp_path), runs=4000)
+    alerts = oracle.detect_suite(suite, quantiles, oracle.rate_of(1.0))
+    counts = scoring.score(suite, alerts)
+    assert counts.faults["accuracy -6σ"] > 0 and counts.caught["accuracy -6σ"] == counts.faults["accuracy -6σ"]
+    assert counts.caught["crash"] == counts.faults["crash"] and counts.constant_alerts == 0
+    for plan in suite.plans:
+        for shift in gen.shifts_of(plan):
+            on_it = [a.run for a in alerts if a.test == plan.index and a.tag == shift.metric.tag
+                     and a.run >= shift.first_run and plan.is_healthy(a.run)]
+            assert len(on_it) <= 2, (plan.name, shift, on_it)  # its first alert, and at most one by chance
+
+
+def test_the_benchmark_command_runs_trainguard_end_to_end_on_a_tiny_suite(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(oracle, "SAMPLE_RUNS", 2000)
     workdir = tmp_path / "detection"
     assert bench_detection.main(["--tests", "3", "--runs", "30", "--seeds", "1", "--noise", "t3", "--jobs", "1",
                                  "--workdir", str(workdir), "--json"]) == 0
@@ -210,7 +247,10 @@ def test_the_benchmark_command_runs_trainguard_end_to_end_on_a_tiny_suite(tmp_pa
     assert points[:3] == [(harness.TRAINGUARD, "false_alerts_per_100_runs 3", False),
                           (harness.TRAINGUARD, "false_alerts_per_100_runs 1", True),
                           (harness.TRAINGUARD, "false_alerts_per_100_runs 0.3", False)]
-    assert len(points) == 3 + len(anchors.anchors(with_change_points=out["change_points"]))
+    assert len(points) == 3 + len(anchors.anchors(with_change_points=out["change_points"])) + len(oracle.BUDGETS)
+    assert [p for d, p, _ in points if d == oracle.ORACLE] == ["budget 3 (p=0.01 a check)",
+                                                               "budget 1 (p=0.0033 a check)",
+                                                               "budget 0.3 (p=0.001 a check)"]
     suite = gen.generate(gen.SuiteSpec(tests=3, runs=30, seed=1, noise="t3"))
     for row in family["rows"]:  # every detector scored on the same faults
         assert row["faults"] == scoring.score(suite, []).faults and row["constant_metric_alerts"] == 0

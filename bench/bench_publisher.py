@@ -341,8 +341,8 @@ def training_batch(start: int, n: int = 1000) -> List[Any]:
 
 def encoding(batches: int) -> Dict[str, Any]:
     """CPU and bytes per point of the background encoder, per wire schema."""
-    from trainguard import _encoding
-    from trainguard._encoding import MessageEncoder
+    from trainguard import encoding as encoder_module
+    from trainguard.encoding import MessageEncoder
 
     data = [training_batch(j * 1000) for j in range(batches)]
     out: Dict[str, Any] = {}
@@ -358,8 +358,8 @@ def encoding(batches: int) -> Dict[str, Any]:
     # values and times known to be floats (``Intake.all_floats``); and the same without orjson or msgspec (a
     # trainer install without them: %-formatting writes the number lists)
     flat = [[entry for point in batch for entry in point] for batch in data]
-    for name, compiled in (("", _encoding._compiled_dumps), (", without orjson/msgspec", None)):
-        saved, _encoding._compiled_dumps = _encoding._compiled_dumps, compiled
+    for name, compiled in (("", encoder_module.compiled_dumps), (", without orjson/msgspec", None)):
+        saved, encoder_module.compiled_dumps = encoder_module.compiled_dumps, compiled
         try:
             encoder = MessageEncoder("bench", "encoding", schema=wire.SCHEMA_V1_1)
             encoder.encode_flat(flat[0], floats=True)
@@ -367,7 +367,7 @@ def encoding(batches: int) -> Dict[str, Any]:
             size = sum(len(m.payload) for batch in flat for m in encoder.encode_flat(batch, floats=True))
             cpu = time.process_time() - cpu0
         finally:
-            _encoding._compiled_dumps = saved
+            encoder_module.compiled_dumps = saved
         out[f"{wire.SCHEMA_V1_1} flat (the handler's path){name}"] = {
             "cpu_us_per_point": round(cpu * 1e6 / (1000 * batches), 3),
             "bytes_per_point": round(size / (1000 * batches), 1)}

@@ -22,7 +22,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.timing import best
-from core.window_checks import FinishedRun, _overlap, step_aligned_history
+from core.window_checks import FinishedRun, step_aligned_history, window_overlap
 from core.windows import WindowResult
 from trainguard.cli import DASHES_NOTE, StrictArgumentParser
 
@@ -50,9 +50,9 @@ def scanned_history(window: WindowResult, runs: Sequence[FinishedRun], aggregati
     for finished in reversed(runs):
         if limit is not None and len(values) >= limit:
             break
-        overlapping = [w for w in finished.windows if _overlap(w, window) >= 0]
+        overlapping = [w for w in finished.windows if window_overlap(w, window) >= 0]
         if overlapping:
-            best = max(overlapping, key=lambda w: (_overlap(w, window), -w.index))
+            best = max(overlapping, key=lambda w: (window_overlap(w, window), -w.index))
             value = best.values.get(aggregation)
             if value is not None and best.index not in finished.excluded.get(aggregation, ()):
                 values.append(value)

@@ -123,7 +123,7 @@ def different_copy_reason(taken: Optional[bytes]) -> str:
 def summarize(message: wire.Message, payload: bytes, config: TestConfig,
               span: Optional[FileSpan] = None) -> MessageSummary:
     collection = config.metric_collection
-    by_tag = _columns_by_tag(message.points, collection.tags_to_ignore)
+    by_tag = columns_by_tag(message.points, collection.tags_to_ignore)
     tags = {}
     tta = collection.time_to_accuracy
     for tag, (values, times, steps) in by_tag.items():
@@ -154,8 +154,8 @@ def summarize_again(source: PayloadSource, configs: Configs) -> MessageSummary:
     return summarize(message, payload, configs.for_test(message.test, message.event_time), span)
 
 
-def _columns_by_tag(points: Tuple[wire.Point, ...],
-                    ignored: Collection[str]) -> Dict[str, Tuple[List[float], List[float], List[int]]]:
+def columns_by_tag(points: Tuple[wire.Point, ...],
+                   ignored: Collection[str]) -> Dict[str, Tuple[List[float], List[float], List[int]]]:
     """(values, times, steps) of each tag not ignored, in the order tags first appear; a point without a step
     has NO_STEP. (One loop over the points: column-wise selections per tag measured three times slower.)"""
     by_tag: Dict[str, Tuple[List[float], List[float], List[int]]] = {}

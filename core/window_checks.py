@@ -153,7 +153,7 @@ class _StepIndex:
         hi = bisect.bisect_right(self.starts, window.end_step)
         best: Optional[Tuple[int, int, int]] = None
         for position in self.positions[lo:hi]:
-            overlap = _overlap(self.windows[position], window)
+            overlap = window_overlap(self.windows[position], window)
             if overlap >= 0:
                 key = (overlap, -self.windows[position].index, -position)
                 if best is None or key > best:
@@ -268,7 +268,9 @@ def _move_level(state: WindowHistory, aggregation: str, run: str) -> None:
     state.streaks[aggregation] = []
 
 
-def _overlap(a: HistoryWindow, b: WindowResult) -> int:
+def window_overlap(a: HistoryWindow, b: WindowResult) -> int:
+    """How many steps two windows share, minus one: 0 when they share one step, negative when they are apart
+    or either has no step range."""
     if a.start_step is None or b.start_step is None or a.end_step is None or b.end_step is None:
         return -1
     return min(a.end_step, b.end_step) - max(a.start_step, b.start_step)
@@ -603,7 +605,7 @@ def _step_window(window: HistoryWindow, aggregations: Tuple[str, ...]) -> StepWi
 
 
 def _shares_steps(window: HistoryWindow, low: int, high: int) -> bool:
-    """Whether ``window`` may share a step with a window within steps [low, high] (``_overlap`` >= 0)."""
+    """Whether ``window`` may share a step with a window within steps [low, high] (``window_overlap`` >= 0)."""
     return (window.start_step is not None and window.end_step is not None
             and window.start_step <= high and window.end_step >= low)
 

@@ -236,7 +236,7 @@ def start_health_server(port: int) -> http.server.ThreadingHTTPServer:
     return server
 
 
-def _install_signal_handlers(loop: Loop) -> None:
+def install_signal_handlers(loop: Loop) -> None:
     if threading.current_thread() is not threading.main_thread():
         return
     # Only the event: the handler runs in the main thread between two bytecodes, possibly while that thread holds
@@ -279,7 +279,7 @@ def _run(options: Options, environ: Mapping[str, str]) -> int:
         source = build_source(options, state)
         notifier = Notifier(config, state, sender, dead_letters)
         loop = Loop(notifier, source, SystemClock, options.poll_seconds)
-        _install_signal_handlers(loop)
+        install_signal_handlers(loop)
         _LOGGER.info("reading %s; sending via %s; dead letters to %s; state %s", source.describe(),
                      sender.describe(), dead_letters.describe(), options.state_path)
         if not options.once:

@@ -18,7 +18,7 @@ value a trainer logged from a float32 tensor (``loss.item()``) comes back bit
 for bit, in 10 or 11 characters instead of 17 to 19. At 1,000 points per
 message a point costs about 17 bytes, against about 70 as a v1 point object.
 
-Validation is v1's, point by point (``wire._parse_point``'s rules on the
+Validation is v1's, point by point (``wire.parse_point``'s rules on the
 rebuilt point): a bad value, step or time rejects its point alone. What
 belongs to the column (not an object, a bad tag, unknown keys, lists of
 different lengths) rejects the column as one dead letter. Both decode into the

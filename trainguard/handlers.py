@@ -13,7 +13,7 @@ full) and ``max_pending_bytes`` of encoded messages waiting to be delivered
 counted). Failed sends are retried with exponential backoff until
 ``retry_deadline_s``. At interpreter exit the handler flushes for at most
 ``exit_flush_timeout_s``, shared with ``Run``'s flush and every other handler
-(``_lifecycle.exit_deadline``), and logs one line with what was delivered,
+(``lifecycle.exit_deadline``), and logs one line with what was delivered,
 dropped and spilled. The counts are exact on every way out: each value
 logged is delivered, dropped or spilled, including the batch in flight when
 a stuck send outlives the wait (see ``WireHandler.close``).
@@ -28,8 +28,8 @@ import threading
 import time
 from typing import Any, Dict, Optional
 
-from . import _lifecycle, distributed, wire
-from ._encoding import MessageEncoder
+from . import distributed, lifecycle, wire
+from .encoding import MessageEncoder
 from .intake import Intake
 from .metrics.api import MetricData, MetricHandler
 from .outbox import Outbox, RetryPolicy
@@ -206,8 +206,8 @@ class WireHandler(MetricHandler):
         self._warned: set = set()
         self._thread = threading.Thread(target=self._worker, name=f"trainguard-{self.kind}", daemon=True)
         self._thread.start()
-        _lifecycle.on_exit(self._close_at_exit, _lifecycle.PRIORITY_HANDLERS)
-        _lifecycle.on_fork_child(self._after_fork_in_child)
+        lifecycle.on_exit(self._close_at_exit, lifecycle.PRIORITY_HANDLERS)
+        lifecycle.on_fork_child(self._after_fork_in_child)
 
     # -- identity ------------------------------------------------------------
 
@@ -345,7 +345,7 @@ class WireHandler(MetricHandler):
 
     def _close_at_exit(self) -> None:
         """At interpreter exit: closes within what is left of the process's one exit deadline."""
-        self.close(_lifecycle.exit_deadline.remaining(self.config.exit_flush_timeout_s))
+        self.close(lifecycle.exit_deadline.remaining(self.config.exit_flush_timeout_s))
 
     def _seal(self) -> None:
         """Takes the accounting over from a background thread that did not stop:

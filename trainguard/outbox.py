@@ -23,7 +23,7 @@ import threading
 import time
 from typing import Any, Deque, List, Optional
 
-from ._encoding import EncodedMessage
+from .encoding import EncodedMessage
 from .transports import JsonlWriter, Transport
 
 logger = logging.getLogger("trainguard")

@@ -15,7 +15,7 @@ import re
 import threading
 from typing import Any, Callable, List, Optional, Sequence
 
-from ._encoding import EncodedMessage
+from .encoding import EncodedMessage
 from .handlers import PublisherConfig, WireHandler
 
 _TOPIC = re.compile(r"^projects/[^/]+/topics/[^/]+$")

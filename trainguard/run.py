@@ -9,7 +9,7 @@ publishes ``run_started`` on entry and ``run_finished`` on exit with status
 ``success``, or ``failure`` when the block raises (``SystemExit`` with code 0
 or None counts as success), then flushes the handler for at most
 ``flush_timeout`` seconds. That wait is the start of the process's one exit
-deadline (``_lifecycle.exit_deadline``): if it does not deliver everything,
+deadline (``lifecycle.exit_deadline``): if it does not deliver everything,
 the flushes at interpreter exit get only what is left of it, so an
 unreachable Pub/Sub holds the process ``flush_timeout`` once, not once here
 and again at exit. The events go to ``handler`` or, by default, to
@@ -34,7 +34,7 @@ import threading
 import time
 from typing import Any, Dict, Optional
 
-from . import _lifecycle, distributed, wire
+from . import distributed, lifecycle, wire
 from .handlers import WireHandler
 from .metrics import api
 
@@ -82,7 +82,7 @@ class Run:
             elif bind is not None:  # another handler's bind(test, run)
                 bind(self.test, self.run_id)
             self._started_at = time.time()
-        _lifecycle.exit_deadline.release()  # a new run: its end gets a full wait again
+        lifecycle.exit_deadline.release()  # a new run: its end gets a full wait again
         data: Dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid(), "python": sys.version.split()[0]}
         rank = self.rank_of(handler)
         if rank.known:
@@ -120,8 +120,8 @@ class Run:
                  "duration_s": round(now - self._started_at, 3), **_dropped_so_far(handler), **data}
         try:
             handler.emit_event(wire.RUN_FINISHED, event, now)
-            if handler.flush(_lifecycle.exit_deadline.remaining(self.flush_timeout)):
-                _lifecycle.exit_deadline.release()  # all delivered: the exit wait starts afresh
+            if handler.flush(lifecycle.exit_deadline.remaining(self.flush_timeout)):
+                lifecycle.exit_deadline.release()  # all delivered: the exit wait starts afresh
         except Exception:
             logger.exception("trainguard: could not publish run_finished")
 

@@ -49,9 +49,9 @@ import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import distributed, wire
-from ._encoding import EncodedMessage, MessageEncoder
 from .cli import DASHES_NOTE, RUNTIME_ERROR, USAGE_ERROR, StrictArgumentParser, cloud_failure, fail, missing_credentials
 from .distributed import Rank
+from .encoding import EncodedMessage, MessageEncoder
 from .handlers import ENV_RUN, ENV_TEST
 from .transports import JsonlTransport, Transport
 

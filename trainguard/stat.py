@@ -31,7 +31,7 @@ import re
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union, cast
 
-from . import _lifecycle
+from . import lifecycle
 from .metrics import api
 from .stats_math import moments as _moments
 from .stats_math import percentile
@@ -112,7 +112,7 @@ class Stat:
         self.windows_closed = 0
         self.invalid = 0
         self._reset(None)
-        _lifecycle.on_exit(self.flush, _lifecycle.PRIORITY_STATS)
+        lifecycle.on_exit(self.flush, lifecycle.PRIORITY_STATS)
 
     def _reset(self, start: Optional[float]) -> None:
         self._values: List[float] = []

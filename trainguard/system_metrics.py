@@ -26,7 +26,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from . import _lifecycle
+from . import lifecycle
 from .metrics import api
 
 logger = logging.getLogger("trainguard")
@@ -152,7 +152,7 @@ class SystemMetricsSampler:
         self.samples_taken = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="trainguard-system-metrics", daemon=True)
-        _lifecycle.on_exit(self.stop, _lifecycle.PRIORITY_SAMPLERS)
+        lifecycle.on_exit(self.stop, lifecycle.PRIORITY_SAMPLERS)
 
     def start(self) -> SystemMetricsSampler:
         self._thread.start()

@@ -12,7 +12,7 @@ import json
 import os
 from typing import Any, BinaryIO, Dict, List, Optional, Protocol, Sequence
 
-from ._encoding import EncodedMessage
+from .encoding import EncodedMessage
 
 
 class Transport(Protocol):

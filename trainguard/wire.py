@@ -165,18 +165,18 @@ def parse_message(payload: bytes) -> Tuple[Message, List[Rejection]]:
     """
     if len(payload) > MAX_MESSAGE_BYTES:
         raise InvalidMessage(f"message is {len(payload)} bytes, limit is {MAX_MESSAGE_BYTES}")
-    fast = _fast_decode(payload) if _fast_points is not None else None
+    fast = fast_decode(payload) if _fast_points is not None else None
     if fast is not None:
-        return _parse_object(*fast)
-    return _parse_object(decode_json(payload), None)
+        return parse_message_object(*fast)
+    return parse_message_object(decode_json(payload), None)
 
 
-def _fast_decode(payload: bytes) -> Optional[Tuple[Dict[str, Any], List[Point]]]:
+def fast_decode(payload: bytes) -> Optional[Tuple[Dict[str, Any], List[Point]]]:
     """The envelope and points of a points-only message whose every point is valid (see ``_fast_points``)."""
     return _fast_points.decode(payload, MAX_NAME_CHARS, MIN_TIME, MAX_TIME, MAX_STEP)
 
 
-def _parse_object(obj: Any, valid_points: Optional[List[Point]]) -> Tuple[Message, List[Rejection]]:
+def parse_message_object(obj: Any, valid_points: Optional[List[Point]]) -> Tuple[Message, List[Rejection]]:
     """``parse_message`` of the decoded payload; ``valid_points``: its points, already checked."""
     if not isinstance(obj, dict):
         raise InvalidMessage(f"not a JSON object but {type(obj).__name__}")
@@ -196,7 +196,7 @@ def _parse_object(obj: Any, valid_points: Optional[List[Point]]) -> Tuple[Messag
     rejections: List[Rejection] = []
     context = (message_id, test, run)
     points: List[Point] = (valid_points if valid_points is not None
-                           else _parse_each(raw_points, _parse_point, "point", context, rejections))
+                           else _parse_each(raw_points, parse_point, "point", context, rejections))
     if raw_columns:
         points += _parse_columns(raw_columns, context, rejections)
     events: List[Event] = _parse_each(raw_events, _parse_event, "event", context, rejections)
@@ -385,7 +385,7 @@ def point_value(raw: Any) -> float:
     return value
 
 
-def _parse_point(raw: Any) -> Point:
+def parse_point(raw: Any) -> Point:
     # The hot loop of the pipeline (one call per point): plain type checks on the
     # common shapes first, the detailed diagnosis only for what fails them.
     if type(raw) is not dict:

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from core.aggregation import NO_STEP, TagAggregate
-from core.parse import _columns_by_tag
+from core.parse import columns_by_tag
 from core.stats import exact_units
 
 # Few distinct values, times and steps, so that ties (and 0.0 against -0.0) are common.
@@ -62,5 +62,5 @@ def test_a_message_splits_into_the_columns_of_each_tag_kept_in_order_of_appearan
             columns[0].append(value)
             columns[1].append(time)
             columns[2].append(NO_STEP if step is None else step)
-    got = _columns_by_tag(points, ignored)
+    got = columns_by_tag(points, ignored)
     assert list(got) == list(expected) and repr(got) == repr(expected)

@@ -223,7 +223,7 @@ def test_a_signal_never_waits_for_a_lock_the_interrupted_main_thread_may_hold():
     """Ctrl-C arriving while the main thread was inside the source queue's lock deadlocked the notifier."""
     import threading
 
-    from notifier.cli import Loop, _install_signal_handlers
+    from notifier.cli import Loop, install_signal_handlers
 
     class SourceWithHeldLock:
         lock = threading.Lock()
@@ -239,7 +239,7 @@ def test_a_signal_never_waits_for_a_lock_the_interrupted_main_thread_may_hold():
     loop = Loop(notifier=None, source=source)
     previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
-        _install_signal_handlers(loop)
+        install_signal_handlers(loop)
         with source.lock:  # the main thread is inside the queue, as in Queue.get
             signal.getsignal(signal.SIGINT)(signal.SIGINT, None)
     finally:

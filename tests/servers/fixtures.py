@@ -18,7 +18,7 @@ from tests.servers.pubsub import DEFAULT_PROJECT, PubSubServer
 _LOCAL_HOSTS = ("127.0.0.1", "localhost")
 
 
-def _no_grpc_proxy_for_local_hosts() -> str:
+def no_grpc_proxy_for_local_hosts() -> str:
     """``no_grpc_proxy`` value exempting local hosts, keeping existing exemptions.
 
     gRPC honours ``http(s)_proxy``; without this, a proxy configured on the
@@ -39,7 +39,7 @@ def pubsub_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[PubSubServer]:
     with PubSubServer(project=DEFAULT_PROJECT) as server:
         monkeypatch.setenv("PUBSUB_EMULATOR_HOST", server.host)
         monkeypatch.setenv("PUBSUB_PROJECT_ID", server.project)
-        monkeypatch.setenv("no_grpc_proxy", _no_grpc_proxy_for_local_hosts())
+        monkeypatch.setenv("no_grpc_proxy", no_grpc_proxy_for_local_hosts())
         yield server
 
 

@@ -11,9 +11,9 @@ from trainguard.metrics import api
 @pytest.fixture(autouse=True)
 def fresh_metrics_config():
     """Every test starts with nothing configured and no warnings remembered."""
-    api._reset_for_tests()
+    api.reset_for_tests()
     yield
-    api._reset_for_tests()
+    api.reset_for_tests()
 
 
 @pytest.fixture
@@ -27,10 +27,10 @@ def handlers():
 @pytest.fixture
 def silent_server(monkeypatch):
     """A Pub/Sub endpoint that accepts connections and never answers; clients created in the test use it."""
-    from tests.servers.fixtures import _no_grpc_proxy_for_local_hosts
+    from tests.servers.fixtures import no_grpc_proxy_for_local_hosts
 
     server = SilentServer()
     monkeypatch.setenv("PUBSUB_EMULATOR_HOST", server.host)
-    monkeypatch.setenv("no_grpc_proxy", _no_grpc_proxy_for_local_hosts())
+    monkeypatch.setenv("no_grpc_proxy", no_grpc_proxy_for_local_hosts())
     yield server
     server.close()

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Se
 
 from tests.support import REPO_ROOT
 from trainguard import wire
-from trainguard._encoding import EncodedMessage
+from trainguard.encoding import EncodedMessage
 from trainguard.handlers import JsonlMetricHandler, PublisherConfig, WireHandler
 
 ROOT = REPO_ROOT

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support import T0
-from trainguard import _encoding, wire
-from trainguard._encoding import MessageEncoder
+from trainguard import encoding, wire
+from trainguard.encoding import MessageEncoder
 
 T0_MS = int(T0 * 1000)
 float32s = st.floats(width=32, allow_nan=False, allow_infinity=False).map(float)
@@ -136,14 +136,14 @@ def test_non_finite_and_invalid_values_are_refused_as_in_v1():
 
 def encode_with_writer(dumps, batch, max_points, schema=wire.SCHEMA_V1_1):
     """The messages of ``batch`` with the number lists written by ``dumps`` (None: %-formatting)."""
-    saved = _encoding._compiled_dumps
-    _encoding._compiled_dumps = dumps
+    saved = encoding.compiled_dumps
+    encoding.compiled_dumps = dumps
     try:
         ids = iter(f"m{i}" for i in range(10_000))
         encoder = MessageEncoder("t", "r", max_points=max_points, schema=schema)
         return encoder.encode(batch, next_id=lambda: next(ids)), encoder.counters
     finally:
-        _encoding._compiled_dumps = saved
+        encoding.compiled_dumps = saved
 
 
 # float64 values whose repr and orjson spell differently (1e-05 / 0.00001, 2.5e-07 / 2.5e-7), alongside the rest
@@ -153,7 +153,7 @@ writer_batches = st.one_of(points, loops, dense_loops, bursts,
 
 
 def compiled_writers():
-    """The compiled number writers importable here (``_encoding._compiled_writer`` takes the first)."""
+    """The compiled number writers importable here (``encoding.compiled_writer`` takes the first)."""
     writers = []
     for module, name in (("orjson", "dumps"), ("msgspec.json", "encode")):
         with contextlib.suppress(ImportError):
@@ -181,7 +181,7 @@ def test_the_compiled_number_writer_is_used_where_installed():
     writers = compiled_writers()
     if not writers:
         pytest.skip("neither orjson nor msgspec is importable")
-    assert _encoding._compiled_dumps is writers[0].values[0]
+    assert encoding.compiled_dumps is writers[0].values[0]
     calls = []
 
     def dumps(obj):
@@ -219,11 +219,11 @@ def test_flat_points_encode_as_the_same_points_as_tuples(batch, schema, max_poin
 
 
 def encode_flat_with(batch, max_points, points_per_bisection=None, floats=False):
-    """``encode_flat``'s messages of ``batch``, with ``_encoding._POINTS_PER_BISECTION`` changed if given (0: times
+    """``encode_flat``'s messages of ``batch``, with ``encoding.POINTS_PER_BISECTION`` changed if given (0: times
     in order are always written from their runs of equal milliseconds, 10**9: never, but for a single one)."""
-    saved = _encoding._POINTS_PER_BISECTION
+    saved = encoding.POINTS_PER_BISECTION
     if points_per_bisection is not None:
-        _encoding._POINTS_PER_BISECTION = points_per_bisection
+        encoding.POINTS_PER_BISECTION = points_per_bisection
     try:
         ids = iter(f"m{i}" for i in range(20_000))
         encoder = MessageEncoder("t", "r", max_points=max_points, schema=wire.SCHEMA_V1_1)
@@ -231,21 +231,21 @@ def encode_flat_with(batch, max_points, points_per_bisection=None, floats=False)
                                        floats=floats)
         return [(m.payload, m.attributes, m.points, m.events) for m in messages]
     finally:
-        _encoding._POINTS_PER_BISECTION = saved
+        encoding.POINTS_PER_BISECTION = saved
 
 
 @pytest.mark.parametrize("dumps", [None, *compiled_writers()])
 @settings(max_examples=150, deadline=None)
 @given(batch=st.one_of(bursts, dense_loops, loops), max_points=st.sampled_from([1, 7, 60, 1000]))
 def test_times_written_from_their_runs_are_the_times_written_point_by_point(dumps, batch, max_points):
-    saved = _encoding._compiled_dumps
-    _encoding._compiled_dumps = dumps
+    saved = encoding.compiled_dumps
+    encoding.compiled_dumps = dumps
     try:
         every_point = encode_flat_with(batch, max_points, 10 ** 9)
         assert encode_flat_with(batch, max_points, 0) == every_point
         assert encode_flat_with(batch, max_points) == every_point
     finally:
-        _encoding._compiled_dumps = saved
+        encoding.compiled_dumps = saved
 
 
 def test_a_high_rate_loop_takes_each_path_of_the_runs_writer():
@@ -293,10 +293,10 @@ def test_a_training_loops_full_message_is_written_without_a_pause_and_anything_e
 
 
 @settings(max_examples=500, deadline=None)
-@given(st.one_of(st.integers(_encoding._MIN_MS, _encoding._MAX_MS - 1),
+@given(st.one_of(st.integers(encoding.MIN_MS, encoding.MAX_MS - 1),
                  st.integers(T0_MS - 10, T0_MS + 10 ** 7)))
 def test_the_first_time_of_a_millisecond_is_exactly_where_it_starts(ms):
-    time = _encoding._first_time_of(ms)
+    time = encoding.first_time_of(ms)
     assert int(time * 1000) >= ms and int(math.nextafter(time, 0.0) * 1000) < ms
 
 
@@ -458,5 +458,5 @@ def test_any_columns_parse_or_are_rejected_with_a_reason(columns):
     assert parsed.points or rejections
     assert all(r.reason and r.payload for r in rejections)
     for point in parsed.points:
-        assert wire._parse_point(wire.point_dict(point[0], point[1], point[3], point[2])) == point
+        assert wire.parse_point(wire.point_dict(point[0], point[1], point[3], point[2])) == point
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tests.support import T0
 from tests.trainguard.support import expected_ts, parse_all, points_of
 from trainguard import wire
-from trainguard._encoding import NONFINITE_EVENT, MessageEncoder
+from trainguard.encoding import NONFINITE_EVENT, MessageEncoder
 
 tags = st.text(st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp", "Co", "Cn")), min_size=1, max_size=40)
 values = st.one_of(st.floats(allow_nan=False, allow_infinity=False),

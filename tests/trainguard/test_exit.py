@@ -3,7 +3,7 @@
 Logged = delivered + dropped (+ spilled), whether the handler is closed, the
 interpreter exits, or the endpoint accepts requests and never answers them
 (the batch in flight counts as unsent at exit). ``Run``'s flush and the
-flushes at interpreter exit share one deadline (``_lifecycle.exit_deadline``);
+flushes at interpreter exit share one deadline (``lifecycle.exit_deadline``);
 the tests observe the waits each one is granted, on a clock that moves only
 when the test says so.
 """
@@ -25,7 +25,7 @@ from tests.trainguard.support import (
     run_python,
     wait_until,
 )
-from trainguard import _lifecycle
+from trainguard import lifecycle
 
 FAR = 60_000.0  # a max_latency_ms that never fires during a test
 TOPIC = "projects/p/topics/t"
@@ -107,7 +107,7 @@ def test_interpreter_exit_with_an_endpoint_that_never_answers_accounts_for_every
 def clock(monkeypatch):
     """The process's exit deadline on a clock the test moves."""
     fake = FakeClock()
-    monkeypatch.setattr(_lifecycle, "exit_deadline", _lifecycle.ExitDeadline(fake))
+    monkeypatch.setattr(lifecycle, "exit_deadline", lifecycle.ExitDeadline(fake))
     return fake
 
 

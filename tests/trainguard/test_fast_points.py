@@ -18,7 +18,7 @@ pytest.importorskip("msgspec")
 
 def general_path(payload: bytes):
     """What parse_message gives without the compiled path."""
-    return wire._parse_object(wire.decode_json(payload), None)
+    return wire.parse_message_object(wire.decode_json(payload), None)
 
 
 def outcome(parse, payload: bytes) -> str:
@@ -165,10 +165,10 @@ def test_a_line_whose_unknown_key_is_not_utf8_is_rejected_whole_not_read_without
 
 def test_the_common_shape_takes_the_compiled_path():
     payload = wire.encode_message("t", "r", [wire.point_dict("loss", 0.5, 1763596805.0, 3)] * 3)
-    assert wire._fast_decode(payload) is not None
+    assert wire.fast_decode(payload) is not None
     body = json.loads(wire.encode_message("tëst", "r", [wire.point_dict("lôss/ü", 0.5, 1763596805.0, 3)] * 3,
                                           rank=3, world_size=wire.MAX_WORLD_SIZE))
-    assert wire._fast_decode(json.dumps(body, ensure_ascii=False).encode("utf-8")) is not None  # UTF-8 read as such
+    assert wire.fast_decode(json.dumps(body, ensure_ascii=False).encode("utf-8")) is not None  # UTF-8 read as such
 
 
 # -- raw bytes: valid messages mutated where JSON readers differ (UTF-8, keys, numbers, escapes, whitespace) --------

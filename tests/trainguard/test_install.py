@@ -43,7 +43,7 @@ def test_its_dependencies_are_light_and_the_shipper_is_a_console_script(wheel):
         scripts = z.read("trainguard-0.1.0.dist-info/entry_points.txt").decode()
     requires = metadata.get_all("Requires-Dist")
     assert metadata["Name"] == "trainguard"
-    # orjson: the fast path of the trainer's encoder (trainguard/_encoding.py), which a training job must get
+    # orjson: the fast path of the trainer's encoder (trainguard/encoding.py), which a training job must get
     assert [r for r in requires if "extra ==" not in r] == ["google-cloud-pubsub<3,>=2.18", "orjson<4,>=3.9.7"]
     assert not [r for r in requires if "beam" in r or "duckdb" in r or "sendgrid" in r]
     assert set(metadata.get_all("Provides-Extra")) == {"shipper", "system"}

@@ -12,7 +12,7 @@ import trainguard
 import trainguard.metrics as metrics
 from tests.trainguard.support import run_python
 from trainguard.metrics import api
-from trainguard.metrics.api import MetricData, MetricHandler, MetricStream, _get_metric_name, prof
+from trainguard.metrics.api import MetricData, MetricHandler, MetricStream, prof
 
 
 class RecordingHandler(MetricHandler):
@@ -125,9 +125,13 @@ class TestTorchelasticApiTest:
         pass
 
     def test_get_metric_name(self):
+        """torchelastic's name for a profiled function: ``module.function``, or ``Class.method``."""
+        handler = RecordingHandler()
+        metrics.configure(handler)
         foo_1.__module__ = "api_test"
-        assert _get_metric_name(foo_1) == "api_test.foo_1"
-        assert _get_metric_name(self.foo_2) == "TestTorchelasticApiTest.foo_2"
+        prof(foo_1)()
+        prof(self.foo_2)()
+        assert {"api_test.foo_1.success", "TestTorchelasticApiTest.foo_2.success"} <= set(handler.metric_data)
 
     def test_profile(self):
         handler = RecordingHandler()

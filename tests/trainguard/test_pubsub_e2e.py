@@ -30,7 +30,7 @@ from tests.trainguard.support import (
 )
 from tests.trainguard.tb_files import TF2Writer
 from trainguard import wire
-from trainguard._encoding import EncodedMessage
+from trainguard.encoding import EncodedMessage
 from trainguard.pubsub_handler import PubSubTransport
 from trainguard.shipper import Shipper, ShipperConfig
 

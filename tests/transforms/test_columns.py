@@ -15,7 +15,7 @@ from pipeline.graph import GraphSettings
 from tests.support import T0
 from tests.transforms.support import batch_pipeline, configs, detect, gather
 from trainguard import wire
-from trainguard._encoding import MessageEncoder
+from trainguard.encoding import MessageEncoder
 
 CONFIG = {
     "metric_collection_config": {"default_aggregation_strategies": ["final", "min", "max", "average"]},

@@ -284,7 +284,7 @@ def log_event(event_type: str, data: Optional[Dict[str, Any]] = None,
     handler.emit_event(event_type, dict(data or {}), time.time() if timestamp is None else timestamp)
 
 
-def _reset_for_tests() -> None:
+def reset_for_tests() -> None:
     """Forgets all configuration (for tests)."""
     global _default_metrics_handler, _default_configured
     _metrics_map.clear()

@@ -45,7 +45,7 @@ from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Se
 from . import _columns, wire
 
 
-def _compiled_writer() -> Optional[Callable[[Any], bytes]]:
+def compiled_writer() -> Optional[Callable[[Any], bytes]]:
     """A compiled writer of JSON number lists, where one is importable (see ``_Column.json``): orjson, else msgspec
     (the pipeline's install has it). Neither is a dependency of the trainer: without them %-formatting writes the
     same points."""
@@ -61,13 +61,13 @@ def _compiled_writer() -> Optional[Callable[[Any], bytes]]:
         return None
 
 
-_compiled_dumps = _compiled_writer()  # (tests swap it for another writer, or None)
+compiled_dumps = compiled_writer()  # (tests swap it for another writer, or None)
 
 NONFINITE_EVENT = "nonfinite_value"
 """Event sent the first time a tag gets a NaN or infinite value (the wire cannot carry it)."""
 
-_MIN_MS = int(wire.MIN_TIME * 1000)
-_MAX_MS = int(wire.MAX_TIME * 1000)
+MIN_MS = int(wire.MIN_TIME * 1000)
+MAX_MS = int(wire.MAX_TIME * 1000)
 _EXACT_INT = 1 << 53
 
 
@@ -238,7 +238,7 @@ class MessageEncoder:
                 raise _Invalid(f"time {time!r} is not plausible unix seconds")
             ms = int(time * 1000)
             if ms != self._last_ms:
-                if not _MIN_MS <= ms < _MAX_MS:
+                if not MIN_MS <= ms < MAX_MS:
                     raise _Invalid(f"time {time!r} is not plausible unix seconds")
                 self._last_ms = ms
                 self._last_time = millis_text(ms)
@@ -346,7 +346,7 @@ class MessageEncoder:
             if (prefix is not None and type(value) is float and value - value == 0.0 and type(time) is float
                     and time - time == 0.0 and (step is None or (type(step) is int and 0 <= step <= max_step))):
                 ms = int(time * 1000)
-                if ms != last_ms and _MIN_MS <= ms < _MAX_MS:
+                if ms != last_ms and MIN_MS <= ms < MAX_MS:
                     last_ms, last_time = ms, millis_text(ms)
                 if ms == last_ms:
                     if step is None:
@@ -550,7 +550,7 @@ class MessageEncoder:
             if type(time) is not float and (isinstance(time, bool) or not isinstance(time, (int, float))):
                 raise _Invalid(f"time must be a number, got {type(time).__name__}")
             ms = int(time * 1000)
-            if not _MIN_MS <= ms < _MAX_MS:
+            if not MIN_MS <= ms < MAX_MS:
                 raise _Invalid(f"time {time!r} is not plausible unix seconds")
             return number, None if step is None else int(_step_json(step)), ms
         except (ArithmeticError, _Invalid, TypeError, ValueError, OverflowError):
@@ -629,7 +629,7 @@ def _plainly_valid(values: Sequence[Any], steps: Sequence[Any], times: Sequence[
     if stepped is None:
         return None
     ms = _millis(times)
-    if ms is None or min(ms) < _MIN_MS or max(ms) >= _MAX_MS:
+    if ms is None or min(ms) < MIN_MS or max(ms) >= MAX_MS:
         return None
     if stepped and (min(steps) < 0 or max(steps) > wire.MAX_STEP):
         return None
@@ -659,25 +659,25 @@ def _column_millis(times: Sequence[float], period: int) -> Optional[List[Any]]:
     ordered = sorted(times) == times  # (sorting floats already in order: a comparison a point, at C speed)
     if ordered:
         first, last = float.__trunc__(times[0] * 1000.0), float.__trunc__(times[-1] * 1000.0)
-        if first < _MIN_MS or last >= _MAX_MS:
+        if first < MIN_MS or last >= MAX_MS:
             return None
-        if (last - first) * _POINTS_PER_BISECTION <= n:
+        if (last - first) * POINTS_PER_BISECTION <= n:
             columns = _run_millis(times, first, last, period)
             if columns is not None:
                 return columns
     ms = _millis(times)
-    if ms is None or (not ordered and (min(ms) < _MIN_MS or max(ms) >= _MAX_MS)):
+    if ms is None or (not ordered and (min(ms) < MIN_MS or max(ms) >= MAX_MS)):
         return None
     return [_Millis(ms[k::period]) for k in range(period)]
 
 
-_POINTS_PER_BISECTION = 8
-"""Finding where a millisecond starts (``_first_time_of``, ``bisect``) costs about what 6 points' product,
+POINTS_PER_BISECTION = 8
+"""Finding where a millisecond starts (``first_time_of``, ``bisect``) costs about what 6 points' product,
 truncation and difference (and writing them) do: runs are looked for when the times span at most one millisecond
 for every this many points."""
 
 
-def _first_time_of(ms: int) -> float:
+def first_time_of(ms: int) -> float:
     """The smallest float ``time`` whose ``int(time * 1000)`` is ``ms`` or more (for ``ms`` > 0)."""
     time = ms / 1000
     while time * 1000.0 >= ms:  # (a few ulps away at most: the product rounds)
@@ -694,7 +694,7 @@ def _run_millis(times: Sequence[float], first: int, last: int, period: int) -> O
     starts, run_ms = [0], [first]
     start, ms = 0, first
     while ms < last:
-        start = bisect_left(times, _first_time_of(ms + 1), start + 1, n)
+        start = bisect_left(times, first_time_of(ms + 1), start + 1, n)
         ms = float.__trunc__(times[start] * 1000.0)
         starts.append(start)
         run_ms.append(ms)
@@ -733,7 +733,7 @@ class _Millis:
 
 def _int_list_json(numbers: List[int]) -> str:
     """A JSON array of ints: the compiled writer's where there is one, else one %-format over them all."""
-    dumps = _compiled_dumps
+    dumps = compiled_dumps
     if dumps is not None:
         return dumps(numbers).decode()  # type: ignore[no-any-return]
     return f'[{("%d," * len(numbers))[:-1] % tuple(numbers)}]'
@@ -807,7 +807,7 @@ class _Column:
     def json(self, start: int, most: int) -> Tuple[str, int, int]:
         """The column object of points ``start`` to at most ``start + most``: (JSON, points, latest ms).
 
-        With a compiled writer importable (orjson, else msgspec: ``_compiled_writer``), it writes the lists of
+        With a compiled writer importable (orjson, else msgspec: ``compiled_writer``), it writes the lists of
         integers (steps, ms) and of float64 values (a tenth of the cost): the same integers, and each float's
         shortest round-trip text, which is ``repr``'s except for some exponents (``0.00001`` for ``1e-05``,
         ``2.5e-7`` for ``2.5e-07``), so the same points decoded (tests/trainguard/test_columns.py compares
@@ -821,7 +821,7 @@ class _Column:
         if type(values) is not list:
             values = list(values)
         n = end - start
-        dumps = _compiled_dumps
+        dumps = compiled_dumps
         # One %-format over the whole slice is a third cheaper than a str.join over map(format, values).
         # every value a float32? (array('f') turns one past its range into inf, which differs; one value first:
         # float64 values rarely pass it)

@@ -8,7 +8,7 @@ that is not in its worker's cache), each call its own bundle. For each ``--pendi
 
 - per item: ``process`` of one more item with N pending (the best of ``--repeat`` batches of ``--items``),
   beside what the layout before the bag cost, one cell of the machine state and every pending item read and
-  written whole per item (``OrderedKeyState``: its decode, sorted insert and encode, the same bytes);
+  written whole per item (the fields of that layout's one value, decoded, the item inserted in order, encoded);
 - per firing: one streaming firing with N pending of which one is due (the bag is read and all but one put
   back), and one bounded firing that steps all N (``check_metric`` on each).
 
@@ -43,7 +43,7 @@ from core.records import MetricObservation
 from trainguard.cli import DASHES_NOTE, StrictArgumentParser
 from transforms.coders import RecordCoder
 from transforms.history import MetricMachine
-from transforms.ordered import _Keyed, in_event_time_order
+from transforms.ordered import in_event_time_order
 
 T0 = 1763596800.0
 TEST, METRIC = "pt-cifar-tpu-v3-8", "Accuracy/test_final"
@@ -177,10 +177,10 @@ def metric_key(streaming: bool) -> OneKey:
     return OneKey(in_event_time_order(MetricMachine(configs), "metric", streaming, 0), (TEST, METRIC))
 
 
-def old_layout_item(keyed: _Keyed, item: MetricObservation, coder: RecordCoder) -> None:
+def old_layout_item(keyed: Dict[str, Any], item: MetricObservation, coder: RecordCoder) -> None:
     """What ``process`` did per item before the bag: read the whole cell, insert the item, write it back."""
     state = coder.decode(coder.encode(keyed))
-    bisect.insort(state.pending, item, key=lambda i: i.order)
+    bisect.insort(state["pending"], item, key=lambda i: i.order)
     coder.encode(state)
 
 
@@ -221,8 +221,7 @@ def per_item_row(pending: int, items: int, repeat: int) -> str:
     """One row of the first table: the costs with ``pending`` items waiting."""
     waiting = observations(pending + items)
     process_s = min(process_seconds(with_pending(True, waiting[:pending]), waiting[pending:]) for _ in range(repeat))
-    keyed, coder = _Keyed(None), RecordCoder()
-    keyed.pending = waiting[:pending]
+    keyed, coder = {"machine_state": None, "pending": waiting[:pending], "scheduled_micros": None}, RecordCoder()
     old_s, _ = best(repeat, lambda: [old_layout_item(keyed, item, coder) for item in waiting[pending:]])
     one_due_s, outputs = firing_seconds(with_pending(True, waiting[:pending]),
                                         Timestamp.of(waiting[0].finalized_at), repeat)

@@ -32,7 +32,6 @@ from typing import Any, Dict, List, Optional, Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from apache_beam.utils.timestamp import Timestamp
 
 from core import encoding
 from core.config import TestConfig, parse_test_config
@@ -66,7 +65,6 @@ from core.window_checks import (
 )
 from core.windows import TagWindows, Window, WindowPoint, WindowResult, window_aggregates
 from trainguard import wire
-from transforms.ordered import _Keyed
 from transforms.windows import _RunWindows
 
 DEFAULT_OUT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "fixtures",
@@ -276,14 +274,8 @@ def build() -> Dict[str, Any]:
         ledgers={TEST: ledger})
     cases["stored_index"] = cases["history_seed"].index()
     cases["seeded_state"] = SeededState(window_history)
-    # The ordered stage's state of a key: its machine's state (``<name>_keyed``: the histories above) and its
-    # bag of pending items (``<name>_pending``: each item on its own, as above). The layout before the bag, one
-    # value with the pending items inside, is no longer written; its fixtures are state_v1's.
-    keyed = _Keyed(metric_history)
-    keyed.pending = [observations[-1], accept]
-    keyed.scheduled = Timestamp.of(T0 + 9 * DAY)
-    cases["ordered_key_state"] = keyed
-    cases["ordered_key_state_windows"] = _Keyed(window_history)
+    # The ordered stage's state of a key is its machine's state (``<name>_keyed``: the histories above) and its
+    # bag of pending items (``<name>_pending``: each item on its own, as above).
 
     # Plain values at the edges of what the encoding must keep.
     cases["edge_values"] = {

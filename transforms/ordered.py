@@ -14,7 +14,8 @@ side input that every worker reads whole (``WithSeeds``).
 from __future__ import annotations
 
 import copy
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Protocol, Tuple, TypeVar, cast
+import dataclasses
+from typing import Any, Iterable, List, NamedTuple, Optional, Protocol, Tuple, TypeVar, cast, runtime_checkable
 
 import apache_beam as beam
 from apache_beam import PCollection
@@ -27,13 +28,14 @@ from apache_beam.utils.timestamp import MAX_TIMESTAMP, Timestamp
 from core import encoding
 from core.history import HistorySeed, SeededState
 from core.records import dead_letter_row, failure_reason, record_payload
-from core.registry import record
 from core.runs import TIMER_BUCKET_SECONDS
 from core.schema import DEAD_LETTER
 from transforms.coders import RecordCoder
 
 
 class StateMachine(Protocol):
+    """What ``in_event_time_order`` runs per key: a pure state machine over the key's items."""
+
     def initial(self, key: Any) -> Any:
         """The state of ``key`` before its first item when the seed has none for it."""
 
@@ -41,11 +43,9 @@ class StateMachine(Protocol):
         """Applies one item to ``state`` (mutating it) and yields outputs. Deterministic: the same state and item
         give the same state (a failure rebuilds the state by stepping earlier items again)."""
 
-    # Optional: ``forget_at(state) -> Optional[float]``, the event time from which a key whose items are all
-    # stepped may lose its state (None: never). A machine keyed per run defines it, so that a streaming job
-    # does not keep a state per run forever (``in_event_time_order``).
-    # Optional: ``load`` and ``store`` (``KeepsApart``), for a machine that keeps parts of its state in cells of
-    # their own, read and written only when its items need them.
+    def forget_at(self, state: Any) -> Optional[float]:
+        """The event time from which a key whose items are all stepped may lose its state (None: never). A
+        machine keyed per run gives one, so that a streaming job does not keep a state per run forever."""
 
 
 class ApartCells(NamedTuple):
@@ -56,6 +56,7 @@ class ApartCells(NamedTuple):
     log: Any      # ``<name>_log``, a bag: what only grows between the items that change ``settled``
 
 
+@runtime_checkable
 class KeepsApart(Protocol):
     """A machine whose state lives in ``<name>_keyed`` and the ``ApartCells``, so that a firing reads and writes
     only the parts its items need, not the whole state (``in_event_time_order``)."""
@@ -71,10 +72,14 @@ class KeepsApart(Protocol):
 
 
 class ConfiguredMachine:
-    """Base of the state machines that look up each test's config."""
+    """Base of the state machines that look up each test's config. Their keys live as long as the job (a test,
+    a metric): they forget nothing, unless a machine keyed per run says when (``forget_at``)."""
 
     def __init__(self, configs):
         self.configs = configs
+
+    def forget_at(self, state: Any) -> Optional[float]:
+        return None
 
 
 InputT = TypeVar("InputT")
@@ -169,31 +174,123 @@ def bucket_end(seconds: float, bucket_seconds: float) -> Timestamp:
     return end if end <= _LATEST_TIMER else max(due, _LATEST_TIMER)
 
 
-@record("OrderedKeyState")
-class _Keyed:
-    """What a key kept in its ``<name>_keyed`` cell before the pending items moved to a bag of their own: the
-    machine's state, the items waiting for the watermark and when the flush timer was set to fire.
+@dataclasses.dataclass(frozen=True)
+class KeyCells:
+    """One key's state and timer handles in ``in_event_time_order`` (Beam's, or a test's stand-ins)."""
+    keyed: Any                            # ``<name>_keyed``: the machine's state (the rest, with ``apart``)
+    pending: Any                          # ``<name>_pending``: a bag of the items waiting for the watermark
+    scheduled: Any                        # ``<name>_scheduled``: when ``flush`` fires, in µs (``IDLE``: not set)
+    flush: Any                            # ``<name>_flush``: the watermark timer
+    apart: Optional[ApartCells] = None    # a ``KeepsApart`` machine's other cells
 
-    Never written any more; a key that still holds one is migrated when its first timer or item meets it
-    (``in_event_time_order``)."""
 
-    def __init__(self, machine_state: Any):
-        self.machine_state = machine_state
-        self.pending: list = []          # sorted by ``order``
-        self.scheduled: Optional[Timestamp] = None  # when the flush timer is set to fire
+class OrderedStage:
+    """What the DoFn of ``in_event_time_order`` does with a key's cells, as plain methods: an item in
+    (:meth:`take`), a seed in (:meth:`install_seed`), a timer firing (:meth:`flush`)."""
 
-    def to_state(self) -> Dict[str, Any]:
-        """What the key's state kept (``core.encoding``: a file format, fields by name)."""
-        return {"machine_state": self.machine_state, "pending": self.pending,
-                "scheduled_micros": None if self.scheduled is None else self.scheduled.micros}
+    def __init__(self, machine: StateMachine, name: str, streaming: bool, timer_bucket_seconds: float):
+        self.machine = machine
+        self.name = name
+        self.streaming = streaming
+        self.timer_bucket_seconds = timer_bucket_seconds
 
-    @classmethod
-    def from_state(cls, state: Dict[str, Any]) -> _Keyed:
-        keyed = cls(state["machine_state"])
-        keyed.pending = state.get("pending", [])
-        micros = state.get("scheduled_micros")
-        keyed.scheduled = None if micros is None else Timestamp(micros=micros)
-        return keyed
+    def take(self, item: Any, cells: KeyCells) -> None:
+        """Adds ``item`` to the key's bag and moves its timer earlier if the item is due first. Reads only
+        ``<name>_scheduled``: never the pending items nor the machine's state."""
+        known = cells.scheduled.read()
+        scheduled = IDLE if known is None else known
+        cells.pending.add(item)
+        due = self.fires_at(item)
+        if due.micros < scheduled:
+            cells.flush.set(due)
+            scheduled = due.micros
+        if scheduled != known:
+            cells.scheduled.write(scheduled)
+
+    def install_seed(self, key: Any, seeded: SeededState, cells: KeyCells) -> List[Any]:
+        """Makes the seed's state the key's, unless the key has one already (it cannot have stepped anything
+        while the seed holds the watermark back; a state kept across ``--update`` wins): then the seed is a
+        dead letter, and the key goes on with its own state."""
+        if cells.keyed.read() is not None:
+            return [beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
+                f"seed of {self.name} check not applied: the key already has a state, which it keeps",
+                record_payload({"key": key, "state": type(seeded.state).__name__}), f"stage:{self.name}", None))]
+        cells.keyed.write(copy.deepcopy(seeded.state))  # the seed's object may be shared: never change it
+        return []
+
+    def flush(self, key: Any, fired_at: Timestamp, cells: KeyCells) -> Iterable[Any]:
+        """A firing of the key's timer at ``fired_at``: steps what is due, sets the timer for the rest; with
+        nothing pending, forgets the key if its time has come."""
+        stored = cells.keyed.read()
+        items = list(cells.pending.read())
+        if not items:  # nothing pending: the key is to be forgotten, or its state is gone or was never set
+            self._forget_or_wait(stored, fired_at, cells)
+            return
+        items.sort(key=_order)  # stable: items of equal order stay in arrival order
+        ready = len(items) if not self.streaming else next(
+            (i for i, item in enumerate(items) if _due(item) > fired_at), len(items))
+        state = stored
+        if ready:
+            state, loaded = self._load(key, stored, items[:ready], cells.apart)
+            state, outputs = self.step_all(state, items[:ready])
+            yield from outputs
+            cells.keyed.write(state if cells.apart is None
+                              else cast(KeepsApart, self.machine).store(state, loaded, cells.apart))
+            cells.pending.clear()
+            for item in items[ready:]:
+                cells.pending.add(item)
+        scheduled = self.fires_at(items[ready]) if ready < len(items) else self.forget_timer(state)
+        if scheduled is not None:
+            cells.flush.set(scheduled)
+        cells.scheduled.write(IDLE if scheduled is None else scheduled.micros)
+
+    def _forget_or_wait(self, stored: Any, fired_at: Timestamp, cells: KeyCells) -> None:
+        forget = self.forget_timer(stored)
+        if forget is not None and forget <= fired_at:
+            for cell in (cells.keyed, cells.pending, cells.scheduled, *(cells.apart or ())):
+                cell.clear()
+        elif forget is not None:  # an earlier timer fired late (a runner's order): keep the later one
+            cells.flush.set(forget)
+            cells.scheduled.write(forget.micros)
+
+    def _load(self, key: Any, stored: Any, items: List[Any], apart: Optional[ApartCells]) -> Tuple[Any, Any]:
+        """The state to step ``items`` on, and what the machine's ``store`` is to know of it (None: one cell)."""
+        if apart is not None:
+            return cast(KeepsApart, self.machine).load(key, stored, items, apart)
+        return (self.machine.initial(key) if stored is None else stored), None
+
+    def fires_at(self, item: Any) -> Timestamp:
+        return bucket_end(item.order[0], self.timer_bucket_seconds) if self.streaming else _due(item)
+
+    def forget_timer(self, state: Any) -> Optional[Timestamp]:
+        """When the timer fires to forget a key with nothing pending (None: it is kept; a bounded replay
+        forgets nothing, its state ends with it)."""
+        at = None if not self.streaming or state is None else self.machine.forget_at(state)
+        return None if at is None else bucket_end(at, self.timer_bucket_seconds)
+
+    def step_all(self, state: Any, items: List[Any]) -> Tuple[Any, List[Any]]:
+        """Steps ``items`` in their order; returns the state and the outputs. An item whose step raises is a
+        dead letter and leaves the state as if it had not been there: rebuilt from the snapshot taken before
+        the first step by stepping again the items that succeeded since (then snapshot again)."""
+        outputs: List[Any] = []
+        if not items:
+            return state, outputs
+        since: List[Any] = []
+        snapshot = encoding.encode(state)
+        for item in items:
+            try:
+                outputs += list(self.machine.step(state, item))
+            except Exception as error:  # noqa: BLE001 - any failure on one item is that item's, not the stage's
+                state = encoding.decode(snapshot)
+                for done in since:
+                    list(self.machine.step(state, done))
+                snapshot, since = encoding.encode(state), []
+                outputs.append(beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
+                    failure_reason(f"{self.name} check", error), record_payload(item), f"stage:{self.name}",
+                    item.order[0])))
+            else:
+                since.append(item)
+        return state, outputs
 
 
 def in_event_time_order(machine: StateMachine, name: str, streaming: bool = True,
@@ -205,7 +302,7 @@ def in_event_time_order(machine: StateMachine, name: str, streaming: bool = True
     seed (see ``WithSeeds``); a key without one starts from
     ``machine.initial(key)``.
 
-    A key keeps, under names of its instance (``name``):
+    A key keeps, under names of its instance (``name``; ``KeyCells``):
 
     - ``<name>_keyed``: the machine's state (``transforms.coders.RecordCoder``);
     - ``<name>_pending``: a bag of the items waiting for the watermark, in arrival order;
@@ -249,170 +346,59 @@ def in_event_time_order(machine: StateMachine, name: str, streaming: bool = True
     not a copy per item; a failure rebuilds the state from it by stepping again
     the items that succeeded since (their outputs are not repeated).
 
-    A machine keyed per run has a ``forget_at(state)`` method: in a streaming
-    job, once a key has nothing pending and ``forget_at`` gives a time, the
-    flush timer is set at that time's bucket, and its firing clears the key's
-    state, bag and timer cell, so a job that runs for months holds no state of
-    runs that ended long ago (``tests/transforms/test_state_released.py``). An
-    item arriving before then is stepped as usual and moves the time; one
-    arriving after it meets a new key. A bounded replay forgets nothing: its
-    state ends with it.
-
-    A timer that fires with nothing pending and nothing to forget (its key's
-    state gone, or never set) does nothing. A key's state written before the
-    bag (one ``_Keyed`` value in ``<name>_keyed``, pending items inside) is migrated by whichever
-    comes first, its timer or its next item: its items move to the bag, its
-    machine's state stays in ``<name>_keyed``. ``process`` reads
-    ``<name>_keyed`` for that only at a key's first item (no ``<name>_scheduled``
-    yet), which a seeded key never meets.
+    In a streaming job, once a key has nothing pending and the machine's
+    ``forget_at`` gives a time, the flush timer is set at that time's bucket,
+    and its firing clears the key's state, bag and timer cell, so a job that
+    runs for months holds no state of runs that ended long ago
+    (``tests/transforms/test_state_released.py``). An item arriving before then
+    is stepped as usual and moves the time; one arriving after it meets a new
+    key. A timer that fires with nothing pending and nothing to forget (its
+    key's state gone, or never set) does nothing.
     """
+    stage = OrderedStage(machine, name, streaming, timer_bucket_seconds)
     keyed_spec = ReadModifyWriteStateSpec(f"{name}_keyed", RecordCoder())
     pending_spec = BagStateSpec(f"{name}_pending", RecordCoder())
     scheduled_spec = ReadModifyWriteStateSpec(f"{name}_scheduled", VarIntCoder())
     flush_spec = TimerSpec(f"{name}_flush", TimeDomain.WATERMARK)
-    keeps_apart = callable(getattr(machine, "load", None)) and callable(getattr(machine, "store", None))
-    apart_machine = cast(KeepsApart, machine)  # used only when ``keeps_apart``
     settled_spec = ReadModifyWriteStateSpec(f"{name}_settled", RecordCoder())
     near_spec = ReadModifyWriteStateSpec(f"{name}_near", RecordCoder())
     log_spec = BagStateSpec(f"{name}_log", RecordCoder())
 
+    # Beam finds a DoFn's state and timers in its methods' default arguments, so the class is made here, with this
+    # instance's names; it only hands the cells to ``stage``.
     class InEventTimeOrderFn(beam.DoFn):
         def process(self, element,
-                    keyed_state=beam.DoFn.StateParam(keyed_spec),
+                    keyed=beam.DoFn.StateParam(keyed_spec),
                     pending=beam.DoFn.StateParam(pending_spec),
-                    scheduled_state=beam.DoFn.StateParam(scheduled_spec),
+                    scheduled=beam.DoFn.StateParam(scheduled_spec),
                     flush=beam.DoFn.TimerParam(flush_spec)):
             key, item = element
+            cells = KeyCells(keyed, pending, scheduled, flush)
             if isinstance(item, SeededState):
-                yield from install_seed(key, item, keyed_state, scheduled_state)
-                return
-            known = scheduled_state.read()
-            scheduled = adopt_old_layout(keyed_state, pending) if known is None else known
-            pending.add(item)
-            due = fires_at(item)
-            if due.micros < scheduled:
-                flush.set(due)
-                scheduled = due.micros
-            if scheduled != known:
-                scheduled_state.write(scheduled)
+                yield from stage.install_seed(key, item, cells)
+            else:
+                stage.take(item, cells)
 
-        if not keeps_apart:
+        if not isinstance(machine, KeepsApart):
             @on_timer(flush_spec)
             def on_flush(self, key=beam.DoFn.KeyParam, fired_at=beam.DoFn.TimestampParam,
-                         keyed_state=beam.DoFn.StateParam(keyed_spec),
+                         keyed=beam.DoFn.StateParam(keyed_spec),
                          pending=beam.DoFn.StateParam(pending_spec),
-                         scheduled_state=beam.DoFn.StateParam(scheduled_spec),
+                         scheduled=beam.DoFn.StateParam(scheduled_spec),
                          flush=beam.DoFn.TimerParam(flush_spec)):
-                return flush_key(key, fired_at, keyed_state, pending, scheduled_state, flush, None)
+                return stage.flush(key, fired_at, KeyCells(keyed, pending, scheduled, flush))
         else:
             @on_timer(flush_spec)
             def on_flush(self, key=beam.DoFn.KeyParam, fired_at=beam.DoFn.TimestampParam,
-                         keyed_state=beam.DoFn.StateParam(keyed_spec),
+                         keyed=beam.DoFn.StateParam(keyed_spec),
                          pending=beam.DoFn.StateParam(pending_spec),
-                         scheduled_state=beam.DoFn.StateParam(scheduled_spec),
+                         scheduled=beam.DoFn.StateParam(scheduled_spec),
                          flush=beam.DoFn.TimerParam(flush_spec),
                          settled=beam.DoFn.StateParam(settled_spec),
                          near=beam.DoFn.StateParam(near_spec),
                          log=beam.DoFn.StateParam(log_spec)):
-                return flush_key(key, fired_at, keyed_state, pending, scheduled_state, flush,
-                                 ApartCells(settled, near, log))
-
-    def flush_key(key: Any, fired_at: Timestamp, keyed_state, pending, scheduled_state, flush,
-                  apart: Optional[ApartCells]) -> Iterable[Any]:
-        """A firing of the key's flush timer at ``fired_at``: steps what is due, sets the timer for the rest."""
-        stored = keyed_state.read()
-        items = list(pending.read())
-        old_layout = isinstance(stored, _Keyed)
-        if old_layout:
-            stored, items = stored.machine_state, stored.pending + items
-        elif not items:  # nothing pending: the key is to be forgotten, or its state is gone or was never set
-            forget = forget_timer(stored)
-            if forget is not None and forget <= fired_at:
-                for cell in (keyed_state, pending, scheduled_state, *(apart or ())):
-                    cell.clear()
-            elif forget is not None:  # an earlier timer fired late (a runner's order): keep the later one
-                flush.set(forget)
-                scheduled_state.write(forget.micros)
-            return
-        items.sort(key=_order)  # stable: items of equal order stay in arrival order
-        ready = len(items) if not streaming else next(
-            (i for i, item in enumerate(items) if _due(item) > fired_at), len(items))
-        state = stored
-        if ready or old_layout:
-            state, loaded = load_state(key, stored, items[:ready], apart)
-            state, outputs = step_all(state, items[:ready])
-            yield from outputs
-            keyed_state.write(state if apart is None else apart_machine.store(state, loaded, apart))
-            pending.clear()
-            for item in items[ready:]:
-                pending.add(item)
-        scheduled = fires_at(items[ready]) if ready < len(items) else forget_timer(state)
-        if scheduled is not None:
-            flush.set(scheduled)
-        scheduled_state.write(IDLE if scheduled is None else scheduled.micros)
-
-    def load_state(key: Any, stored: Any, items: List[Any], apart: Optional[ApartCells]) -> Tuple[Any, Any]:
-        """The state to step ``items`` on, and what the machine's ``store`` is to know of it (None: one cell)."""
-        if apart is not None:
-            return apart_machine.load(key, stored, items, apart)
-        return (machine.initial(key) if stored is None else stored), None
-
-    def fires_at(item: Any) -> Timestamp:
-        return bucket_end(item.order[0], timer_bucket_seconds) if streaming else _due(item)
-
-    forget_at = getattr(machine, "forget_at", None) if streaming else None
-
-    def forget_timer(state: Any) -> Optional[Timestamp]:
-        """When the flush timer fires to forget a key with nothing pending (None: it is kept)."""
-        at = None if forget_at is None or state is None else forget_at(state)
-        return None if at is None else bucket_end(at, timer_bucket_seconds)
-
-    def adopt_old_layout(keyed_state, pending) -> int:
-        """A key's first item in this layout: moves the pending items of a ``_Keyed`` state into the bag, and
-        returns when the timer it set fires (``IDLE``: none, as for a new key)."""
-        stored = keyed_state.read()
-        if not isinstance(stored, _Keyed):
-            return IDLE
-        for item in stored.pending:
-            pending.add(item)
-        keyed_state.write(stored.machine_state)
-        return IDLE if stored.scheduled is None else stored.scheduled.micros
-
-    def install_seed(key: Any, seeded: SeededState, keyed_state, scheduled_state) -> List[Any]:
-        """Makes the seed's state the key's, unless the key has one already (it cannot have stepped anything
-        while the seed holds the watermark back; a state kept across ``--update`` wins): then the seed is a
-        dead letter, and the key goes on with its own state."""
-        if keyed_state.read() is not None:
-            return [beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
-                f"seed of {name} check not applied: the key already has a state, which it keeps",
-                record_payload({"key": key, "state": type(seeded.state).__name__}), f"stage:{name}", None))]
-        keyed_state.write(copy.deepcopy(seeded.state))  # the seed's object may be shared: never change it
-        if scheduled_state.read() is None:
-            scheduled_state.write(IDLE)  # so that the key's first item need not look for an old layout
-        return []
-
-    def step_all(state: Any, items: List[Any]) -> Tuple[Any, List[Any]]:
-        """Steps ``items`` in their order; returns the state and the outputs. An item whose step raises is a
-        dead letter and leaves the state as if it had not been there: rebuilt from the snapshot taken before
-        the first step by stepping again the items that succeeded since (then snapshot again)."""
-        outputs: List[Any] = []
-        if not items:
-            return state, outputs
-        since: List[Any] = []
-        snapshot = encoding.encode(state)
-        for item in items:
-            try:
-                outputs += list(machine.step(state, item))
-            except Exception as error:  # noqa: BLE001 - any failure on one item is that item's, not the stage's
-                state = encoding.decode(snapshot)
-                for done in since:
-                    list(machine.step(state, done))
-                snapshot, since = encoding.encode(state), []
-                outputs.append(beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
-                    failure_reason(f"{name} check", error), record_payload(item), f"stage:{name}", item.order[0])))
-            else:
-                since.append(item)
-        return state, outputs
+                return stage.flush(key, fired_at, KeyCells(keyed, pending, scheduled, flush,
+                                                           ApartCells(settled, near, log)))
 
     InEventTimeOrderFn.__name__ = InEventTimeOrderFn.__qualname__ = f"InEventTimeOrder[{name}]"
     return InEventTimeOrderFn()

@@ -101,8 +101,7 @@ def expected(version: str) -> Dict[str, Any]:
 
 
 def test_the_fixtures_cover_every_state_cell():
-    assert {"run_accumulator", "run_windows", "window_points_bag", "ordered_key_state", "ordered_key_state_windows",
-            "metric_history", "job_history", "window_history", "rank_windows", "alert_ledger", "history_seed",
+    assert {"run_accumulator", "run_windows", "window_points_bag", "metric_history", "job_history", "window_history", "rank_windows", "alert_ledger", "history_seed",
             "message_summary", "run_result", "metric_observations", "raised_alert", "triage_item",
             "window_results", "run_ended", "window_triage", "window_live", "window_settled", "window_near",
             "window_log_entry"} <= set(fixture_names())

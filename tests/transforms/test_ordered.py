@@ -8,7 +8,6 @@ at what each call read; the last ones run pipelines.
 from __future__ import annotations
 
 import json
-import os
 import random
 from typing import Any, List, Tuple
 
@@ -20,18 +19,13 @@ from apache_beam.utils.timestamp import Timestamp
 
 from bench import bench_ordered
 from bench.bench_ordered import OneKey
-from core import encoding
-from core.config import ConfigSet, parse_test_config
 from core.history import HistorySeed, SeededState
 from core.schema import DEAD_LETTER
 from core.window_checks import RunEnded
 from pipeline.graph import GraphSettings
-from scripts.write_state_fixtures import CONFIG as FIXTURE_CONFIG
-from scripts.write_state_fixtures import TEST as FIXTURE_TEST
-from tests.support import REPO_ROOT, T0
+from tests.support import T0
 from tests.transforms.support import batch_pipeline, configs, detect, gather, raw, streaming_pipeline
-from transforms.history import MetricMachine
-from transforms.ordered import IDLE, OrderedCheck, _Keyed, in_event_time_order
+from transforms.ordered import IDLE, OrderedCheck, in_event_time_order
 
 KEY = "cifar"
 
@@ -45,6 +39,9 @@ class Collect:
 
     def initial(self, key):
         return []
+
+    def forget_at(self, state):
+        return None
 
     def step(self, state, item):
         state.append(item.run)
@@ -72,7 +69,7 @@ def machine_state(key: OneKey) -> Any:
 
 def test_an_item_reads_neither_the_pending_items_nor_the_machine_state():
     key = one_key(streaming=True)
-    key.add(ended(0))  # a new key's first item looks once for a state of the old layout
+    key.add(ended(0))
     key.fire()
     keyed, pending = key.state["keyed"], key.state["pending"]
     reads = (keyed.reads, pending.reads)
@@ -171,64 +168,6 @@ def test_a_bounded_replay_forgets_nothing():
     key.add(ended(0))
     key.fire()
     assert key.timer.at is None and machine_state(key) == ["r00"]
-
-
-def old_layout(key: OneKey, state: Any, items: List[Any], scheduled: Timestamp) -> None:
-    """Writes the key's state as the layout before the bag did: one ``_Keyed`` value, pending items inside."""
-    keyed = _Keyed(state)
-    keyed.pending = sorted(items, key=lambda item: item.order)
-    keyed.scheduled = scheduled
-    key.state["keyed"].write(keyed)
-    key.timer.set(scheduled)
-
-
-def test_a_key_of_the_old_layout_is_migrated_by_its_timer():
-    key = one_key(streaming=True)
-    old_layout(key, ["r00"], [ended(1), ended(3), ended(2)], Timestamp.of(T0 + 1))
-    assert plain(key.fire()) == [(None, ("r01", 1))]
-    assert machine_state(key) == ["r00", "r01"]  # the bare machine state, no ``_Keyed`` any more
-    assert sorted(item.run for item in key.state["pending"].read()) == ["r02", "r03"]
-    assert key.timer.at == Timestamp.of(T0 + 2)
-    assert plain(key.fire()) + plain(key.fire()) == [(None, ("r02", 2)), (None, ("r03", 3))]
-
-
-def test_a_key_of_the_old_layout_is_migrated_by_its_next_item_which_keeps_its_timer():
-    key = one_key(streaming=True)
-    old_layout(key, ["r00"], [ended(1), ended(3)], Timestamp.of(T0 + 1))
-    key.add(ended(2))
-    assert machine_state(key) == ["r00"]
-    assert sorted(item.run for item in key.state["pending"].read()) == ["r01", "r02", "r03"]
-    assert key.timer.at == Timestamp.of(T0 + 1) and key.state["scheduled"].read() == Timestamp.of(T0 + 1).micros
-    outputs = []
-    while key.timer.at is not None:
-        outputs += plain(key.fire())
-    assert outputs == [(None, (f"r0{i}", i)) for i in (1, 2, 3)]
-
-
-def test_an_old_layout_item_due_before_its_timer_moves_it_earlier():
-    key = one_key(streaming=True)
-    old_layout(key, [], [ended(5)], Timestamp.of(T0 + 5))
-    key.add(ended(2))
-    assert key.timer.at == Timestamp.of(T0 + 2)
-    assert plain(key.fire()) == [(None, ("r02", 0))]
-
-
-def test_the_v1_fixture_of_the_old_layout_is_migrated_and_its_items_are_stepped():
-    with open(os.path.join(REPO_ROOT, "tests", "fixtures", "state_v1", "ordered_key_state.bin"), "rb") as f:
-        data = f.read()
-    configs = ConfigSet({FIXTURE_TEST: parse_test_config(FIXTURE_CONFIG, "fixture.json")})
-    machine = MetricMachine(configs)
-    key = OneKey(in_event_time_order(machine, "metric", True, 0), (FIXTURE_TEST, "loss_final"))
-    key.state["keyed"].data = data
-    old = encoding.decode(data)
-    key.timer.set(old.scheduled)
-    expected_state, expected = old.machine_state, []
-    for item in old.pending:
-        expected += list(machine.step(expected_state, item))
-    assert len(old.pending) == 2 and expected
-    assert plain(key.fire()) == plain(expected)
-    assert encoding.describe(machine_state(key)) == encoding.describe(expected_state)
-    assert key.state["pending"].read() == [] and key.timer.at is None
 
 
 def test_a_seeded_state_becomes_the_keys_state_before_its_first_item():

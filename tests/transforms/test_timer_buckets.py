@@ -31,6 +31,9 @@ class Collect:
     def initial(self, key):
         return []
 
+    def forget_at(self, state):
+        return None
+
     def step(self, state, item):
         state.append(item.run)
         yield key_of(item), len(state) - 1, item.run

@@ -34,7 +34,7 @@ from core.window_checks import RunEnded, WindowHistory, is_whole, put_back_logge
 from core.windows import WindowResult
 from tests.support import REPO_ROOT, T0
 from tests.transforms.test_ordered import plain
-from transforms.ordered import _Keyed, bucket_end, in_event_time_order
+from transforms.ordered import bucket_end, in_event_time_order
 from transforms.window_checks import WindowCheckMachine
 
 TEST, TAG = "cifar", "loss"
@@ -69,6 +69,9 @@ class OneCell:
 
     def step(self, state, item):
         return self.machine.step(state, item)
+
+    def forget_at(self, state):
+        return self.machine.forget_at(state)
 
 
 class Poisoned(WindowCheckMachine):
@@ -270,15 +273,22 @@ def test_a_seeded_history_is_moved_into_the_parts_by_the_keys_first_firing():
     assert runs == [f.run for f in one.state["keyed"].read().finished_runs] and runs[0] < "r3"
 
 
-def test_the_v1_fixture_of_a_window_key_before_the_bag_and_the_parts_is_moved_into_them():
-    with open(os.path.join(REPO_ROOT, "tests", "fixtures", "state_v1", "ordered_key_state_windows.bin"), "rb") as f:
+def test_the_v1_fixture_of_a_whole_window_history_in_one_cell_is_moved_into_the_parts():
+    """A key written before the window checks kept their state in parts: its whole history in ``window_keyed``
+    (state_v1's ``window_history``) moves into the parts at its first firing, and reads back whole."""
+    with open(os.path.join(REPO_ROOT, "tests", "fixtures", "state_v1", "window_history.bin"), "rb") as f:
         data = f.read()
     old = encoding.decode(data)
-    assert isinstance(old, _Keyed) and is_whole(old.machine_state)
+    assert is_whole(old) and old.finished_runs and old.open_runs
     machine = WindowCheckMachine(ConfigSet({}))  # no config: windows are not checked, runs still end
     key = OneKey(in_event_time_order(machine, "window", True, BUCKET), KEY)
     key.state["keyed"].data = data
-    key.fire(Timestamp.of(T0))
-    assert [f.run for f in key.state["settled"].read()] == [f.run for f in old.machine_state.finished_runs]
-    assert len(key.state["log"].read()) == sum(len(o.windows) for o in old.machine_state.open_runs.values())
-    assert encoding.encode(joined(key)) == encoding.encode(old.machine_state)
+    ended = RunEnded(KEY[0], "r-new", "success", T0, KEY[1], KEY[2])  # an item to fire for
+    key.add(ended)
+    key.fire()
+    assert [f.run for f in key.state["settled"].read()][:len(old.finished_runs)] == [
+        f.run for f in old.finished_runs]
+    assert len(key.state["log"].read()) == sum(len(o.windows) for o in old.open_runs.values())
+    expected = copy.deepcopy(old)
+    list(machine.step(expected, ended))
+    assert encoding.encode(joined(key)) == encoding.encode(expected)

@@ -122,7 +122,7 @@ class MetricHistory:
 
     def __post_init__(self) -> None:
         # Decoded state holds the entries as the plain tuples they are written as (HistoryEntry's doc).
-        self.entries = [HistoryEntry._make(entry) for entry in self.entries]
+        self.entries = list(map(HistoryEntry._make, self.entries))
 
     @property
     def values(self) -> List[float]:

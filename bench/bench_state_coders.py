@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from apache_beam.coders import PickleCoder
 
 from bench.timing import best
-from core.history import MetricHistory
+from core.history import HistoryEntry, MetricHistory
 from core.window_checks import FinishedRun, WindowHistory
 from core.windows import WindowResult
 from scripts.write_state_fixtures import build
@@ -71,7 +71,8 @@ def main(argv=None) -> None:
         (f"window-check history, {args.runs} runs x {args.windows:,} windows (ordered-stage state)", history),
         ("run accumulator, 2 ranks (fixture)", fixtures["run_accumulator"]),
         ("message summary (fixture; crosses a shuffle)", fixtures["message_summary"]),
-        ("metric history, 30 points", MetricHistory([(f"run-{i}", 0.9 + i / 1000, True) for i in range(30)])),
+        ("metric history, 30 points",
+         MetricHistory([HistoryEntry(f"run-{i}", 0.9 + i / 1000, True) for i in range(30)])),
     ]
     print("| value | coder | bytes | encode ms | decode ms |")
     print("|---|---|---:|---:|---:|")

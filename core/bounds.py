@@ -12,7 +12,7 @@ One condition language for run-level conditions and window checks:
                           the level before it (``compute_bounds``)
 
 Within bounds is strict (lo < x < hi) unless the comparison contains ``equal``,
-which makes it inclusive. A value equal to the centre of a statistical
+which makes it inclusive (``Comparison.inclusive``). A value equal to the centre of a statistical
 threshold is always within, also when the history never varied (a constant
 metric does not alert on itself). An out-of-bounds value only counts as a
 regression when it is at least ``min_effect_abs`` away from the reference (the
@@ -26,10 +26,10 @@ import bisect
 import collections
 import dataclasses
 import math
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from core import false_alert_calibration as calibration
-from core.config import SuccessCondition
+from core.config import Comparison, SuccessCondition
 from core.stats import false_alert_scale, mean_and_pstdev, median, robust_scale
 
 # a calibrated cutoff needs at least this many values
@@ -45,8 +45,14 @@ class Bounds:
     improvement: Optional[float] = None
 
 
+class RecentValue(NamedTuple):
+    """One of a level's latest values, and whether it counted (joined the history: it was not out of bounds)."""
+    value: float
+    counted: bool
+
+
 def compute_bounds(condition: SuccessCondition, history: Sequence[float],
-                   previous: Sequence[float] = (), recent: Sequence[Tuple[float, bool]] = ()) -> Optional[Bounds]:
+                   previous: Sequence[float] = (), recent: Sequence[RecentValue] = ()) -> Optional[Bounds]:
     """Bounds for the next value, or None while the history is too short to judge.
 
     ``previous`` is the history before the metric's baseline last moved
@@ -57,16 +63,15 @@ def compute_bounds(condition: SuccessCondition, history: Sequence[float],
     its whole past, not of a few values. For the other thresholds, while
     ``history`` is still shorter than the condition needs, the centre comes from
     ``history`` and the scale from ``previous``, widened for the centre's own
-    uncertainty. ``recent``: the level's latest values as (value, counted), also those left out of
+    uncertainty. ``recent``: the level's latest values (``RecentValue``), also those left out of
     ``history`` for being out of bounds, which only tell a second mode (:func:`_beyond_second_mode`).
     """
-    comparison = condition.comparison
-    greater = comparison.startswith("greater")
+    greater = condition.comparison.greater
     if condition.fixed_value is not None:
         if len(history) < condition.wait_for_n_points_of_history:
             return None
         v = condition.fixed_value
-        if comparison == "equal":
+        if condition.comparison.is_equal:
             return Bounds(v, v)
         return Bounds(v, None) if greater else Bounds(None, v)
     needed = max(condition.wait_for_n_points_of_history, minimum_history(condition))
@@ -97,7 +102,7 @@ MODE_MIN_VALUES = 3  # ... and at least this many values
 
 
 def _beyond_second_mode(condition: SuccessCondition, history: Sequence[float],
-                        recent: Sequence[Tuple[float, bool]], centre: float, margin: float) -> float:
+                        recent: Sequence[RecentValue], centre: float, margin: float) -> float:
     """The margin of a median-centred cutoff, widened past a second mode of the history on the bad side.
 
     A test whose runs land on two machine types has a two-mode history; its median sits in whichever mode
@@ -110,18 +115,18 @@ def _beyond_second_mode(condition: SuccessCondition, history: Sequence[float],
     each time, and a streak is a change, for ``rebaseline_after``). The cutoff is then measured from the
     median of the mode's values instead of the history's. A one-mode history of healthy runs never holds so
     many values beyond its own cutoff, so this costs no power there."""
-    greater = condition.comparison.startswith("greater")
+    greater = condition.comparison.greater
 
     def beyond(value: float) -> bool:
         return value < centre - margin if greater else value > centre + margin
     latest = list(recent[-MODE_RECENT:])
-    while latest and not latest[-1][1]:
+    while latest and not latest[-1].counted:
         latest.pop()  # the runs out of bounds in a row at the end are a change, if anything (rebaseline_after)
     mode = [value for value in history if beyond(value)]
-    excluded = [value for value, counted in latest if not counted and beyond(value)]
+    excluded = [entry.value for entry in latest if not entry.counted and beyond(entry.value)]
     share = max(MODE_SHARE, 4 * (condition.false_alert_rate or 0.0))
     if not (len(mode) >= max(MODE_MIN_VALUES, share * len(history))
-            or sum(beyond(value) for value, _ in latest) >= MODE_SHARE_RECENT * MODE_RECENT):
+            or sum(beyond(entry.value) for entry in latest) >= MODE_SHARE_RECENT * MODE_RECENT):
         return margin
     return abs(median(mode + excluded) - centre) + margin
 
@@ -277,10 +282,10 @@ def grid_bracket(grid: Sequence[float], x: float) -> Tuple[int, int, float]:
     return lower, upper, (x - grid[lower]) / (grid[upper] - grid[lower])
 
 
-def is_within(value: float, bounds: Bounds, comparison: str) -> bool:
+def is_within(value: float, bounds: Bounds, comparison: Comparison) -> bool:
     if bounds.centre is not None and value == bounds.centre:
         return True  # zero deviation is never a regression, whatever the spread
-    inclusive = "equal" in comparison
+    inclusive = comparison.inclusive
     lower, upper = bounds.lower, bounds.upper
     if lower is not None and not (lower <= value if inclusive else lower < value):
         return False

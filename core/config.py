@@ -18,6 +18,7 @@ import urllib.parse
 from typing import Any, Dict, FrozenSet, Mapping, Optional, Protocol, Tuple
 
 from core.strict_json import ConfigError, StrictReader
+from core.vocabulary import StrEnum
 from core.windows import AGGREGATIONS as WINDOW_AGGREGATIONS
 from core.windows import WindowSpec
 
@@ -26,7 +27,41 @@ __all__ = ["ConfigError", "ConfigSet", "TestConfig", "load_config_dir", "parse_t
 STRATEGIES = ("final", "min", "max", "average")
 # How a tag's values of the ranks of one distributed run become the run's value (``core.runs``).
 RANK_REDUCTIONS = ("rank0", "mean", "min", "max")
-COMPARISONS = ("greater", "less", "equal", "greater_or_equal", "less_or_equal")
+
+
+class Comparison(StrEnum):
+    """Which side of its bounds a value must stay on (``core.bounds``). A ``str`` enum: a member equals, prints
+    and JSON-encodes as its config text, which alert details and rows carry (as the plain ``.value``)."""
+    GREATER = "greater"                    # higher is better: (lower bound, +inf)
+    LESS = "less"                          # lower is better: (-inf, upper bound)
+    EQUAL = "equal"                        # a fixed value only: (v, v)
+    GREATER_OR_EQUAL = "greater_or_equal"
+    LESS_OR_EQUAL = "less_or_equal"
+
+    @property
+    def greater(self) -> bool:
+        """Higher is better (``greater``, ``greater_or_equal``): bounded below only."""
+        return self in (Comparison.GREATER, Comparison.GREATER_OR_EQUAL)
+
+    @property
+    def is_equal(self) -> bool:
+        """``equal``: two-sided, a fixed value only; no way is better."""
+        return self is Comparison.EQUAL
+
+    @property
+    def inclusive(self) -> bool:
+        """Whether a value on a bound is within (``equal``, ``*_or_equal``); else within is strict."""
+        return self in (Comparison.EQUAL, Comparison.GREATER_OR_EQUAL, Comparison.LESS_OR_EQUAL)
+
+    @property
+    def sign(self) -> str:
+        """The comparison as a sign: >, ≥, <, ≤, =."""
+        return _COMPARISON_SIGNS[self]
+
+
+_COMPARISON_SIGNS = {Comparison.GREATER: ">", Comparison.GREATER_OR_EQUAL: "\u2265", Comparison.LESS: "<",
+                     Comparison.LESS_OR_EQUAL: "\u2264", Comparison.EQUAL: "="}
+COMPARISONS = tuple(comparison.value for comparison in Comparison)
 DEFAULT_CONFIG_NAME = "default"
 TIME_TO_ACCURACY_METRIC = "time_to_accuracy"
 TOTAL_WALL_TIME_METRIC = "total_wall_time"
@@ -53,7 +88,7 @@ STATISTICAL_THRESHOLDS = THRESHOLD_KINDS[1:]
 @dataclasses.dataclass(frozen=True)
 class SuccessCondition:
     """When a value is a regression (see ``core.bounds``); exactly one threshold kind is set."""
-    comparison: str
+    comparison: Comparison  # its text is taken too, and made the member (ValueError for another)
     fixed_value: Optional[float] = None
     stddevs_from_mean: Optional[float] = None
     mads_from_median: Optional[float] = None
@@ -66,6 +101,10 @@ class SuccessCondition:
     from_budget: bool = False
     # A run-level condition's own history_by (None: the test's; (): one history for this metric).
     history_by: Optional[Tuple[str, ...]] = None
+
+    def __post_init__(self) -> None:
+        if type(self.comparison) is not Comparison:
+            object.__setattr__(self, "comparison", Comparison(self.comparison))
 
     @property
     def threshold(self) -> Tuple[str, float]:
@@ -134,7 +173,7 @@ class RegressionTestConfig:
     def checks_shifts(self, condition: SuccessCondition) -> bool:
         """Whether a metric with ``condition`` gets the persistent-shift check: a one-sided ``false_alert_rate``
         condition of a test that detects shifts."""
-        return self.detect_shifts and condition.false_alert_rate is not None and condition.comparison != "equal"
+        return self.detect_shifts and condition.false_alert_rate is not None and not condition.comparison.is_equal
 
     def condition_for(self, metric: str) -> Optional[SuccessCondition]:
         conditions = self.metric_success_conditions
@@ -421,7 +460,7 @@ def budget_shares(config: RegressionTestConfig, windows: WindowConfig) -> float:
     check that alerts on two or more out-of-bounds windows (its debounce) takes the same rate without a share:
     its chance of a false alert per run is about windows × (ways to pick them) × rate², far below one share."""
     budgeted = [c for c in config.metric_success_conditions.values() if c.from_budget]
-    shifts = sum(c.comparison != "equal" for c in budgeted) if config.detect_shifts else 0
+    shifts = sum(not c.comparison.is_equal for c in budgeted) if config.detect_shifts else 0
     return (len(budgeted) + SHIFT_SHARE * shifts
             + sum(check.condition.from_budget and check.debounce_out_of_bounds < 2
                   for tag in windows.tags.values() for check in tag.checks))
@@ -454,9 +493,10 @@ def _parse_condition(reader: StrictReader, raw: Any, where: str,
                                      "history_max_points", "min_effect_abs", "min_effect_rel",
                                      *(("history_by",) if run_level else ())},
                         required=("comparison",))
-    comparison = reader.string(obj["comparison"], f"{where}.comparison")
-    if comparison not in COMPARISONS:
-        reader.fail(f"{where}.comparison", f"{comparison!r} is not one of {list(COMPARISONS)}")
+    text = reader.string(obj["comparison"], f"{where}.comparison")
+    if text not in COMPARISONS:
+        reader.fail(f"{where}.comparison", f"{text!r} is not one of {list(COMPARISONS)}")
+    comparison = Comparison(text)
     threshold_where = f"{where}.success_threshold"
     if "success_threshold" in obj:
         threshold = reader.object(obj["success_threshold"], threshold_where)
@@ -467,7 +507,7 @@ def _parse_condition(reader: StrictReader, raw: Any, where: str,
         value = reader.number(threshold[kind], f"{threshold_where}.{kind}")
     else:  # the test's false-alert budget's share, set by _spend_budget once every check is known
         kind, value = "false_alert_rate", BUDGET_PLACEHOLDER
-    if kind in STATISTICAL_THRESHOLDS and comparison == "equal":
+    if kind in STATISTICAL_THRESHOLDS and comparison.is_equal:
         reader.fail(threshold_where, f"'equal' cannot be combined with {kind!r}")
     if kind in ("stddevs_from_mean", "mads_from_median") and value < 0:
         reader.fail(f"{threshold_where}.{kind}", "must not be negative")

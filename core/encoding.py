@@ -45,6 +45,7 @@ from core.registry import (  # noqa: F401 - the registry's names, re-exported fo
     Registry,
     also_load,
     load_registry,
+    plain_tuple,
     record,
     register,
     registered,
@@ -124,7 +125,7 @@ class _Encoder:
     def default(self, obj: Any) -> Any:
         """msgpack's hook for every value it has no type for."""
         cls = type(obj)
-        if cls is tuple:
+        if cls is tuple or cls in self.registry.plain_tuples:
             return [_TUPLE_MARK, *obj]
         getter = self.getters.get(cls)
         if getter is not None:  # a dataclass or named tuple met before
@@ -348,7 +349,7 @@ def describe(value: Any, only: Optional[Mapping[str, Sequence[str]]] = None) -> 
         return {"$bytes": value.hex()}
     if kind is list:
         return [describe(item, only) for item in value]
-    if kind is tuple:
+    if kind is tuple or kind in REGISTRY.plain_tuples:
         return {"$tuple": [describe(item, only) for item in value]}
     if kind is set or kind is frozenset:
         items = sorted((describe(item, only) for item in value), key=lambda item: json.dumps(item, sort_keys=True))

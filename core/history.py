@@ -13,12 +13,13 @@ import contextlib
 import dataclasses
 import json
 import math
-from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from core.alert_details import best_value_text, change_facts, describe, previous_facts, threshold_facts
 from core.bounds import (
     MODE_RECENT,
     MODE_SHARE,
+    RecentValue,
     centre_of,
     compute_bounds,
     is_improvement,
@@ -36,7 +37,7 @@ from core.config import (
     shift_rate,
 )
 from core.records import Alert, MetricObservation, Refused, metric_history_row
-from core.registry import record
+from core.registry import plain_tuple, record
 from core.runs import RANKS_MISSING, RunAccumulator, RunResult
 from core.shifts import RECENT, find_shift, level_at_end
 from core.stats import median
@@ -62,9 +63,20 @@ def history_policy(config: RegressionTestConfig, metric: str) -> HistoryPolicy:
         return HistoryPolicy()
     # A fixed value is not a baseline: it never moves.
     moves = condition.fixed_value is None
-    upward = None if not moves or condition.comparison == "equal" else condition.comparison.startswith("greater")
+    upward = None if not moves or condition.comparison.is_equal else condition.comparison.greater
     return HistoryPolicy(condition.history_max_points, config.rebaseline_after if moves else 0, upward,
                          shift_rate(condition) if upward is not None and condition.false_alert_rate else None)
+
+
+@plain_tuple
+class HistoryEntry(NamedTuple):
+    """One successful run in a ``MetricHistory``: its value, and whether the value counts (see there).
+
+    Written as the plain tuple (run, value, counted) it was before it had a name (``core.registry.plain_tuple``):
+    the state of running jobs holds such tuples, and ``MetricHistory`` turns them back into entries."""
+    run: str
+    value: float
+    counted: bool
 
 
 @record("MetricHistory")
@@ -72,8 +84,8 @@ def history_policy(config: RegressionTestConfig, metric: str) -> HistoryPolicy:
 class MetricHistory:
     """History of one (test, metric) since its baseline last moved.
 
-    ``entries`` are the successful runs since then, oldest first, as (run, value,
-    counted): a value counts when it was within bounds, not checked, dismissed as
+    ``entries`` are the successful runs since then, oldest first, as
+    ``HistoryEntry`` (run, value, counted): a value counts when it was within bounds, not checked, dismissed as
     a false positive or accepted as a new level; ``values`` are the counted ones,
     so an out-of-bounds value never widens the bounds that judge the next run.
     The uncounted runs at the end are the ``streak``: successful runs in a row out
@@ -100,7 +112,7 @@ class MetricHistory:
     machine type is judged against its own runs, and a switch between types is
     no change (:meth:`judging`). Triage finds a run in whichever segment holds it.
     """
-    entries: List[Tuple[str, float, bool]] = dataclasses.field(default_factory=list)
+    entries: List[HistoryEntry] = dataclasses.field(default_factory=list)
     # Whether the previous successful run's value was out of bounds; None before any.
     last_out_of_bounds: Optional[bool] = None
     previous: List[float] = dataclasses.field(default_factory=list)
@@ -108,15 +120,19 @@ class MetricHistory:
     improving: int = 0  # successful runs in a row, at the end, beyond the improvement bound
     segments: Dict[str, MetricHistory] = dataclasses.field(default_factory=dict)  # history_by: one per segment
 
+    def __post_init__(self) -> None:
+        # Decoded state holds the entries as the plain tuples they are written as (HistoryEntry's doc).
+        self.entries = list(map(HistoryEntry._make, self.entries))
+
     @property
     def values(self) -> List[float]:
-        return [value for _, value, counted in self.entries if counted]
+        return [entry.value for entry in self.entries if entry.counted]
 
     @property
     def streak(self) -> List[Tuple[str, float]]:
         """The successful runs at the end whose values did not count (out of bounds), in a row but for at most
-        one run in bounds between two of them (see ``_streak_bounds``)."""
-        return [(run, value) for run, value, counted in self.entries[self._streak_bounds()[0]:] if not counted]
+        one run in bounds between two of them (see ``_streak_bounds``), as (run, value)."""
+        return [(entry.run, entry.value) for entry in self.entries[self._streak_bounds()[0]:] if not entry.counted]
 
     def _streak_bounds(self) -> Tuple[int, int]:
         """(start, restart): where the streak starts, and where a new level that it completes starts.
@@ -130,7 +146,7 @@ class MetricHistory:
         start = restart = len(self.entries)
         gap = False
         for index in range(len(self.entries) - 1, -1, -1):
-            if not self.entries[index][2]:
+            if not self.entries[index].counted:
                 start = index
                 restart = index if not gap else restart
             elif gap or start == len(self.entries):
@@ -147,11 +163,11 @@ class MetricHistory:
             return []
         if self.pending_accept == run:
             self.pending_accept = None
-            self.entries.append((run, value, False))
+            self.entries.append(HistoryEntry(run, value, False))
             self._restart(len(self.entries) - 1)
             return []
         counted = within is not False
-        self.entries.append((run, value, counted))
+        self.entries.append(HistoryEntry(run, value, counted))
         self.last_out_of_bounds = not counted
         self.improving = self.improving + 1 if counted and improved else 0
         if (self.improving and policy.rebaseline_after and self.improving >= policy.rebaseline_after
@@ -181,16 +197,17 @@ class MetricHistory:
         holds (``_holds_level``) is no new level."""
         if policy.improvement_rate is None or not policy.rebaseline_after or policy.improves_upward is None:
             return False
-        counted = [index for index, (_, _, was_counted) in enumerate(self.entries) if was_counted]
-        shift = level_at_end([self.entries[i][1] for i in counted], 1 if policy.improves_upward else -1,
+        counted = [index for index, entry in enumerate(self.entries) if entry.counted]
+        shift = level_at_end([self.entries[i].value for i in counted], 1 if policy.improves_upward else -1,
                              policy.improvement_rate)
         if shift is None or shift.runs < policy.rebaseline_after:
             return False
         window = counted[-shift.runs:]
         # The statistic caps each value, so its best window may open with a run of the old level's noise that
         # merely leans the better way; the new level starts at the first run nearer to it than to the old one.
-        level = median([self.entries[i][1] for i in window[-policy.rebaseline_after:]])
-        first = next((i for i in window if abs(self.entries[i][1] - level) < abs(self.entries[i][1] - shift.centre)),
+        level = median([self.entries[i].value for i in window[-policy.rebaseline_after:]])
+        first = next((i for i in window
+                      if abs(self.entries[i].value - level) < abs(self.entries[i].value - shift.centre)),
                      window[-policy.rebaseline_after])
         if self._holds_level(len(self.entries) - first, policy.improves_upward):
             return False
@@ -203,9 +220,9 @@ class MetricHistory:
         reach the least improved of them, MODE_SHARE of them or more: the improvement is a mode of a two-mode
         history (runs that land on a faster machine type) or a return to the level before, not a new level to
         move to (the values count either way)."""
-        streak = [value for _, value, _ in self.entries[-count:]]
+        streak = [entry.value for entry in self.entries[-count:]]
         edge = min(streak) if upward else max(streak)
-        before = self.previous + [value for _, value, counted in self.entries[:-count] if counted]
+        before = self.previous + [entry.value for entry in self.entries[:-count] if entry.counted]
         reached = sum(value >= edge if upward else value <= edge for value in before)
         return bool(before) and reached >= MODE_SHARE * len(before)
 
@@ -247,10 +264,10 @@ class MetricHistory:
         if found is None:
             return
         history, at = found
-        name, value, counted = history.entries[at]
-        if counted:
+        entry = history.entries[at]
+        if entry.counted:
             return
-        history.entries[at] = (name, value, True)
+        history.entries[at] = entry._replace(counted=True)
         if at == len(history.entries) - 1:
             history.last_out_of_bounds = False
         history._forget(policy.max_points)
@@ -264,19 +281,19 @@ class MetricHistory:
         return None
 
     def _find(self, run: str) -> Optional[int]:
-        return next((i for i, entry in enumerate(self.entries) if entry[0] == run), None)
+        return next((i for i, entry in enumerate(self.entries) if entry.run == run), None)
 
     def _restart(self, start: int) -> None:
         """A new level from entry ``start`` on; what counted before it bridges its warm-up."""
-        before = [value for _, value, counted in self.entries[:start] if counted]
+        before = [entry.value for entry in self.entries[:start] if entry.counted]
         if before:
             self.previous = before
-        self.entries = [(run, value, True) for run, value, _ in self.entries[start:]]
+        self.entries = [entry._replace(counted=True) for entry in self.entries[start:]]
         self.last_out_of_bounds = False  # the latest run is at the new level: in bounds of the new baseline
         self.improving = 0
 
     def _forget(self, max_points: int) -> None:
-        counted = [i for i, entry in enumerate(self.entries) if entry[2]]
+        counted = [i for i, entry in enumerate(self.entries) if entry.counted]
         if len(counted) > max_points:
             del self.entries[:counted[-max_points]]
 
@@ -326,7 +343,7 @@ def check_metric(whole: MetricHistory, observation: MetricObservation,
     metric = observation.metric
     condition = config.condition_for(metric)
     values, previous = history.values, list(history.previous)
-    recent = [(value, counted) for _, value, counted in history.entries[-MODE_RECENT:]]
+    recent = [RecentValue(entry.value, entry.counted) for entry in history.entries[-MODE_RECENT:]]
     bounds = compute_bounds(condition, values, previous, recent) if condition else None
     within = None if bounds is None or condition is None else judge(observation.value, bounds, condition)
     earlier_runs = len(values)
@@ -346,10 +363,10 @@ def check_metric(whole: MetricHistory, observation: MetricObservation,
     if within is not False:
         return row, None
     facts = threshold_facts(condition, bounds, values, previous)
-    details = {"comparison": condition.comparison, "history_size": earlier_runs,
+    details = {"comparison": condition.comparison.value, "history_size": earlier_runs,
                **threshold_details(condition, bounds), **facts,
                **change_facts(observation.value, reference(bounds, condition), facts["scale"]),
-               **previous_facts([value for _, value, _ in earlier], [run for run, _, _ in earlier]),
+               **previous_facts([entry.value for entry in earlier], [entry.run for entry in earlier]),
                "step": observation.step, "run_data": observation.run_data, **segment_details(segment),
                **out_of_order(observation.out_of_order)}
     if shifted:
@@ -376,20 +393,20 @@ def _shift_alert(history: MetricHistory, observation: MetricObservation, conditi
     """``metric_shifted`` when the history, this run's value included, ends in a persistent shift."""
     if not config.checks_shifts(condition) or policy.improves_upward is None:
         return None
-    counted = [(run, value) for run, value, counted in history.entries if counted]
+    counted = [entry for entry in history.entries if entry.counted]
     rate = shift_rate(condition)
-    shift = find_shift([value for _, value in counted], -1 if policy.improves_upward else 1, rate)
+    shift = find_shift([entry.value for entry in counted], -1 if policy.improves_upward else 1, rate)
     if shift is None:
         return None
     window = counted[-shift.runs:]
-    mean = math.fsum(value for _, value in window) / shift.runs
+    mean = math.fsum(entry.value for entry in window) / shift.runs
     alert = Alert(
         kind=AlertKind.METRIC_SHIFTED, test=observation.test, run=observation.run, metric=observation.metric,
         value=observation.value, created_at=observation.finalized_at, message="",
-        details={"comparison": condition.comparison, "history_size": len(counted) - RECENT,
+        details={"comparison": condition.comparison.value, "history_size": len(counted) - RECENT,
                  "threshold": "false_alert_rate", "false_alert_rate": rate,
-                 "first_run": window[0][0], "runs": [run for run, _ in window],
-                 "values": [value for _, value in window], "old_centre": shift.centre, "shifted_mean": mean,
+                 "first_run": window[0].run, "runs": [entry.run for entry in window],
+                 "values": [entry.value for entry in window], "old_centre": shift.centre, "shifted_mean": mean,
                  "scale": shift.scale, "size_in_scales": shift.size_in_scales, "statistic": shift.statistic,
                  "shift_threshold": shift.threshold, **change_facts(mean, shift.centre, shift.scale),
                  "step": observation.step, "run_data": observation.run_data,

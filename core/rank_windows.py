@@ -138,7 +138,7 @@ def _straggler(window: WindowResult, numbers: Dict[int, float], check: RankCheck
                             "end_time": window.end_time, "start_step": window.start_step,
                             "end_step": window.end_step, "n": window.n, "partial": window.partial},
                  "values_by_rank": {str(r): v for r, v in sorted(numbers.items())},
-                 "comparison": check.condition.comparison, **threshold_details(check.condition, bounds), **facts,
+                 "comparison": check.condition.comparison.value, **threshold_details(check.condition, bounds), **facts,
                  **change_facts(numbers[rank], reference(bounds, check.condition), facts["scale"]),
                  "step": window.end_step,
                  "debounce": f"{check.debounce_out_of_bounds} of {check.debounce_windows}"})

@@ -14,6 +14,11 @@ by name.
     @dataclasses.dataclass
     class MetricHistory: ...
 
+A named tuple that a record holds in place of a bare tuple, whose bytes must stay the bare tuple's
+(``core.history.HistoryEntry``: state written before it was named), registers with :func:`plain_tuple`
+instead: it is written as a plain tuple, its fields unnamed, and decodes as one; the record holding it
+rebuilds it (e.g. in ``__post_init__``).
+
 A class that is neither keeps its state in ``to_state() -> dict`` and
 ``from_state(dict)`` (a classmethod) and registers the same way; enums
 register with :func:`record` too and are written by value. The name is the
@@ -42,7 +47,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import importlib
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar
+from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple, TypeVar
 
 # The core modules that register types: imported by :func:`load_registry` before decoding a name not yet known.
 RECORD_MODULES = ("core.aggregation", "core.parse", "core.runs", "core.run_parts", "core.records", "core.triage",
@@ -100,6 +105,7 @@ class Registry:
     def __init__(self) -> None:
         self.by_class: Dict[type, RecordType] = {}
         self.by_name: Dict[str, RecordType] = {}
+        self.plain_tuples: Set[type] = set()  # named tuples written as plain tuples (:func:`plain_tuple`)
 
     def register(self, cls: type, name: str, version: int = 1,
                  upgrades: Optional[Mapping[int, Callable[[Dict[str, Any]], Dict[str, Any]]]] = None,
@@ -126,6 +132,7 @@ class Registry:
     def copy(self) -> Registry:
         twin = Registry()
         twin.by_class, twin.by_name = dict(self.by_class), dict(self.by_name)
+        twin.plain_tuples = set(self.plain_tuples)
         return twin
 
     def lookup(self, name: str) -> RecordType:
@@ -151,6 +158,17 @@ def record(name: str, version: int = 1,
         REGISTRY.register(cls, name, version, upgrades)
         return cls
     return register
+
+
+def plain_tuple(cls: T) -> T:
+    """Class decorator for a named tuple written as a plain tuple, with no name, version or fields in the bytes
+    (see the module doc): it decodes as a plain tuple, which the record holding it turns back into ``cls``."""
+    if not (issubclass(cls, tuple) and hasattr(cls, "_fields")):
+        raise EncodingError(f"{cls.__qualname__}: only a named tuple is written as a plain tuple")
+    if cls in REGISTRY.by_class:
+        raise EncodingError(f"{cls.__qualname__} is already registered as {REGISTRY.by_class[cls].name!r}")
+    REGISTRY.plain_tuples.add(cls)
+    return cls
 
 
 def register(cls: type, name: str, version: int = 1) -> None:

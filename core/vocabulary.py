@@ -14,7 +14,7 @@ from core.registry import record
 from trainguard import wire
 
 if sys.version_info >= (3, 11):
-    from enum import StrEnum
+    from enum import StrEnum as StrEnum  # re-exported: core.config uses it too
 else:  # pragma: no cover - Python < 3.11
     class StrEnum(str, enum.Enum):
         """``enum.StrEnum`` of Python 3.11: ``str()`` and ``format()`` give the value."""

@@ -37,7 +37,7 @@ import operator
 from typing import Any, Deque, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple, Union, cast
 
 from core.alert_details import change_facts, describe, previous_facts, threshold_facts
-from core.bounds import MODE_RECENT, Bounds, compute_bounds, judge, reference, threshold_details
+from core.bounds import MODE_RECENT, Bounds, RecentValue, compute_bounds, judge, reference, threshold_details
 from core.config import TagWindowConfig, WindowCheck, WindowConfig
 from core.records import Alert, Refused
 from core.registry import record
@@ -285,15 +285,15 @@ def step_aligned_history(window: WindowResult, runs: Sequence[FinishedRun], aggr
 
 
 def _step_aligned(window: WindowResult, runs: Sequence[FinishedRun], aggregation: str, limit: Optional[int],
-                  recent_runs: int) -> Tuple[List[float], List[str], List[Tuple[float, bool]]]:
+                  recent_runs: int) -> Tuple[List[float], List[str], List[RecentValue]]:
     """``step_aligned_history``'s values and runs, and in one walk back over the runs the same-step values of
-    the latest ``recent_runs`` runs as (value, counted), oldest first: the windows left out for being out of
+    the latest ``recent_runs`` runs (``RecentValue``), oldest first: the windows left out for being out of
     bounds included, which only tell a second mode of the history (runs on two machine types: the slower
     mode's windows, each left out as it alerted, would otherwise leave a one-mode history that alerts on every
     run of that type; ``core.bounds._beyond_second_mode``)."""
     values: List[float] = []
     compared: List[str] = []
-    recent: List[Tuple[float, bool]] = []
+    recent: List[RecentValue] = []
     for age, finished in enumerate(reversed(runs)):
         full = limit is not None and len(values) >= limit
         if full and age >= recent_runs:
@@ -303,21 +303,22 @@ def _step_aligned(window: WindowResult, runs: Sequence[FinishedRun], aggregation
             continue
         if age < recent_runs:
             recent.append(found)
-        if found[1] and not full:
-            values.append(found[0])
+        if found.counted and not full:
+            values.append(found.value)
             compared.append(finished.run)
     return values[::-1], compared[::-1], recent[::-1]
 
 
-def _aligned_value(finished: FinishedRun, window: WindowResult, aggregation: str) -> Optional[Tuple[float, bool]]:
-    """(value, counted) of the run's window overlapping ``window``'s steps the most, if it has one with a value."""
+def _aligned_value(finished: FinishedRun, window: WindowResult, aggregation: str) -> Optional[RecentValue]:
+    """The value, and whether it counted, of the run's window overlapping ``window``'s steps the most, if it has
+    one with a value."""
     best = finished.most_overlapping(window)
     if best is None:
         return None
     value = best.values.get(aggregation)
     if value is None:
         return None
-    return value, best.index not in finished.excluded.get(aggregation, ())
+    return RecentValue(value, best.index not in finished.excluded.get(aggregation, ()))
 
 
 def _segments(state: WindowHistory, check: WindowCheck) -> Tuple[List[FinishedRun], List[FinishedRun]]:
@@ -349,7 +350,7 @@ def window_bounds(state: WindowHistory, window: WindowResult, check: WindowCheck
     """What ``check`` compares ``window`` with in ``state``: the one place the history and the bounds a window is
     judged by are chosen, for :func:`check_window` and for readers that draw them (the report)."""
     previous: List[float] = []
-    recent: List[Tuple[float, bool]] = []
+    recent: List[RecentValue] = []
     if check.history == "trailing":
         open_run = state.open_runs.get(window.run, _OpenRun())
         history = [v for v in (w.values.get(check.aggregation) for w in open_run.windows[-check.trailing_windows:])
@@ -409,7 +410,7 @@ def _alert(window: WindowResult, check: WindowCheck, value: float, bounds: Bound
                             "end_time": window.end_time, "start_step": window.start_step,
                             "end_step": window.end_step, "n": window.n, "partial": window.partial},
                  "history": check.history, "history_size": len(history), "compared_runs": compared,
-                 "comparison": check.condition.comparison, **threshold_details(check.condition, bounds), **facts,
+                 "comparison": check.condition.comparison.value, **threshold_details(check.condition, bounds), **facts,
                  **change_facts(value, reference(bounds, check.condition), facts["scale"]),
                  **previous_facts(history, runs), "step": window.end_step,
                  "debounce": f"{check.debounce_out_of_bounds} of {check.debounce_windows}"})

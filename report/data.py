@@ -447,20 +447,16 @@ def plural(count: int, word: str) -> str:
 
 CENTRE_WORDS = {"stddevs_from_mean": "mean", "mads_from_median": "median", "false_alert_rate": "median"}
 SCALE_WORDS = {"stddevs_from_mean": "stddev", "mads_from_median": "robust scale", "false_alert_rate": "Qn scale"}
-COMPARISON_SIGNS = {"greater": ">", "greater_or_equal": "\u2265", "less": "<", "less_or_equal": "\u2264",
-                    "equal": "="}
-
-
 def check_rule(check: WindowCheck) -> str:
     """A live window check in a few words, for a panel: "check > mean − 4·stddev of the same steps in the
     last 5 successful runs"."""
     condition = check.condition
     kind, value = condition.threshold
-    sign = COMPARISON_SIGNS.get(condition.comparison, condition.comparison)
+    sign = condition.comparison.sign
     if kind == "fixed_value":
         rule = f"{sign} {value:g}"
     else:
-        side = "\u2212" if condition.comparison.startswith("greater") else "+"
+        side = "\u2212" if condition.comparison.greater else "+"
         multiplier = f"k(rate {value:g})" if kind == "false_alert_rate" else f"{value:g}"
         rule = f"{sign} {CENTRE_WORDS[kind]} {side} {multiplier}\u00b7{SCALE_WORDS[kind]}"
     if check.history == "trailing":

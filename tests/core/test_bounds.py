@@ -4,8 +4,8 @@ import statistics
 import numpy as np
 import pytest
 
-from core.bounds import Bounds, compute_bounds, false_alert_multiplier, is_within, judge
-from core.config import SuccessCondition
+from core.bounds import Bounds, RecentValue, compute_bounds, false_alert_multiplier, is_within, judge
+from core.config import Comparison, SuccessCondition
 from core.stats import mean_and_pstdev
 
 
@@ -52,15 +52,15 @@ def test_wait_for_history_applies_to_both_kinds():
     (-math.inf, Bounds(None, 5.0), "less", True),
 ])
 def test_within_is_strict_unless_equal(value, bounds, comparison, within):
-    assert is_within(value, bounds, comparison) is within
+    assert is_within(value, bounds, Comparison(comparison)) is within
 
 
 def test_zero_deviation_is_never_out_of_bounds_even_for_a_constant_history():
     bounds = compute_bounds(stddevs("less", 3), [90.0, 90.0, 90.0])
     assert bounds == Bounds(None, 90.0, 90.0, 90.0)
-    assert is_within(90.0, bounds, "less") and is_within(90.0, bounds, "greater")
-    assert not is_within(90.5, bounds, "less")  # a constant that moves is a change
-    assert is_within(10.0, compute_bounds(stddevs("less", 0), [9.0, 10.0, 11.0]), "less")  # k = 0: the mean
+    assert is_within(90.0, bounds, Comparison.LESS) and is_within(90.0, bounds, Comparison.GREATER)
+    assert not is_within(90.5, bounds, Comparison.LESS)  # a constant that moves is a change
+    assert is_within(10.0, compute_bounds(stddevs("less", 0), [9.0, 10.0, 11.0]), Comparison.LESS)  # k = 0: the mean
 
 
 def mads(comparison, k, wait=0, **effects):
@@ -77,13 +77,13 @@ def test_a_mostly_constant_history_falls_back_to_the_mean_absolute_deviation():
     history = [100.0] * 8 + [101.0, 99.0]  # MAD 0: the two different seconds still give a scale
     bounds = compute_bounds(mads("less", 3), history)
     assert bounds == Bounds(None, 100.0 + 3 * 1.2533 * 0.2, 100.0, 100.0 - 3 * 1.2533 * 0.2)
-    assert is_within(100.7, bounds, "less") and not is_within(101.0, bounds, "less")
+    assert is_within(100.7, bounds, Comparison.LESS) and not is_within(101.0, bounds, Comparison.LESS)
 
 
 def test_min_effect_keeps_tiny_deviations_of_stable_metrics_quiet():
     condition = mads("greater", 3, min_effect_abs=0.5, min_effect_rel=0.01)
     bounds = compute_bounds(condition, [76.0, 76.01, 75.99, 76.0])
-    assert not is_within(75.8, bounds, "greater")
+    assert not is_within(75.8, bounds, Comparison.GREATER)
     assert judge(75.8, bounds, condition)           # 0.2 from the median: below min_effect_abs
     assert not judge(75.0, bounds, condition)       # 1.0 away, and more than 1% of 76
     relative_only = mads("greater", 3, min_effect_rel=0.02)
@@ -92,7 +92,7 @@ def test_min_effect_keeps_tiny_deviations_of_stable_metrics_quiet():
 
 def test_fixed_values_have_no_centre_and_keep_their_strict_meaning():
     bounds = compute_bounds(fixed("greater", 70.0, wait=0), [70.0, 70.0])
-    assert bounds.centre is None and not is_within(70.0, bounds, "greater")
+    assert bounds.centre is None and not is_within(70.0, bounds, Comparison.GREATER)
     assert judge(69.9, bounds, SuccessCondition("greater", fixed_value=70.0, min_effect_abs=0.5))
 
 
@@ -173,11 +173,11 @@ def test_a_mode_out_of_bounds_since_the_warm_up_is_learned_from_the_latest_runs_
     plain = compute_bounds(RATE, history)
 
     def recent(pattern):
-        return [(12.5, False) if bad else (10.0, True) for bad in pattern]
+        return [RecentValue(12.5, False) if bad else RecentValue(10.0, True) for bad in pattern]
     interleaved = recent([0, 1, 0, 0, 1, 0, 0, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0])
     assert compute_bounds(RATE, history, recent=interleaved).upper > 12.5
     assert compute_bounds(RATE, history, recent=recent([0] * 16 + [1] * 4)) == plain
-    assert compute_bounds(RATE, history, recent=interleaved[:-9] + [(10.0, True)] * 9) == plain
+    assert compute_bounds(RATE, history, recent=interleaved[:-9] + [RecentValue(10.0, True)] * 9) == plain
 
 
 def test_one_mode_histories_are_not_widened():
@@ -187,4 +187,5 @@ def test_one_mode_histories_are_not_widened():
         history = list(10 + 0.1 * rng.standard_t(3, size=int(rng.integers(10, 80))))
         bounds = compute_bounds(RATE, history)
         counted = [value for value in history if value < bounds.upper]
-        assert compute_bounds(RATE, counted) == compute_bounds(RATE, counted, recent=[(v, True) for v in counted])
+        recent = [RecentValue(v, True) for v in counted]
+        assert compute_bounds(RATE, counted) == compute_bounds(RATE, counted, recent=recent)

@@ -4,7 +4,9 @@ import os
 import pytest
 
 from core.config import (
+    COMPARISONS,
     SHIFT_SHARE,
+    Comparison,
     ConfigError,
     SuccessCondition,
     TestConfig,
@@ -48,6 +50,41 @@ def test_conditions_per_metric_fall_back_to_default():
                                                                      wait_for_n_points_of_history=3,
                                                                      history_max_points=10)
     assert regression.condition_for("loss_final") == SuccessCondition("less", stddevs_from_mean=2.0)
+
+
+@pytest.mark.parametrize("comparison, greater, inclusive, is_equal, sign", [
+    ("greater", True, False, False, ">"),
+    ("greater_or_equal", True, True, False, "\u2265"),
+    ("less", False, False, False, "<"),
+    ("less_or_equal", False, True, False, "\u2264"),
+    ("equal", False, True, True, "="),
+])
+def test_a_comparison_says_which_side_is_better_and_whether_its_bounds_are_within(comparison, greater, inclusive,
+                                                                                 is_equal, sign):
+    member = Comparison(comparison)
+    assert (member.greater, member.inclusive, member.is_equal, member.sign) == (greater, inclusive, is_equal, sign)
+    # What the call sites asked of the text before it was an enum.
+    assert (member.greater, member.inclusive, member.is_equal) == (
+        comparison.startswith("greater"), "equal" in comparison, comparison == "equal")
+
+
+def test_a_comparison_is_its_config_text():
+    assert COMPARISONS == ("greater", "less", "equal", "greater_or_equal", "less_or_equal")
+    for member in Comparison:
+        text = member.value
+        assert member == text and hash(member) == hash(text) and {text: 1}[member] == 1
+        assert (str(member), f"{member}", json.dumps(member), json.dumps({member: [member]})) == (
+            text, text, json.dumps(text), json.dumps({text: [text]}))
+
+
+def test_conditions_hold_comparisons_parsed_at_load_and_refuse_other_text():
+    config = parse_test_config({"regression_test_config": {"metric_success_conditions": {
+        "default": {"comparison": "less_or_equal", "success_threshold": {"stddevs_from_mean": 2}}}}}, "x.json")
+    assert config.regression_test.condition_for("m").comparison is Comparison.LESS_OR_EQUAL
+    assert SuccessCondition("greater", fixed_value=1.0).comparison is Comparison.GREATER  # the text is taken too
+    assert SuccessCondition("greater", fixed_value=1.0) == SuccessCondition(Comparison.GREATER, fixed_value=1.0)
+    with pytest.raises(ValueError):
+        SuccessCondition("bigger", fixed_value=1.0)
 
 
 @pytest.mark.parametrize("spelling", ["metric_to_aggregation_strategies", "metric_to_aggregation_strategy"])

@@ -20,7 +20,7 @@ from core import encoding
 from core.aggregation import TagAggregate
 from core.config_versions import ConfigCheck
 from core.encoding import EncodingError, IncompatibleVersion, Registry, decode, describe, encode
-from core.history import JobHistory, MetricHistory, SeededState, StoredIndex
+from core.history import HistoryEntry, JobHistory, MetricHistory, SeededState, StoredIndex
 from core.parse import FileSpan, MessageSummary
 from core.rank_windows import RankWindows
 from core.records import Alert, MetricObservation
@@ -312,12 +312,19 @@ def test_garbage_is_refused_when_read():
 
 
 @dataclasses.dataclass
-class MetricHistoryWithAField:
-    """Today's MetricHistory, plus a field a later version might add."""
+class MetricHistoryOfBareTuples:
+    """MetricHistory as it was before ``HistoryEntry``: its entries bare (run, value, counted) tuples."""
     entries: List[Tuple[str, float, bool]] = dataclasses.field(default_factory=list)
     last_out_of_bounds: Optional[bool] = None
     previous: List[float] = dataclasses.field(default_factory=list)
     pending_accept: Optional[str] = None
+    improving: int = 0
+    segments: Dict[str, MetricHistoryOfBareTuples] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class MetricHistoryWithAField(MetricHistoryOfBareTuples):
+    """Today's MetricHistory, plus fields a later version might add."""
     rebaselined_at: Optional[float] = None
     notes: Dict[str, str] = dataclasses.field(default_factory=dict)
 
@@ -349,6 +356,29 @@ def test_an_added_field_reaches_nested_records_too():
     (history,) = decoded.metrics.values()
     assert isinstance(history, MetricHistoryWithAField) and history.notes == {}
     assert history.entries == decode(old).metrics[next(iter(decoded.metrics))].entries
+
+
+def test_history_entries_are_written_as_the_bare_tuples_they_were_and_read_back_as_entries():
+    entry = HistoryEntry("r1", 1.5, True)
+    assert encode(entry) == encode(("r1", 1.5, True)) and describe(entry) == describe(("r1", 1.5, True))
+    assert type(decode(encode(entry))) is tuple  # bare in the bytes: the history holding it names it
+    history = MetricHistory([entry, HistoryEntry("r2", 9.0, False)], True, [1.0, 2.0], "r9", 1,
+                            {"accelerator=v4": MetricHistory([HistoryEntry("r3", -0.0, True)])})
+    bare = MetricHistoryOfBareTuples([("r1", 1.5, True), ("r2", 9.0, False)], True, [1.0, 2.0], "r9", 1,
+                                     {"accelerator=v4": MetricHistoryOfBareTuples([("r3", -0.0, True)])})
+    data = encode(history)
+    assert data == encode(bare, variant(MetricHistoryOfBareTuples, "MetricHistory"))
+    decoded = decode(data)
+    assert decoded == history and describe(decoded) == describe(history)
+    assert {type(e) for h in (decoded, *decoded.segments.values()) for e in h.entries} == {HistoryEntry}
+    assert decoded.entries[1].run == "r2" and decoded.entries[1].value == 9.0 and not decoded.entries[1].counted
+
+
+def test_only_a_named_tuple_not_a_record_is_written_as_a_plain_tuple():
+    with pytest.raises(EncodingError):
+        encoding.plain_tuple(list)
+    with pytest.raises(EncodingError):
+        encoding.plain_tuple(FileSpan)  # a record: its bytes name it
 
 
 def test_a_field_the_code_no_longer_has_is_ignored():

@@ -5,7 +5,9 @@ import pytest
 
 from core.alert_details import run_lifecycle_text
 from core.config import MetricCollectionConfig, RegressionTestConfig, SuccessCondition, TestConfig, TimeToAccuracy
+from core.encoding import encode
 from core.history import (
+    HistoryEntry,
     HistoryPolicy,
     JobHistory,
     MetricHistory,
@@ -52,6 +54,16 @@ def test_bounds_need_warm_up_then_apply():
     assert alerts[:3] == [None] * 3
     alert = alerts[3]
     assert alert.kind == "metric_out_of_bounds" and alert.value == 5.0 and alert.details["history_size"] == 3
+    # The condition's comparison is a str enum; the alert carries its plain text (what JSON and the encoding write).
+    assert type(alert.details["comparison"]) is str and alert.details["comparison"] == "greater"
+    assert encode(alert) == encode(dataclasses.replace(alert, details={**alert.details, "comparison": "greater"}))
+
+
+def test_history_entries_are_named_and_bare_tuples_become_entries():
+    history = MetricHistory([("r0", 1.0, True)])
+    observe(history, [10.0], regression())
+    assert history.entries == [HistoryEntry("r0", 1.0, True), HistoryEntry("r0", 10.0, True)]
+    assert all(type(entry) is HistoryEntry for entry in history.entries) and history.entries[0] == ("r0", 1.0, True)
 
 
 def test_out_of_bounds_values_are_excluded_from_history_and_history_is_capped():
@@ -321,7 +333,7 @@ def test_an_improvement_inside_the_improvement_bound_still_moves_the_baseline():
     assert alerts[:-1] == [None] * (len(old) + len(new))
     assert all(row["within_bounds"] for row in rows[len(old):-1])  # never beyond the improvement bound
     assert rows[len(old)]["metric_upper_bound"] > 3.3  # the old bounds let 3.3 through
-    assert history.previous == old and [value for _, value, _ in history.entries[:len(new)]] == new
+    assert history.previous == old and [entry.value for entry in history.entries[:len(new)]] == new
     assert alerts[-1].kind == "metric_out_of_bounds"
     stored = [(T0 + i, f"r{i}", v, r["within_bounds"], "success", r["metric_lower_bound"], r["metric_upper_bound"])
               for i, (v, r) in enumerate(zip(old + new + [3.3], rows))]
@@ -428,7 +440,7 @@ def test_triage_reaches_the_segment_holding_the_run_and_a_pending_accept_moves_w
     before = list(v5e.entries)
     accepted = next(i for i in range(20, 30) if runs[i][1] == "v4")
     history.accept(f"r{accepted}", history_policy(config, "acc"))
-    assert v4.entries[0][0] == f"r{accepted}" and v5e.entries == before and history.pending_accept is None
+    assert v4.entries[0].run == f"r{accepted}" and v5e.entries == before and history.pending_accept is None
     assert not history.accept("r30", history_policy(config, "acc")) and history.pending_accept is None
     assert history.accept("r30", history_policy(config, "acc"), future=True)
     assert history.pending_accept == "r30"

@@ -39,7 +39,7 @@ from core.config import (
 from core.records import Alert, MetricObservation, Refused, metric_history_row
 from core.registry import plain_tuple, record
 from core.runs import RANKS_MISSING, RunAccumulator, RunResult
-from core.shifts import RECENT, find_shift, level_at_end
+from core.shifts import RECENT, Shift, find_shift, level_at_end
 from core.stats import median
 from core.triage import AlertLedger, TriageItem, unknown_run_refusal
 from core.vocabulary import AlertKind, RunStatus, TriageAction
@@ -50,11 +50,13 @@ class HistoryPolicy:
     """How one (test, metric)'s history is kept: its size, when its baseline moves (0: never), and which way
     is better for a one-sided check (True: higher; None: two-sided or fixed, no improvements to follow), and
     the false-alert rate at which a persistent improvement moves it too (``core.shifts``; None: only one beyond
-    the improvement bound does)."""
+    the improvement bound does), and the one at which a small persistent shift the worse way is reported and
+    moves it (None: the metric has no shift check)."""
     max_points: int = DEFAULT_HISTORY_MAX_POINTS
     rebaseline_after: int = 0
     improves_upward: Optional[bool] = None
     improvement_rate: Optional[float] = None
+    shift_rate: Optional[float] = None
 
 
 def history_policy(config: RegressionTestConfig, metric: str) -> HistoryPolicy:
@@ -64,8 +66,26 @@ def history_policy(config: RegressionTestConfig, metric: str) -> HistoryPolicy:
     # A fixed value is not a baseline: it never moves.
     moves = condition.fixed_value is None
     upward = None if not moves or condition.comparison.is_equal else condition.comparison.greater
-    return HistoryPolicy(condition.history_max_points, config.rebaseline_after if moves else 0, upward,
-                         shift_rate(condition) if upward is not None and condition.false_alert_rate else None)
+    rate = shift_rate(condition) if upward is not None and condition.false_alert_rate else None
+    return HistoryPolicy(condition.history_max_points, config.rebaseline_after if moves else 0, upward, rate,
+                         rate if config.checks_shifts(condition) else None)
+
+
+@dataclasses.dataclass(frozen=True)
+class Recorded:
+    """What a run's value did to its history (``MetricHistory.record``): the streak's runs when it moved the
+    baseline out of bounds (``baseline_shifted``), or the shift it completed (``metric_shifted``); neither when
+    it moved nothing, or moved it by an improvement or an accept (no alert)."""
+    streak: List[Tuple[str, float]] = dataclasses.field(default_factory=list)
+    shift: Optional[ShiftFound] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ShiftFound:
+    """A small persistent shift the worse way at the end of a history (``core.shifts``), which restarted it."""
+    shift: Shift
+    window: List[HistoryEntry]  # the runs at the new level
+    base: int  # how many counted values before them the history held
 
 
 @plain_tuple
@@ -156,16 +176,15 @@ class MetricHistory:
         return start, restart
 
     def record(self, run: str, value: float, status: str, within: Optional[bool],
-               policy: HistoryPolicy, improved: bool = False) -> List[Tuple[str, float]]:
-        """Adds one run's value; returns the streak's runs when this run moves the baseline out of bounds, else
-        [] (also when an improvement moves it: that is no alert)."""
+               policy: HistoryPolicy, improved: bool = False) -> Recorded:
+        """Adds one run's value; says whether it moved the baseline, and how (``Recorded``)."""
         if status != RunStatus.SUCCESS:
-            return []
+            return Recorded()
         if self.pending_accept == run:
             self.pending_accept = None
             self.entries.append(HistoryEntry(run, value, False))
             self._restart(len(self.entries) - 1)
-            return []
+            return Recorded()
         counted = within is not False
         self.entries.append(HistoryEntry(run, value, counted))
         self.last_out_of_bounds = not counted
@@ -174,18 +193,37 @@ class MetricHistory:
                 and not self._holds_level(self.improving, bool(policy.improves_upward))):
             self._restart(len(self.entries) - self.improving)
             self._forget(policy.max_points)
-            return []
+            return Recorded()
         if counted and self._improved_for_good(policy):
-            return []
+            return Recorded()
         if not counted:
             streak = self.streak
             if not policy.rebaseline_after or len(streak) < policy.rebaseline_after:
-                return []
+                return Recorded()
             self._restart(self._streak_bounds()[1])
             self._forget(policy.max_points)
-            return streak
+            return Recorded(streak=streak)
         self._forget(policy.max_points)
-        return []
+        return Recorded(shift=self._shifted_worse(policy) if within is True else None)
+
+    def _shifted_worse(self, policy: HistoryPolicy) -> Optional[ShiftFound]:
+        """Restarts the history at a small persistent shift the worse way that its counted values end in
+        (``core.shifts.find_shift`` at the policy's ``shift_rate``), as ``rebaseline_after`` runs out of bounds
+        do: the shift is reported once (``metric_shifted``), and the runs after it are judged against the new
+        level. Left in the history, the old level kept the median between the two for as long as its values
+        stayed, and the same shift was reported again when the next few runs leaned the worse way."""
+        if policy.shift_rate is None or policy.improves_upward is None:
+            return None
+        counted = [entry for entry in self.entries if entry.counted]
+        shift = find_shift([entry.value for entry in counted], -1 if policy.improves_upward else 1,
+                           policy.shift_rate)
+        if shift is None:
+            return None
+        window = counted[-shift.runs:]
+        start = self._find(window[0].run)
+        assert start is not None  # a counted entry of this history
+        self._restart(start)
+        return ShiftFound(shift, window, len(counted) - RECENT)
 
     def _improved_for_good(self, policy: HistoryPolicy) -> bool:
         """Restarts the history at a persistent improvement that stayed inside the improvement bound (a cutoff
@@ -352,14 +390,15 @@ def check_metric(whole: MetricHistory, observation: MetricObservation,
     accepted = history.pending_accept == observation.run  # the user accepted this run's level beforehand
     policy = history_policy(config, metric)
     stored = stored_bounds(bounds)
-    shifted = history.record(observation.run, observation.value, observation.status, within, policy,
-                             is_improvement(observation.value, stored, policy.improves_upward))
+    recorded = history.record(observation.run, observation.value, observation.status, within, policy,
+                              is_improvement(observation.value, stored, policy.improves_upward))
     row = metric_history_row(observation, *stored, within, segment)
     if (bounds is None or condition is None or observation.status != RunStatus.SUCCESS
             or accepted or not config.alert_for_oob_metrics or not config.may_alert_on(metric)):
         return row, None
     if within is True:
-        return row, _shift_alert(history, observation, condition, config, policy, segment)
+        found = recorded.shift
+        return row, None if found is None else _shift_alert(found, observation, condition, segment)
     if within is not False:
         return row, None
     facts = threshold_facts(condition, bounds, values, previous)
@@ -369,6 +408,7 @@ def check_metric(whole: MetricHistory, observation: MetricObservation,
                **previous_facts([entry.value for entry in earlier], [entry.run for entry in earlier]),
                "step": observation.step, "run_data": observation.run_data, **segment_details(segment),
                **out_of_order(observation.out_of_order)}
+    shifted = recorded.streak
     if shifted:
         new_centre = centre_of(condition, history.values)
         alert = Alert(
@@ -388,23 +428,16 @@ def check_metric(whole: MetricHistory, observation: MetricObservation,
     return row, dataclasses.replace(alert, message=describe(alert))
 
 
-def _shift_alert(history: MetricHistory, observation: MetricObservation, condition: SuccessCondition,
-                 config: RegressionTestConfig, policy: HistoryPolicy, segment: str) -> Optional[Alert]:
-    """``metric_shifted`` when the history, this run's value included, ends in a persistent shift."""
-    if not config.checks_shifts(condition) or policy.improves_upward is None:
-        return None
-    counted = [entry for entry in history.entries if entry.counted]
-    rate = shift_rate(condition)
-    shift = find_shift([entry.value for entry in counted], -1 if policy.improves_upward else 1, rate)
-    if shift is None:
-        return None
-    window = counted[-shift.runs:]
+def _shift_alert(found: ShiftFound, observation: MetricObservation, condition: SuccessCondition,
+                 segment: str) -> Alert:
+    """``metric_shifted``: the history, this run's value included, ended in a persistent shift (``found``)."""
+    shift, window = found.shift, found.window
     mean = math.fsum(entry.value for entry in window) / shift.runs
     alert = Alert(
         kind=AlertKind.METRIC_SHIFTED, test=observation.test, run=observation.run, metric=observation.metric,
         value=observation.value, created_at=observation.finalized_at, message="",
-        details={"comparison": condition.comparison.value, "history_size": len(counted) - RECENT,
-                 "threshold": "false_alert_rate", "false_alert_rate": rate,
+        details={"comparison": condition.comparison.value, "history_size": found.base,
+                 "threshold": "false_alert_rate", "false_alert_rate": shift_rate(condition),
                  "first_run": window[0].run, "runs": [entry.run for entry in window],
                  "values": [entry.value for entry in window], "old_centre": shift.centre, "shifted_mean": mean,
                  "scale": shift.scale, "size_in_scales": shift.size_in_scales, "statistic": shift.statistic,

@@ -22,9 +22,12 @@ alert), as a ``metric_shifted`` alert naming the
 first run of the best window, its size and how far S went beyond the
 threshold; not when the history already holds the new level as a mode of its own (runs on a slower
 machine type: :func:`_known_mode`). It is a pure function of the counted values, so a seeded history
-decides it exactly as the running one did. The history itself is not
-restarted: the median follows the new level as it fills the history, and
-``trainguard-triage accept`` from the named run moves it at once.
+decides it exactly as the running one did. The history then restarts at the
+new level's first run (``core.history.MetricHistory``), as after
+``rebaseline_after`` runs out of bounds: a shift is one alert, and the runs
+after it are judged against the new level (its scale bridged by the old one's
+until it has values of its own); ``trainguard-triage accept`` from the named
+run says the change was intended.
 """
 
 from __future__ import annotations

@@ -91,6 +91,30 @@ def test_a_shift_is_one_metric_shifted_alert_naming_the_first_run_at_the_new_lev
     assert again[0] is not None and again[0].details == alert.details
 
 
+def test_a_reported_shift_restarts_the_history_at_its_first_run_and_is_not_reported_again():
+    """After ``metric_shifted`` the new level is the baseline: 40 more runs at it raise nothing (the old level no
+    longer holds the median between the two), a second shift on top of it is reported, and a history seeded
+    from the stored rows is the running one, restart included."""
+    rng = random.Random(7)
+    values = ([76 + rng.gauss(0, 0.3) for _ in range(30)] + [75.3 + rng.gauss(0, 0.3) for _ in range(40)]
+              + [74.4 + rng.gauss(0, 0.3) for _ in range(12)])
+    history = MetricHistory()
+    alerts = observe(history, values, CONFIG)
+    shifted = [(i, a) for i, a in enumerate(alerts) if a is not None]
+    assert [a.kind for _, a in shifted] == ["metric_shifted", "metric_shifted"]
+    (first_at, first), (second_at, second) = shifted
+    assert 30 < first_at < 35 and 70 < second_at < 76
+    assert second.details["old_centre"] == pytest.approx(75.3, abs=0.3)  # measured from the first shift's level
+    assert int(second.details["first_run"][1:]) >= 69
+    policy = history_policy(CONFIG, "acc")
+    assert policy.shift_rate == shift_rate(CONFIG.metric_success_conditions["acc"])
+    seeded = seed_metric_history([(i, f"r{i:02d}", v, True, "success") for i, v in enumerate(values)], policy)
+    assert seeded == history
+    probe = MetricHistory()
+    observe(probe, values[:first_at + 1], CONFIG)
+    assert probe.entries[0].run == first.details["first_run"] and probe.previous  # restarted; the old level bridges
+
+
 def test_no_shift_check_without_it_or_for_an_improvement():
     rng = random.Random(2)
     values = [76 + rng.gauss(0, 0.3) for _ in range(30)] + [76.7 + rng.gauss(0, 0.3) for _ in range(10)]

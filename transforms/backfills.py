@@ -7,7 +7,7 @@ from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import TimerSpec, on_timer
 from apache_beam.utils.timestamp import Timestamp
 
-from transforms.run_assembly import AssembleRunFn
+from transforms.run_assembly import AssembleRunFn, RunCells
 
 
 class AssembleRunOrBackfillFn(AssembleRunFn):
@@ -48,8 +48,9 @@ class AssembleRunOrBackfillFn(AssembleRunFn):
                 backfill=beam.DoFn.StateParam(AssembleRunFn.BACKFILL),
                 finalize_timer=beam.DoFn.TimerParam(AssembleRunFn.FINALIZE),
                 finalize_backfill_timer=beam.DoFn.TimerParam(FINALIZE_BACKFILL)):
-        yield from self._add(element, timestamp, accumulator_state, finalized, finalize_timer, resumed, backfill,
-                             finalize_backfill_timer)
+        cells = RunCells(accumulator_state, finalized, resumed=resumed, backfill=backfill,
+                         finalize_timer=finalize_timer, finalize_backfill_timer=finalize_backfill_timer)
+        yield from self._add(element, timestamp, cells)
 
     @on_timer(FINALIZE_BACKFILL)
     def finalize_backfill(self, key=beam.DoFn.KeyParam, fired_at=beam.DoFn.TimestampParam,
@@ -57,13 +58,13 @@ class AssembleRunOrBackfillFn(AssembleRunFn):
                           finalized=beam.DoFn.StateParam(AssembleRunFn.FINALIZED),
                           backfill=beam.DoFn.StateParam(AssembleRunFn.BACKFILL),
                           expire_timer=beam.DoFn.TimerParam(EXPIRE_BACKFILL)):
-        accumulator = accumulator_state.read()
-        if accumulator is None or not backfill.read():  # state gone, or a timer of an earlier life of the key
+        cells = RunCells(accumulator_state, finalized, backfill=backfill, expire_timer=expire_timer)
+        accumulator = cells.accumulator.read()
+        if accumulator is None or not cells.backfill.read():  # state gone, or a timer of an earlier life of the key
             return
-        expire_timer.set(Timestamp.of(self.clock() + self.lifecycle.retention_seconds))
+        cells.expire_timer.set(Timestamp.of(self.clock() + self.lifecycle.retention_seconds))
         at = accumulator.finalize_at(self.lifecycle)
-        yield from self._finalize(key, accumulator, accumulator_state, finalized, at, out_of_order=True,
-                                  timer_at=float(fired_at))
+        yield from self._finalize(key, accumulator, cells, at, out_of_order=True, timer_at=float(fired_at))
 
     @on_timer(EXPIRE_BACKFILL)
     def expire_backfill(self, finalized=beam.DoFn.StateParam(AssembleRunFn.FINALIZED),

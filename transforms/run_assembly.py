@@ -1,7 +1,9 @@
 """Run assembly's DoFn: the messages of one (test, run) -> one ``RunResult`` when the run ends.
 
 The streaming job's back-fills (``transforms.backfills``) and a replay's run parts (``transforms.run_parts``)
-are subclasses; ``transforms.runs.AssembleRuns`` chooses one.
+are subclasses; ``transforms.runs.AssembleRuns`` chooses one. Each DoFn method hands the state cells and
+timers Beam gave it to its helpers as one ``RunCells``; what can be computed without them is a pure function
+(``join_resumed``).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import copy
 import dataclasses
 import hashlib
 import time
-from typing import Callable, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import apache_beam as beam
 from apache_beam.coders import BooleanCoder, StrUtf8Coder
@@ -21,7 +23,7 @@ from apache_beam.utils.timestamp import Duration, Timestamp
 from core import encoding
 from core.config import Configs
 from core.records import dead_letter_row, failure_reason, record_payload
-from core.runs import RunAccumulator, RunLifecycle, event_json, interrupt
+from core.runs import RankedEvent, RunAccumulator, RunLifecycle, event_json, interrupt
 from core.schema import DEAD_LETTER
 from core.vocabulary import RunStatus
 from transforms.coders import RecordCoder
@@ -47,6 +49,37 @@ def resumed_state_digest(stored: RunAccumulator) -> str:
     """A stored open state's identity: the digest of its encoding (the same stored row, read again, gives the
     same digest; a run drained again, with more in it, another)."""
     return hashlib.sha256(encoding.to_text(stored).encode()).hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class RunCells:
+    """The state cells and timers of one run that a DoFn method was given, for the helpers it calls: each is
+    what Beam passed for the spec of that name (``AssembleRunFn``'s, or a subclass's), None where the method has
+    no such parameter. Made once at the top of each ``process`` and timer callback."""
+    accumulator: Any  # ACCUMULATOR: the run so far (a replay's run parts: a resumed run's state, kept apart)
+    finalized: Any  # FINALIZED: the run's tombstone
+    resumed: Any = None  # RESUMED: the digest of the stored state the run was resumed from
+    backfill: Any = None  # BACKFILL: whether the run is a back-fill (None: a DoFn without back-fills)
+    run_part: Any = None  # AssembleRunPartsFn.RUN_PART: a replay's run, its parts merged
+    finalize_timer: Any = None  # FINALIZE
+    finalize_backfill_timer: Any = None  # AssembleRunOrBackfillFn.FINALIZE_BACKFILL
+    expire_timer: Any = None  # EXPIRE, or AssembleRunOrBackfillFn.EXPIRE_BACKFILL
+
+
+@dataclasses.dataclass(frozen=True)
+class JoinedRun:
+    """A stored open run joined with what the job has of it (``join_resumed``)."""
+    accumulator: RunAccumulator  # the run as a whole, to keep
+    over_the_limit: List[RankedEvent]  # the events it no longer keeps (``RunAccumulator.MAX_EVENTS``)
+    finalize_at: float  # when the run ends, by event time
+
+
+def join_resumed(stored: RunAccumulator, current: Optional[RunAccumulator], lifecycle: RunLifecycle) -> JoinedRun:
+    """A run a drained job left open (``stored``) joined with what this job has of it (``current``, None: nothing
+    yet), the stored run's events first; changes neither. Raises what cannot be joined (another run's state)."""
+    accumulator = copy.deepcopy(stored)  # the element's object may be shared: never change it
+    over_the_limit = [] if current is None else accumulator.absorb(current)
+    return JoinedRun(accumulator, over_the_limit, accumulator.finalize_at(lifecycle))
 
 
 class AssembleRunFn(beam.DoFn):
@@ -92,83 +125,81 @@ class AssembleRunFn(beam.DoFn):
                 finalized=beam.DoFn.StateParam(FINALIZED),
                 resumed=beam.DoFn.StateParam(RESUMED),
                 finalize_timer=beam.DoFn.TimerParam(FINALIZE)):
-        yield from self._add(element, timestamp, accumulator_state, finalized, finalize_timer, resumed)
+        cells = RunCells(accumulator_state, finalized, resumed=resumed, finalize_timer=finalize_timer)
+        yield from self._add(element, timestamp, cells)
 
-    def _add(self, element, timestamp, accumulator_state, finalized, finalize_timer, resumed, backfill=None,
-             finalize_backfill_timer=None):
-        """Takes one message (or a resumed run's state) into the run; with ``backfill`` (a state cell), a run's
-        first message decides whether it is a back-fill, which ends on ``finalize_backfill_timer`` instead."""
+    def _add(self, element, timestamp, cells: RunCells):
+        """Takes one message, or a resumed run's state, into the run. With ``cells.backfill`` (the streaming
+        job's back-fills), a run's first message decides whether it is a back-fill, which then ends on
+        ``cells.finalize_backfill_timer`` instead of ``cells.finalize_timer``."""
         (test, run), summary = element
         if isinstance(summary, RunAccumulator):
-            digest = resumed_state_digest(summary)
-            if resumed.read() == digest:  # the seed's state of the run again: it is in the run already
-                return
-            resumed.write(digest)
-            yield from self._resume(summary, accumulator_state, finalized, finalize_timer)
-            resumed = accumulator_state.read()
-            if backfill is not None and resumed is not None and self.lifecycle.backfilled(
-                    resumed.finalize_at(self.lifecycle), self.clock()):
-                # its end is behind the watermark already: a back-fill a drain cut short, or a live run whose job
-                # was down for longer than its timeout; it ends when its sender has been quiet, as a back-fill
-                backfill.write(True)
-                finalize_backfill_timer.set(Timestamp.of(self.clock() + self.lifecycle.backfill_quiet_seconds))
+            yield from self._resume_once(summary, cells)
+        else:
+            yield from self._take_message(test, run, summary, float(timestamp), cells)
+
+    def _resume_once(self, stored: RunAccumulator, cells: RunCells):
+        """A stored open run, resumed unless the run took the same stored state already (``cells.resumed``); a
+        back-fill's state, or a live run's whose job was down past its timeout, resumes as a back-fill."""
+        digest = resumed_state_digest(stored)
+        if cells.resumed.read() == digest:  # the seed's state of the run again: it is in the run already
             return
-        if finalized.read():
+        cells.resumed.write(digest)
+        yield from self._resume(stored, cells)
+        current = cells.accumulator.read()
+        if cells.backfill is not None and current is not None and self.lifecycle.backfilled(
+                current.finalize_at(self.lifecycle), self.clock()):
+            # its end is behind the watermark already: a back-fill a drain cut short, or a live run whose job
+            # was down for longer than its timeout; it ends when its sender has been quiet, as a back-fill
+            cells.backfill.write(True)
+            cells.finalize_backfill_timer.set(Timestamp.of(self.clock() + self.lifecycle.backfill_quiet_seconds))
+
+    def _take_message(self, test: str, run: str, summary, at: float, cells: RunCells):
+        """One message of the run at event time ``at``: into the run's accumulator and its timer set again, or a
+        dead letter (late, or one the run cannot take), and the events the run no longer keeps."""
+        if cells.finalized.read():
             yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
-                "late: run already finalized", summary.raw_payload(), f"run:{test}/{run}", float(timestamp)))
+                "late: run already finalized", summary.raw_payload(), f"run:{test}/{run}", at))
             return
-        accumulator = accumulator_state.read()
+        accumulator = cells.accumulator.read()
         if accumulator is None:
             accumulator = RunAccumulator(test, run)
-            if backfill is not None and self.lifecycle.backfilled(float(timestamp), self.clock()):
-                backfill.write(True)
+            if cells.backfill is not None and self.lifecycle.backfilled(at, self.clock()):
+                cells.backfill.write(True)
         try:
             overflow = accumulator.add(summary)  # all or nothing: a failure leaves the run as it was
             finalize_at = accumulator.finalize_at(self.lifecycle)
         except Exception as error:  # noqa: BLE001 - one message's failure is that message's, not the run's
-            yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, assembly_failure(summary, test, run, float(timestamp),
-                                                                              error))
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, assembly_failure(summary, test, run, at, error))
             return
         yield from events_over_the_limit(overflow, f"run:{test}/{run}")
-        accumulator_state.write(accumulator)
-        if backfill is not None and backfill.read():
-            finalize_backfill_timer.set(Timestamp.of(self.clock() + self.lifecycle.backfill_quiet_seconds))
+        cells.accumulator.write(accumulator)
+        if cells.backfill is not None and cells.backfill.read():
+            cells.finalize_backfill_timer.set(Timestamp.of(self.clock() + self.lifecycle.backfill_quiet_seconds))
         else:
-            finalize_timer.set(Timestamp.of(finalize_at))
+            cells.finalize_timer.set(Timestamp.of(finalize_at))
 
-    def _resume(self, stored: RunAccumulator, accumulator_state, finalized, finalize_timer):
+    def _resume(self, stored: RunAccumulator, cells: RunCells):
         """A run a drained job left open: its stored state joins what this job has of it (its events first), and
         its timer is set again (a run that never hears from its trainer again still ends, as ``missing``, at its
-        own timeout). Its element comes from the seed, at the start of time: its dead letters have no time."""
-        if (yield from self._merge(stored, True, "resume run", None, accumulator_state, finalized, finalize_timer)):
-            self.runs_resumed.inc()
-
-    def _merge(self, other: RunAccumulator, older: bool, step: str, at: Optional[float], accumulator_state,
-               finalized, finalize_timer):
-        """Merges another accumulator of the run into its state (``older``: before what the state holds) and
-        sets its timer; returns whether it did. What cannot be merged is a dead letter of ``step``."""
-        source = f"run:{other.test}/{other.run}"
-        if finalized.read():  # cannot happen: a seed holds the watermark back, a bounded input is read whole first
+        own timeout). Its element comes from the seed, at the start of time: its dead letters have no time. What
+        cannot be joined is a dead letter, and the run's state stays as it was."""
+        source = f"run:{stored.test}/{stored.run}"
+        if cells.finalized.read():  # cannot happen: a seed holds the watermark back, a bounded input is read first
             yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
-                "late: run already finalized", record_payload(other.to_state()), source, at))
-            return False
-        current = accumulator_state.read()
+                "late: run already finalized", record_payload(stored.to_state()), source, None))
+            return
+        current = cells.accumulator.read()
         try:
-            if older:
-                accumulator = copy.deepcopy(other)  # the element's object may be shared: never change it
-                overflow = [] if current is None else accumulator.absorb(current)
-            else:
-                accumulator = current or RunAccumulator(other.test, other.run)
-                overflow = accumulator.absorb(other)  # takes copies of what it keeps
-            finalize_at = accumulator.finalize_at(self.lifecycle)
+            joined = join_resumed(stored, current, self.lifecycle)
         except Exception as error:  # noqa: BLE001 - what cannot be merged is a dead letter, not a crash
             yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
-                failure_reason(step, error), record_payload(other.to_state()), source, at))
-            return False
-        yield from events_over_the_limit(overflow, source)
-        accumulator_state.write(accumulator)
-        finalize_timer.set(Timestamp.of(finalize_at))
-        return True
+                failure_reason("resume run", error), record_payload(stored.to_state()), source, None))
+            return
+        yield from events_over_the_limit(joined.over_the_limit, source)
+        cells.accumulator.write(joined.accumulator)
+        cells.finalize_timer.set(Timestamp.of(joined.finalize_at))
+        self.runs_resumed.inc()
 
     @on_timer(FINALIZE)
     def finalize(self, key=beam.DoFn.KeyParam, fired_at=beam.DoFn.TimestampParam,
@@ -176,20 +207,22 @@ class AssembleRunFn(beam.DoFn):
                  finalized=beam.DoFn.StateParam(FINALIZED),
                  backfill=beam.DoFn.StateParam(BACKFILL),
                  expire_timer=beam.DoFn.TimerParam(EXPIRE)):
-        if backfill.read():  # a back-fill ends on its own timer, by the wall clock
+        cells = RunCells(accumulator_state, finalized, backfill=backfill, expire_timer=expire_timer)
+        if cells.backfill.read():  # a back-fill ends on its own timer, by the wall clock
             return
-        accumulator = accumulator_state.read()
+        accumulator = cells.accumulator.read()
         if accumulator is None:  # the runner fired a timer for a run whose state is gone
             return
-        expire_timer.set(fired_at + Duration(seconds=self.lifecycle.retention_seconds))
-        yield from self._finalize(key, accumulator, accumulator_state, finalized, float(fired_at))
+        cells.expire_timer.set(fired_at + Duration(seconds=self.lifecycle.retention_seconds))
+        yield from self._finalize(key, accumulator, cells, float(fired_at))
 
-    def _finalize(self, key, accumulator: RunAccumulator, accumulator_state, finalized, at: float,
+    def _finalize(self, key: RunKey, accumulator: RunAccumulator, cells: RunCells, at: float,
                   out_of_order: bool = False, timer_at: Optional[float] = None):
-        """Ends the run at event time ``at``: its ``RunResult`` (or its dead letter) out, its tombstone in.
-        ``timer_at``: a back-fill's, the wall-clock time its quiet period ends."""
-        accumulator_state.clear()
-        finalized.write(True)
+        """Ends the run at event time ``at``: its ``RunResult`` (or its dead letter) out, its tombstone in
+        (``cells.finalized``; ``cells.accumulator`` cleared). ``timer_at``: a back-fill's, the wall-clock time
+        its quiet period ends."""
+        cells.accumulator.clear()
+        cells.finalized.write(True)
         try:
             result = accumulator.result(self.configs.for_test(key[0], at), self.lifecycle)
             if out_of_order:

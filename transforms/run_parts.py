@@ -4,7 +4,8 @@ message id once."""
 from __future__ import annotations
 
 import copy
-from typing import Optional
+import dataclasses
+from typing import Any, Dict, Optional, Union
 
 import apache_beam as beam
 from apache_beam.transforms.timeutil import TimeDomain
@@ -15,12 +16,20 @@ from apache_beam.utils.windowed_value import WindowedValue
 from core.config import Configs
 from core.parse import different_copy_reason, payload_of, summarize_again
 from core.records import dead_letter_row, failure_reason, record_payload
-from core.run_parts import RunPart
-from core.runs import RunAccumulator
+from core.run_parts import Failures, RunPart, SummaryOf
+from core.runs import RunAccumulator, RunLifecycle
 from core.schema import DEAD_LETTER
 from trainguard import wire
 from transforms.coders import RecordCoder
-from transforms.run_assembly import AssembleRunFn, assembly_failure, events_over_the_limit
+from transforms.run_assembly import AssembleRunFn, RunCells, RunKey, assembly_failure, events_over_the_limit
+
+
+@dataclasses.dataclass
+class BundlePart:
+    """One run's messages of one bundle (``PreAssembleRunsFn``), output as one element when the bundle ends."""
+    part: RunPart  # the messages taken so far
+    latest: Timestamp  # the latest of their timestamps: the element's
+    window: Any  # the first message's window: the element's
 
 
 class PreAssembleRunsFn(beam.DoFn):
@@ -40,27 +49,27 @@ class PreAssembleRunsFn(beam.DoFn):
         self.configs = configs
 
     def start_bundle(self):
-        self._parts = {}
+        self._parts: Dict[RunKey, BundlePart] = {}
         self._summary_of = lambda source: summarize_again(source, self.configs)
 
     def process(self, summary, timestamp=beam.DoFn.TimestampParam, window=beam.DoFn.WindowParam):
         test, run = summary.test, summary.run
-        part = self._parts.get((test, run))
-        if part is None:
-            part = self._parts[(test, run)] = [RunPart(RunAccumulator(test, run)), timestamp, window]
+        bundle_part = self._parts.get((test, run))
+        if bundle_part is None:
+            bundle_part = self._parts[(test, run)] = BundlePart(RunPart(RunAccumulator(test, run)), timestamp, window)
         try:
-            part[0], failed = part[0].offer(summary, self._summary_of)
+            bundle_part.part, failed = bundle_part.part.offer(summary, self._summary_of)
         except Exception as error:  # noqa: BLE001 - one message's failure is that message's, not the run's
             yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, assembly_failure(summary, test, run, float(timestamp),
                                                                               error))
             return
         yield from _taken_again_failures(failed, test, run, float(timestamp))
-        part[1] = max(part[1], timestamp)
+        bundle_part.latest = max(bundle_part.latest, timestamp)
 
     def finish_bundle(self):
-        for key, (part, latest, window) in self._parts.items():
-            if part.ids:  # (not a run whose every message failed)
-                yield WindowedValue((key, part), latest, [window])
+        for key, bundle_part in self._parts.items():
+            if bundle_part.part.ids:  # (not a run whose every message failed)
+                yield WindowedValue((key, bundle_part.part), bundle_part.latest, [bundle_part.window])
         self._parts = {}
 
 
@@ -69,6 +78,42 @@ def _taken_again_failures(failed, test: str, run: str, at: Optional[float]):
     for source, error in failed:
         yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
             failure_reason("assemble run", error), payload_of(source), f"run:{test}/{run}", at))
+
+
+def whole_run(held: Optional[RunPart], resumed: Optional[RunAccumulator]) -> RunAccumulator:
+    """A replay's run as one accumulator: its messages' (``held``, their parts merged) and a resumed run's
+    (earlier: its events first), changing neither."""
+    if resumed is None:
+        assert held is not None  # a run has its messages' part, a resumed state, or both
+        return held.accumulator
+    whole = copy.deepcopy(resumed)
+    if held is not None:
+        whole.absorb(held.accumulator)  # events it leaves out: see RunPart.events_over_the_limit
+    return whole
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSoFar:
+    """A replay's run with one more element taken (``with_element``): what ``AssembleRunPartsFn`` keeps of it."""
+    held: Optional[RunPart]  # its messages, their parts merged (RUN_PART)
+    resumed: Optional[RunAccumulator]  # the state of the run a drained job left open (ACCUMULATOR)
+    taken_again_failures: Failures  # messages of a merged part that could not be read or taken again
+    finalize_at: float  # when the run ends, by event time
+
+
+def with_element(held: Optional[RunPart], resumed: Optional[RunAccumulator], value: Union[RunPart, RunAccumulator],
+                 summary_of: SummaryOf, lifecycle: RunLifecycle) -> RunSoFar:
+    """The run (``held``, ``resumed``: what it kept so far) with one more element: a part of its messages,
+    merged with those it holds (``RunPart.merged``, which may change ``held``), or a run a drained job left
+    open. Raises what cannot be taken."""
+    failed: Failures = []
+    if not isinstance(value, RunPart):  # a run a drained job left open
+        resumed = value
+    elif held is None:
+        held = value
+    else:
+        held, failed = held.merged(value, summary_of)
+    return RunSoFar(held, resumed, failed, whole_run(held, resumed).finalize_at(lifecycle))
 
 
 class AssembleRunPartsFn(AssembleRunFn):
@@ -96,45 +141,28 @@ class AssembleRunPartsFn(AssembleRunFn):
                 resumed_state=beam.DoFn.StateParam(AssembleRunFn.ACCUMULATOR),
                 finalized=beam.DoFn.StateParam(AssembleRunFn.FINALIZED),
                 finalize_timer=beam.DoFn.TimerParam(FINALIZE)):
+        cells = RunCells(resumed_state, finalized, run_part=run_part, finalize_timer=finalize_timer)
         (test, run), value = element
         at = float(timestamp) if isinstance(value, RunPart) else None  # (a resumed run comes at the start of time)
-        if finalized.read():  # cannot happen: a bounded input is read whole before any timer fires
+        if cells.finalized.read():  # cannot happen: a bounded input is read whole before any timer fires
             yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
                 "late: run already finalized", record_payload(value.to_state()), f"run:{test}/{run}", at))
             return
-        held, resumed = run_part.read(), resumed_state.read()
-        failed = []
+        held, resumed = cells.run_part.read(), cells.accumulator.read()
         try:
-            if not isinstance(value, RunPart):  # a run a drained job left open
-                resumed = value
-            elif held is None:
-                held = value
-            else:
-                held, failed = held.merged(value, lambda source: summarize_again(source, self.configs))
-            finalize_at = self._whole(held, resumed).finalize_at(self.lifecycle)
+            run_so_far = with_element(held, resumed, value, lambda source: summarize_again(source, self.configs),
+                                      self.lifecycle)
         except Exception as error:  # noqa: BLE001 - what cannot be merged is a dead letter, not a crash
             yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
                 failure_reason("assemble run", error), record_payload(value.to_state()), f"run:{test}/{run}", at))
             return
-        yield from _taken_again_failures(failed, test, run, at)
+        yield from _taken_again_failures(run_so_far.taken_again_failures, test, run, at)
         if isinstance(value, RunPart):
-            run_part.write(held)
+            cells.run_part.write(run_so_far.held)
         else:
-            resumed_state.write(resumed)
+            cells.accumulator.write(run_so_far.resumed)
             self.runs_resumed.inc()
-        finalize_timer.set(Timestamp.of(finalize_at))
-
-    @staticmethod
-    def _whole(held: Optional[RunPart], resumed: Optional[RunAccumulator]) -> RunAccumulator:
-        """The run's accumulator: its messages' and a resumed run's (earlier: its events first), changing
-        neither."""
-        if resumed is None:
-            assert held is not None  # a run has its messages' part, a resumed state, or both
-            return held.accumulator
-        whole = copy.deepcopy(resumed)
-        if held is not None:
-            whole.absorb(held.accumulator)  # events it leaves out: see RunPart.events_over_the_limit
-        return whole
+        cells.finalize_timer.set(Timestamp.of(run_so_far.finalize_at))
 
     @on_timer(FINALIZE)
     def finalize(self, key=beam.DoFn.KeyParam, fired_at=beam.DoFn.TimestampParam,
@@ -142,20 +170,21 @@ class AssembleRunPartsFn(AssembleRunFn):
                  resumed_state=beam.DoFn.StateParam(AssembleRunFn.ACCUMULATOR),
                  finalized=beam.DoFn.StateParam(AssembleRunFn.FINALIZED),
                  expire_timer=beam.DoFn.TimerParam(AssembleRunFn.EXPIRE)):
-        held, resumed = run_part.read(), resumed_state.read()
+        cells = RunCells(resumed_state, finalized, run_part=run_part, expire_timer=expire_timer)
+        held, resumed = cells.run_part.read(), cells.accumulator.read()
         if held is None and resumed is None:  # the runner fired a timer for a run whose state is gone
             return
-        expire_timer.set(fired_at + Duration(seconds=self.lifecycle.retention_seconds))
+        cells.expire_timer.set(fired_at + Duration(seconds=self.lifecycle.retention_seconds))
         at, source = float(fired_at), f"run:{key[0]}/{key[1]}"
-        accumulator = self._whole(held, resumed)
-        run_part.clear()
+        accumulator = whole_run(held, resumed)
+        cells.run_part.clear()
         if held is not None:
             yield from self._copies_not_taken(held, source)
             if accumulator.at_event_limit():
                 over, failed = held.events_over_the_limit(resumed.events if resumed is not None else ())
                 yield from events_over_the_limit(over, source)
                 yield from _taken_again_failures(failed, key[0], key[1], at)
-        yield from self._finalize(key, accumulator, resumed_state, finalized, at)
+        yield from self._finalize(key, accumulator, cells, at)
 
     @staticmethod
     def _copies_not_taken(held: RunPart, source: str):

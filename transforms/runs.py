@@ -42,8 +42,8 @@ class _SkipStoredRunsFn(beam.DoFn):
         self.skipped.inc()
         if self.dead_letter:
             yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
-                stored_run_reason(message.test, message.run), message.raw_payload(), f"run:{message.test}/{message.run}",
-                float(timestamp)))
+                stored_run_reason(message.test, message.run), message.raw_payload(),
+                f"run:{message.test}/{message.run}", float(timestamp)))
 
 
 class SkipStoredRuns(beam.PTransform[PCollection[MessageSummary],

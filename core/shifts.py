@@ -61,11 +61,15 @@ class Shift:
 
 def shift_statistic(values: Sequence[float], worse: int) -> Optional[Tuple[float, int, float, float]]:
     """(S, best k, centre, scale) of the values' end (see the module), or None without ``MIN_BASE`` values
-    before the last ``RECENT`` or without spread. ``worse`` is +1 when higher is worse, -1 when lower is."""
+    before the last ``RECENT``, without spread, or when the last value is not worse than the centre (every
+    window holds it, so S is 0; the scale, most of the cost, is then not computed: every stored value a seed
+    steps asks this). ``worse`` is +1 when higher is worse, -1 when lower is."""
     base = values[:-RECENT]
     if len(base) < MIN_BASE:
         return None
     centre = median(base)
+    if worse * (values[-1] - centre) <= 0:
+        return None
     scale = robust_scale(base, centre)
     if not scale > 0 or not math.isfinite(scale):
         return None

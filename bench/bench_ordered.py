@@ -138,6 +138,9 @@ class OneKey:
                 self.params[name] = self.state[spec.name.rsplit("_", 1)[1]] = stand_in
             elif getattr(parameter.default, "timer_spec", None) is not None:
                 self.params[name] = self.timer
+        # Looked up once: a signature per call would cost several times the ``process`` it measures.
+        self._process_params = self._params(fn.process)
+        self._flush_params = self._params(fn.on_flush)
 
     def _params(self, method: Callable) -> Dict[str, Any]:
         """The state and timer stand-ins ``method`` takes, by parameter name."""
@@ -145,7 +148,7 @@ class OneKey:
 
     def add(self, item: Any) -> List[Any]:
         """``process`` of one element (an item, or a ``SeededState``): its outputs."""
-        return list(self.fn.process((self.key, item), **self._params(self.fn.process)))
+        return list(self.fn.process((self.key, item), **self._process_params))
 
     def saved(self) -> Dict[str, Any]:
         """The key's state and timer as they are, for ``restore``."""
@@ -163,7 +166,7 @@ class OneKey:
         assert fired_at is not None, "no timer set"
         if at is None:
             self.timer.clear()
-        return list(self.fn.on_flush(key=self.key, fired_at=fired_at, **self._params(self.fn.on_flush)))
+        return list(self.fn.on_flush(key=self.key, fired_at=fired_at, **self._flush_params))
 
 
 def observations(count: int, start: float = T0) -> List[MetricObservation]:

@@ -10,7 +10,10 @@ metric. trainguard runs for real: the suite's wire-format lines replayed
 through the pipeline (``pipeline.replay``, FnApiRunner, a fresh DuckDB store)
 with the issue's config at three false-alert budgets (``false_alerts_per_100_runs``), live windows
 included, and a baseline of step time per machine type (``history_by``: every run's ``run_started``
-says its type; ``--history_by=`` for one history); the alerts and stored bounds are read back from the store. The
+says its type; ``--history_by=`` for one history); the alerts and stored bounds are read back from the store.
+A second trainguard row runs the same configs with each metric's ``noise`` set where
+``trainguard-backtest --suggest_noise`` says so, measured on another suite of the same fleet (seed + 1000:
+last month's runs), as a user would set it from their stored history. The
 reference detectors (median ± k·MAD, mean ± k·σ, change points by ruptures at
 each run; three operating points each) see the same runs' run-level values.
 One scorer counts every detector's alerts (``bench/detection/scoring.py``).

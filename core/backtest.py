@@ -47,7 +47,14 @@ import collections
 import dataclasses
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Protocol, Sequence, Tuple
 
-from core.config import STRATEGIES, TIME_TO_ACCURACY_METRIC, TOTAL_WALL_TIME_METRIC, Configs, MetricCollectionConfig
+from core.config import (
+    STRATEGIES,
+    TIME_TO_ACCURACY_METRIC,
+    TOTAL_WALL_TIME_METRIC,
+    Configs,
+    MetricCollectionConfig,
+    RegressionTestConfig,
+)
 from core.history import JobHistory, MetricHistory, apply_metric_triage, check_job, check_metric, history_policy
 from core.records import Alert, MetricObservation
 from core.runs import MetricValue, RankedEvent, RunResult
@@ -191,13 +198,17 @@ def run_result(stored: StoredRun, configs: Configs) -> RunResult:
 # -- the state machines, as the pipeline's stages step them -----------------------------------------------
 
 
-def _metric_step(configs: Configs) -> Callable[[MetricHistory, Any], List[Alert]]:
+MetricCheck = Callable[[MetricHistory, MetricObservation, RegressionTestConfig], Tuple[Dict[str, Any], Optional[Alert]]]
+"""``core.history.check_metric``, or a function that wraps it to look at each value and its row."""
+
+
+def _metric_step(configs: Configs, check: MetricCheck = check_metric) -> Callable[[MetricHistory, Any], List[Alert]]:
     def step(history: MetricHistory, item: Any) -> List[Alert]:
         config = configs.for_test(item.test, item.order[0]).regression_test
         if isinstance(item, TriageItem):
             apply_metric_triage(history, item, history_policy(config, item.metric or ""))
             return []
-        _, alert = check_metric(history, item, config)
+        _, alert = check(history, item, config)
         return [] if alert is None else [alert]
     return step
 
@@ -269,13 +280,15 @@ def _kind_rank(kind: str) -> Tuple[int, str]:
 
 
 def backtest(history: StoredHistory, configs: Configs,
-             extra_items: Optional[Mapping[Key, Sequence[Ordered]]] = None) -> BacktestResult:
+             extra_items: Optional[Mapping[Key, Sequence[Ordered]]] = None,
+             metric_check: MetricCheck = check_metric) -> BacktestResult:
     """Re-evaluates ``history`` under ``configs`` and compares with what fired.
 
     Keys are those of the pipeline's stages: ``("metric", (test, metric))``,
     ``("job", (test,))`` and ``("window", (test, tag, kind))``. ``extra_items``
     adds ordered items to a key beyond the stored runs, windows and triage
-    actions (:func:`step_in_event_time_order`).
+    actions (:func:`step_in_event_time_order`). ``metric_check`` checks each
+    metric value (``core.noise_evidence`` wraps it to measure the noise).
     """
     extra: Dict[Key, List[Ordered]] = {key: list(more) for key, more in (extra_items or {}).items()}
     errors: List[str] = []
@@ -312,7 +325,7 @@ def backtest(history: StoredHistory, configs: Configs,
             extra.setdefault(("window", (action.test, target.tag, target.kind)), []).append(target)
 
     steps: Dict[str, Tuple[Callable[[], Any], Callable[[Any, Any], Iterable[Alert]]]] = {
-        "metric": (MetricHistory, _metric_step(configs)),
+        "metric": (MetricHistory, _metric_step(configs, metric_check)),
         "job": (JobHistory, _job_step(configs)),
         "window": (WindowHistory, _window_step(configs)),
     }

@@ -8,7 +8,8 @@ One condition language for run-level conditions and window checks:
 ``false_alert_rate`` p:   centre = median, scale = 2.2219·Qn (``core.stats.false_alert_scale``, a robust
                           scale twice as efficient as the MAD); the multiplier is calibrated for the history
                           size n so that a healthy value of heavy-tailed noise passes the cutoff with
-                          probability p (``false_alert_multiplier``); a young level pools its scale with
+                          probability p (``false_alert_multiplier``; or normal noise, for a condition that
+                          declares ``"noise": "normal"``); a young level pools its scale with
                           the level before it (``compute_bounds``)
 
 Within bounds is strict (lo < x < hi) unless the comparison contains ``equal``,
@@ -29,7 +30,7 @@ import math
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from core import false_alert_calibration as calibration
-from core.config import Comparison, SuccessCondition
+from core.config import HEAVY_TAILED, NORMAL, Comparison, SuccessCondition
 from core.stats import false_alert_scale, mean_and_pstdev, median, robust_scale
 
 # a calibrated cutoff needs at least this many values
@@ -77,7 +78,7 @@ def compute_bounds(condition: SuccessCondition, history: Sequence[float],
     needed = max(condition.wait_for_n_points_of_history, minimum_history(condition))
     if condition.false_alert_rate is not None and pools_levels(condition, history, previous):
         centre = median(history)
-        margin = _pooled_margin(condition.false_alert_rate, history, centre, previous)
+        margin = _pooled_margin(condition, history, centre, previous)
     elif len(history) >= needed:
         centre, margin = _centre_and_margin(condition, history)
     elif history and len(previous) >= needed:
@@ -196,7 +197,7 @@ def _centre_and_margin(condition: SuccessCondition, history: Sequence[float]) ->
     scale = false_alert_scale(history, centre)
     if scale == 0:
         return centre, 0.0
-    margin = false_alert_multiplier(len(history), condition.false_alert_rate) * scale
+    margin = false_alert_multiplier(len(history), condition.false_alert_rate, condition.noise) * scale
     return centre, max(margin, _range_floor(history, centre, condition.false_alert_rate))
 
 
@@ -213,16 +214,19 @@ def pooled_deviations(history: Sequence[float], centre: float, previous: Sequenc
     return own + [(value - previous_centre) * ratio for value in previous]
 
 
-def _pooled_margin(rate: float, history: Sequence[float], centre: float, previous: Sequence[float]) -> float:
+def _pooled_margin(condition: SuccessCondition, history: Sequence[float], centre: float,
+                   previous: Sequence[float]) -> float:
     """The margin of a young level (see ``compute_bounds``): the calibrated multiplier of the pooled count
     times the pooled scale, widened for the young centre's own uncertainty."""
+    rate = condition.false_alert_rate
+    assert rate is not None
     deviations = pooled_deviations(history, centre, previous)
     scale = false_alert_scale(deviations, 0.0)
     if scale == 0:
         return _range_floor(history, centre, rate)
     n = len(deviations)
     widening = math.sqrt((1 + MEDIAN_VARIANCE / len(history)) / (1 + MEDIAN_VARIANCE / n))
-    margin = false_alert_multiplier(n, rate) * scale * widening
+    margin = false_alert_multiplier(n, rate, condition.noise) * scale * widening
     return max(margin, _range_floor(history, centre, rate))
 
 
@@ -248,16 +252,17 @@ def _range_floor(history: Sequence[float], centre: float, rate: float) -> float:
 RANGE_FLOOR_SLACK = 1e-9  # strictly beyond: a value equal to the second most extreme one stays within
 
 
-def false_alert_multiplier(n: int, rate: float) -> float:
+def false_alert_multiplier(n: int, rate: float, noise: str = HEAVY_TAILED) -> float:
     """How many scales (``core.stats.false_alert_scale``) from the median the cutoff of a history of ``n``
     values lies, for a one-sided false alert ``rate``: calibrated by ``scripts/calibrate_false_alert_rate.py``
     so that heavy-tailed (Student t, 3 degrees of freedom) noise passes it with probability ``rate``, averaged
-    over histories; normal noise less often. Between the fitted n (of the same parity) and p, ln c is
-    interpolated in ln n and ln p; beyond them the nearest fitted value is used (for n above the largest, that
-    is slightly conservative)."""
+    over histories; normal noise less often. With ``noise`` ``"normal"``, calibrated on normal noise instead:
+    about half as far at the rates a budget gives, and heavy-tailed noise passes it several times as often.
+    Between the fitted n (of the same parity) and p, ln c is interpolated in ln n and ln p; beyond them the
+    nearest fitted value is used (for n above the largest, that is slightly conservative)."""
     i0, i1, wn = grid_bracket(_LOG_N[n % 2], math.log(n))
     j0, j1, wp = grid_bracket(_LOG_P, math.log(rate))
-    table = _LOG_C[n % 2]
+    table = _LOG_C[noise][n % 2]
     low = table[i0][j0] * (1 - wp) + table[i0][j1] * wp
     high = table[i1][j0] * (1 - wp) + table[i1][j1] * wp
     return math.exp(low * (1 - wn) + high * wn)
@@ -265,8 +270,9 @@ def false_alert_multiplier(n: int, rate: float) -> float:
 
 # Per parity of n (0: even, 1: odd): the median and Qn of odd and even counts behave differently.
 _LOG_N = ([math.log(n) for n in calibration.N_GRID_EVEN], [math.log(n) for n in calibration.N_GRID_ODD])
-_LOG_C = tuple([[math.log(c) for c in row] for row in table]
-               for table in (calibration.MULTIPLIERS_EVEN, calibration.MULTIPLIERS_ODD))
+_LOG_C = {noise: tuple([[math.log(c) for c in row] for row in table] for table in tables)
+          for noise, tables in ((HEAVY_TAILED, (calibration.MULTIPLIERS_EVEN, calibration.MULTIPLIERS_ODD)),
+                                (NORMAL, (calibration.NORMAL_MULTIPLIERS_EVEN, calibration.NORMAL_MULTIPLIERS_ODD)))}
 _LOG_P = [math.log(p) for p in calibration.P_GRID]
 
 

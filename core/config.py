@@ -83,6 +83,12 @@ class TimeToAccuracy:
 
 THRESHOLD_KINDS = ("fixed_value", "stddevs_from_mean", "mads_from_median", "false_alert_rate")
 STATISTICAL_THRESHOLDS = THRESHOLD_KINDS[1:]
+# What a false_alert_rate cutoff assumes of a metric's noise: heavy tails (Student t, 3 degrees of freedom; the
+# default, which holds the rate whatever the tails) or normal (a cutoff about twice as near, which holds the
+# rate only when the noise is in fact that light: ``trainguard-backtest --suggest_noise`` measures it).
+HEAVY_TAILED = "heavy_tailed"
+NORMAL = "normal"
+NOISE_MODELS = (HEAVY_TAILED, NORMAL)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,6 +107,7 @@ class SuccessCondition:
     from_budget: bool = False
     # A run-level condition's own history_by (None: the test's; (): one history for this metric).
     history_by: Optional[Tuple[str, ...]] = None
+    noise: str = HEAVY_TAILED  # one of NOISE_MODELS: the tails a false_alert_rate is calibrated for
 
     def __post_init__(self) -> None:
         if type(self.comparison) is not Comparison:
@@ -490,7 +497,7 @@ def _parse_condition(reader: StrictReader, raw: Any, where: str,
     """A success condition; ``min_effect`` holds a window check's own min_effect_* keys, if any; a
     ``run_level`` one (of a metric) may have its own ``history_by``."""
     obj = reader.object(raw, where, {"comparison", "success_threshold", "wait_for_n_points_of_history",
-                                     "history_max_points", "min_effect_abs", "min_effect_rel",
+                                     "history_max_points", "min_effect_abs", "min_effect_rel", "noise",
                                      *(("history_by",) if run_level else ())},
                         required=("comparison",))
     text = reader.string(obj["comparison"], f"{where}.comparison")
@@ -513,6 +520,12 @@ def _parse_condition(reader: StrictReader, raw: Any, where: str,
         reader.fail(f"{threshold_where}.{kind}", "must not be negative")
     if kind == "false_alert_rate" and not 0 < value < 0.5:
         reader.fail(f"{threshold_where}.{kind}", f"must be a probability between 0 and 0.5, got {value!r}")
+    noise = reader.string(obj.get("noise", HEAVY_TAILED), f"{where}.noise")
+    if noise not in NOISE_MODELS:
+        reader.fail(f"{where}.noise", f"{noise!r} is not one of {list(NOISE_MODELS)}")
+    if noise != HEAVY_TAILED and kind != "false_alert_rate":
+        reader.fail(f"{where}.noise", f"only a false_alert_rate (or the test's budget) is calibrated for a noise "
+                                      f"model, not {kind!r}")
     effects = dict(min_effect or {})
     for key in ("min_effect_abs", "min_effect_rel"):
         if key in obj:
@@ -530,6 +543,7 @@ def _parse_condition(reader: StrictReader, raw: Any, where: str,
         min_effect_abs=reader.number(effects.get("min_effect_abs", 0), f"{where}.min_effect_abs", minimum=0),
         min_effect_rel=reader.number(effects.get("min_effect_rel", 0), f"{where}.min_effect_rel", minimum=0),
         history_by=_history_by(reader, obj["history_by"], f"{where}.history_by") if "history_by" in obj else None,
+        noise=noise,
     )
 
 

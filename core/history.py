@@ -30,6 +30,7 @@ from core.bounds import (
 )
 from core.config import (
     DEFAULT_HISTORY_MAX_POINTS,
+    HEAVY_TAILED,
     TIME_TO_ACCURACY_METRIC,
     RegressionTestConfig,
     SuccessCondition,
@@ -57,6 +58,7 @@ class HistoryPolicy:
     improves_upward: Optional[bool] = None
     improvement_rate: Optional[float] = None
     shift_rate: Optional[float] = None
+    noise: str = HEAVY_TAILED  #: the tails both rates are calibrated for (the condition's ``noise``)
 
 
 def history_policy(config: RegressionTestConfig, metric: str) -> HistoryPolicy:
@@ -68,7 +70,7 @@ def history_policy(config: RegressionTestConfig, metric: str) -> HistoryPolicy:
     upward = None if not moves or condition.comparison.is_equal else condition.comparison.greater
     rate = shift_rate(condition) if upward is not None and condition.false_alert_rate else None
     return HistoryPolicy(condition.history_max_points, config.rebaseline_after if moves else 0, upward, rate,
-                         rate if config.checks_shifts(condition) else None)
+                         rate if config.checks_shifts(condition) else None, condition.noise)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,7 +218,7 @@ class MetricHistory:
             return None
         counted = [entry for entry in self.entries if entry.counted]
         shift = find_shift([entry.value for entry in counted], -1 if policy.improves_upward else 1,
-                           policy.shift_rate)
+                           policy.shift_rate, policy.noise)
         if shift is None:
             return None
         window = counted[-shift.runs:]
@@ -237,7 +239,7 @@ class MetricHistory:
             return False
         counted = [index for index, entry in enumerate(self.entries) if entry.counted]
         shift = level_at_end([self.entries[i].value for i in counted], 1 if policy.improves_upward else -1,
-                             policy.improvement_rate)
+                             policy.improvement_rate, policy.noise)
         if shift is None or shift.runs < policy.rebaseline_after:
             return False
         window = counted[-shift.runs:]

@@ -38,6 +38,7 @@ from typing import Optional, Sequence, Tuple
 
 from core import false_alert_calibration as calibration
 from core.bounds import MODE_MIN_VALUES, MODE_SHARE, grid_bracket
+from core.config import HEAVY_TAILED, NORMAL
 from core.stats import median, robust_scale
 
 WINDOWS = (2, 3, 4, 5)  # the last k runs a new level may have started at
@@ -84,26 +85,27 @@ def shift_statistic(values: Sequence[float], worse: int) -> Optional[Tuple[float
     return best, best_k, centre, scale
 
 
-def find_shift(values: Sequence[float], worse: int, rate: float) -> Optional[Shift]:
+def find_shift(values: Sequence[float], worse: int, rate: float, noise: str = HEAVY_TAILED) -> Optional[Shift]:
     """The shift the end of ``values`` shows, when its statistic first crosses the threshold for ``rate``."""
-    shift = level_at_end(values, worse, rate)
+    shift = level_at_end(values, worse, rate, noise)
     if shift is None:
         return None
     for shorter in range(1, QUIET + 1):
         earlier = shift_statistic(values[:-shorter], worse)
-        if earlier is not None and earlier[0] > shift_threshold(len(values) - shorter - RECENT, rate):
+        if earlier is not None and earlier[0] > shift_threshold(len(values) - shorter - RECENT, rate, noise):
             return None  # already beyond a run ago: reported then
     return shift
 
 
-def level_at_end(values: Sequence[float], worse: int, rate: float) -> Optional[Shift]:
+def level_at_end(values: Sequence[float], worse: int, rate: float, noise: str = HEAVY_TAILED) -> Optional[Shift]:
     """The new level the end of ``values`` is at, while its statistic is beyond the threshold for ``rate``
-    (``worse``: the direction looked for), unless the history already holds it as a mode."""
+    (``worse``: the direction looked for; ``noise``: the tails it is calibrated for), unless the history
+    already holds it as a mode."""
     found = shift_statistic(values, worse)
     if found is None:
         return None
     statistic, runs, centre, scale = found
-    threshold = shift_threshold(len(values) - RECENT, rate)
+    threshold = shift_threshold(len(values) - RECENT, rate, noise)
     if statistic <= threshold:
         return None
     level = math.fsum(values[-runs:]) / runs
@@ -123,12 +125,13 @@ def _known_mode(base: Sequence[float], centre: float, level: float, worse: int) 
     return reached >= max(MODE_MIN_VALUES, 2 * MODE_SHARE * len(base))
 
 
-def shift_threshold(base: int, rate: float) -> float:
-    """The statistic's threshold for ``base`` values before the window and a false-alert ``rate``: linear in
-    ln n and ln p between the calibrated cells, the nearest beyond them."""
+def shift_threshold(base: int, rate: float, noise: str = HEAVY_TAILED) -> float:
+    """The statistic's threshold for ``base`` values before the window and a false-alert ``rate``, on t3 noise
+    or, for ``noise`` ``"normal"``, on normal noise: linear in ln n and ln p between the calibrated cells, the
+    nearest beyond them."""
     i0, i1, wn = grid_bracket(_LOG_BASE, math.log(base))
     j0, j1, wp = grid_bracket(_LOG_P, math.log(rate))
-    table = calibration.SHIFT_THRESHOLDS
+    table = calibration.NORMAL_SHIFT_THRESHOLDS if noise == NORMAL else calibration.SHIFT_THRESHOLDS
     low = table[i0][j0] * (1 - wp) + table[i0][j1] * wp
     high = table[i1][j0] * (1 - wp) + table[i1][j1] * wp
     return low * (1 - wn) + high * wn

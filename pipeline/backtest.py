@@ -2,6 +2,7 @@
 
     trainguard-backtest --config_dir=NEW [--local_store=trainguard.duckdb] [--json]
     trainguard-backtest --config_dir=NEW --bigquery_project=P --bigquery_dataset=D [--json]
+    trainguard-backtest --config_dir=configs --suggest_noise [--local_store=trainguard.duckdb] [--json]
 
 Re-evaluates the stored history (job_history, metric_history, metric_windows,
 triage) under the configs in --config_dir with the pipeline's own checks, from
@@ -10,7 +11,9 @@ fired (the alerts table) against what would fire, and which alerts differ.
 This is how to tune k, p, N and the warm-up on your own data: copy configs/,
 change a threshold, and backtest the copy. What cannot be re-evaluated from
 stored rows is listed in ``core/backtest.py``; run_stalled and config_rejected
-alerts are carried over as they fired.
+alerts are carried over as they fired. With --suggest_noise it prints instead
+which false_alert_rate checks the stored history says have normal noise, for
+which "noise": "normal" brings the cutoff about twice as near (core/noise_evidence.py).
 
 Starts without Apache Beam: the stores are read through ``sinks.stores``.
 """
@@ -19,13 +22,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from core.backtest import NOT_RE_EVALUATED, BacktestResult, KindDiff, backtest
 from core.config import ConfigError
 from core.config_versions import load_local_versions
+from core.noise_evidence import MIN_HISTORY, ODDS, NoiseSuggestion, measure_noise, suggest_noise
 from core.records import iso_utc
 from core.triage import AlertFacts
 from sinks.stored_history import read_stored_history
@@ -49,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="directory of per-test JSON configs (and default.json) to re-evaluate under")
     store = parser.add_argument_group("the store (a DuckDB file, or a BigQuery dataset with --bigquery_dataset)")
     add_store_options(store)
+    parser.add_argument("--suggest_noise", action="store_true",
+                        help='measure the tails of each false_alert_rate check\'s noise and say where "noise": '
+                             '"normal" is supported, instead of comparing alerts')
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     return parser
 
@@ -77,6 +85,10 @@ def run_with(args: argparse.Namespace) -> Dict[str, Any]:
     finally:
         store.close()
     read = time.perf_counter()
+    if args.suggest_noise:
+        at = max((run.finalized_at for run in history.runs), default=0.0)
+        suggestions = suggest_noise(measure_noise(history, configs), configs, at)
+        return noise_report(suggestions, args.config_dir, store.name, time.perf_counter() - started)
     result = backtest(history, configs)
     done = time.perf_counter()
     return report(result, args.config_dir, store.name,
@@ -103,6 +115,57 @@ def report(result: BacktestResult, config_dir: str, store: str, seconds: Dict[st
             "changed": bool(result.changed), "error_count": len(result.errors),
             "errors": list(result.errors[:MAX_ERRORS_SHOWN]),
             "diffs": [_diff(d) for d in result.diffs]}
+
+
+def noise_report(suggestions: List[NoiseSuggestion], config_dir: str, store: str, seconds: float) -> Dict[str, Any]:
+    """What ``--suggest_noise --json`` prints: per metric name the fleet's evidence, per check the suggestion."""
+    metrics: Dict[str, Dict[str, Any]] = {}
+    for s in suggestions:
+        metrics.setdefault(s.metric, {"metric": s.metric, "tests": 0, "values": s.fleet.values,
+                                      "ln_odds_normal": round(s.fleet.log_ratio, 2)})["tests"] += 1
+    return {"config_dir": config_dir, "store": store, "seconds": round(seconds, 3), "odds_needed": ODDS,
+            "metrics": list(metrics.values()),
+            "checks": [{"test": s.test, "metric": s.metric, "values": s.own.values,
+                        "ln_odds_normal": round(s.own.log_ratio, 2), "noise": s.current, "suggested": s.suggested}
+                       for s in suggestions]}
+
+
+def render_noise(summary: Dict[str, Any]) -> str:
+    """The ``--suggest_noise`` report as two tables: the metrics' evidence, and the checks to change."""
+    lines = [f"{PROG}: the noise of the false_alert_rate checks of {summary['config_dir']}, measured on "
+             f"{summary['store']} in {summary['seconds']:.2f} s",
+             f"  odds for normal noise against heavy tails (Student t, 3 degrees of freedom), from the values that "
+             f"joined a history; {summary['odds_needed']:g} or more over a metric's tests suggests normal", ""]
+    if not summary["metrics"]:
+        lines.append(f"  no false_alert_rate check has a value judged by {MIN_HISTORY} or more earlier ones yet")
+        return "\n".join(lines)
+    table = [("metric", "tests", "values", "odds normal")] + [
+        (m["metric"], str(m["tests"]), str(m["values"]), _odds(m["ln_odds_normal"])) for m in summary["metrics"]]
+    lines += _columns(table)
+    changes = [c for c in summary["checks"] if c["noise"] != c["suggested"]]
+    lines.append("")
+    if not changes:
+        lines.append("  every check's noise is as the history suggests: nothing to change")
+        return "\n".join(lines)
+    lines.append('  checks to change (set "noise" on the metric\'s condition; backtest the copy first):')
+    lines += _columns([("test", "metric", "values", "own odds", "noise now", "suggested")] + [
+        (c["test"], c["metric"], str(c["values"]), _odds(c["ln_odds_normal"]), c["noise"], c["suggested"])
+        for c in changes])
+    return "\n".join(lines)
+
+
+def _odds(log_ratio: float) -> str:
+    odds = math.exp(max(-27.6, min(27.6, log_ratio)))
+    return f"{odds:.3g}" if 1e-3 <= odds <= 1e3 else f"{odds:.0e}"
+
+
+def _columns(rows: List[Tuple[str, ...]]) -> List[str]:
+    """Rows as aligned columns: text left, numbers right."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    numeric = [all(row[i].replace(".", "").replace("e", "").replace("+", "").replace("-", "").isdigit()
+                   for row in rows[1:]) for i in range(len(widths))]
+    return ["  " + "  ".join(cell.rjust(w) if is_number else cell.ljust(w)
+                             for cell, w, is_number in zip(row, widths, numeric)).rstrip() for row in rows]
 
 
 def render(summary: Dict[str, Any]) -> str:
@@ -154,7 +217,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     except Exception as e:  # noqa: BLE001 - a store or network failure: one line, not a traceback
         print(f"{PROG}: error: {cloud_failure(e) or f'{type(e).__name__}: {e}'}", file=sys.stderr)
         return RUNTIME_ERROR
-    print(json.dumps(summary, indent=1) if args.json else render(summary))
+    text = render_noise(summary) if args.suggest_noise else render(summary)
+    print(json.dumps(summary, indent=1) if args.json else text)
     return 0
 
 

@@ -23,7 +23,8 @@ import dataclasses
 import json
 import os
 import shutil
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from types import MappingProxyType
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -52,11 +53,16 @@ HISTORY_BY = ("accelerator",)  # every run's run_started says its machine type (
 FAST_TYPE, SLOW_TYPE = "v5e", "v4"
 
 
-def config(budget: float, history_by: Sequence[str] = HISTORY_BY) -> Dict[str, object]:
+NoiseByMetric = Mapping[str, str]
+"""A test's measured ``noise`` per run-level metric (``core.noise_evidence``); absent: the default."""
+
+
+def config(budget: float, history_by: Sequence[str] = HISTORY_BY,
+           noise: NoiseByMetric = MappingProxyType({})) -> Dict[str, object]:
     """The issue's config at one false-alert budget: 4 run-level metrics, live windows on loss and step time,
     every check's threshold the budget's share (no ``success_threshold``), and step time, which depends on the
     machine, with a baseline per value of the runs' ``history_by`` keys (the machine type their
-    ``run_started`` reports; none: one history)."""
+    ``run_started`` reports; none: one history). ``noise``: the ``noise`` of the metrics that set one."""
     condition = {"min_effect_rel": MIN_EFFECT_REL}
     window = {"count": 10, "aggregations": ["mean"], "checks": [{
         "aggregation": "mean", "history": "step_aligned", "history_runs": WINDOW_RUNS,
@@ -70,7 +76,8 @@ def config(budget: float, history_by: Sequence[str] = HISTORY_BY) -> Dict[str, o
             "false_alerts_per_100_runs": budget,
             "metric_success_conditions": {
                 m.name: {"comparison": m.comparison, "wait_for_n_points_of_history": WAIT, **condition,
-                         **({"history_by": list(history_by)} if m is STEP_TIME else {})}
+                         **({"history_by": list(history_by)} if m is STEP_TIME else {}),
+                         **({"noise": noise[m.name]} if m.name in noise else {})}
                 for m in METRICS}},
         "window_config": {"tags": dict.fromkeys(LIVE_TAGS, window)},
     }
@@ -105,9 +112,10 @@ def messages(run: RunRecord, test: str, accelerator: str = FAST_TYPE) -> Iterato
                               message_id=f"{run_id}/end")
 
 
-def write_inputs(workdir: str, suite: Suite, budgets: Sequence[float],
-                 history_by: Sequence[str] = HISTORY_BY) -> Tuple[str, str]:
-    """The suite's lines for every operating point and a config file per test copy: (input file, config dir)."""
+def write_inputs(workdir: str, suite: Suite, budgets: Sequence[float], history_by: Sequence[str] = HISTORY_BY,
+                 noise: Mapping[str, NoiseByMetric] = MappingProxyType({})) -> Tuple[str, str]:
+    """The suite's lines for every operating point and a config file per test copy: (input file, config dir).
+    ``noise``: per test (its plan's name), the measured noise of its metrics."""
     configs = os.path.join(workdir, "configs")
     os.makedirs(configs, exist_ok=True)
     path = os.path.join(workdir, "suite.jsonl")
@@ -116,7 +124,7 @@ def write_inputs(workdir: str, suite: Suite, budgets: Sequence[float],
             for plan, runs in zip(suite.plans, suite.runs):
                 test = replay_test_name(plan.name, point)
                 with open(os.path.join(configs, f"{test}.json"), "w") as c:
-                    json.dump(config(budget, history_by), c, indent=1)
+                    json.dump(config(budget, history_by, noise.get(plan.name, {})), c, indent=1)
                 for run in runs:
                     accelerator = SLOW_TYPE if run.index in plan.slow_runs else FAST_TYPE
                     f.writelines(line + b"\n" for line in messages(run, test, accelerator))
@@ -142,14 +150,15 @@ class TrainguardResult:
 
 
 def run_trainguard(suite: Suite, workdir: str, budgets: Sequence[float] = BUDGETS,
-                   history_by: Sequence[str] = HISTORY_BY) -> TrainguardResult:
+                   history_by: Sequence[str] = HISTORY_BY,
+                   noise: Mapping[str, NoiseByMetric] = MappingProxyType({})) -> TrainguardResult:
     """Replays the suite at every budget into a fresh store under ``workdir`` and reads what it wrote."""
     import duckdb
 
     from pipeline.replay import run as replay
 
     shutil.rmtree(workdir, ignore_errors=True)
-    path, configs = write_inputs(workdir, suite, budgets, history_by)
+    path, configs = write_inputs(workdir, suite, budgets, history_by, noise)
     store = os.path.join(workdir, "store.duckdb")
     summary = replay([f"--input_files={path}", f"--config_dir={configs}", f"--local_store={store}",
                       f"--alerts_file={os.path.join(workdir, 'alerts.jsonl')}", "--no_progress"])
@@ -172,6 +181,22 @@ def run_trainguard(suite: Suite, workdir: str, budgets: Sequence[float] = BUDGET
             point, t = names[test]
             bounds[point].append(StoredBound(t, _run_index(run_id), metric, lower, upper))
     return TrainguardResult(alerts, bounds, live, summary.seconds)
+
+
+def measure_noise(suite: Suite, workdir: str, history_by: Sequence[str] = HISTORY_BY) -> Dict[str, NoiseByMetric]:
+    """What ``trainguard-backtest --suggest_noise`` says of ``suite`` replayed at the default budget: per test
+    (its plan's name), the metrics whose noise the fleet's history suggests is normal. The benchmark measures
+    it on another suite of the same fleet (last month's runs), as a user would on their stored history."""
+    from pipeline.backtest import run as backtest
+
+    run_trainguard(suite, workdir, (DEFAULT_BUDGET,), history_by)
+    report = backtest([f"--config_dir={os.path.join(workdir, 'configs')}",
+                       f"--local_store={os.path.join(workdir, 'store.duckdb')}", "--suggest_noise"])
+    found: Dict[str, Dict[str, str]] = {}
+    for check in report["checks"]:
+        if check["suggested"] != "heavy_tailed":
+            found.setdefault(check["test"].rsplit("-op", 1)[0], {})[check["metric"]] = check["suggested"]
+    return found
 
 
 def _run_index(run_id: str) -> int:

@@ -247,7 +247,9 @@ def test_the_benchmark_command_runs_trainguard_end_to_end_on_a_tiny_suite(tmp_pa
     assert points[:3] == [(harness.TRAINGUARD, "false_alerts_per_100_runs 3", False),
                           (harness.TRAINGUARD, "false_alerts_per_100_runs 1", True),
                           (harness.TRAINGUARD, "false_alerts_per_100_runs 0.3", False)]
-    assert len(points) == 3 + len(anchors.anchors(with_change_points=out["change_points"])) + len(oracle.BUDGETS)
+    assert points[3:6] == [(harness.TRAINGUARD_MEASURED, f"false_alerts_per_100_runs {b}", False)
+                           for b in ("3", "1", "0.3")]
+    assert len(points) == 6 + len(anchors.anchors(with_change_points=out["change_points"])) + len(oracle.BUDGETS)
     assert [p for d, p, _ in points if d == oracle.ORACLE] == ["budget 3 (p=0.01 a check)",
                                                                "budget 1 (p=0.0033 a check)",
                                                                "budget 0.3 (p=0.001 a check)"]
@@ -262,6 +264,20 @@ def test_the_benchmark_command_runs_trainguard_end_to_end_on_a_tiny_suite(tmp_pa
     with duckdb.connect(str(workdir / "t3-seed1" / "store.duckdb"), read_only=True) as db:
         assert db.execute("SELECT count(*) FROM dead_letter").fetchone() == (0,)  # every line was valid
         assert db.execute("SELECT count(DISTINCT test_name) FROM job_history").fetchone() == (9,)
+    # the noise is measured on another suite of the same fleet, then the suite replays with it
+    with duckdb.connect(str(workdir / "t3-seed1-last-month" / "store.duckdb"), read_only=True) as db:
+        assert db.execute("SELECT count(DISTINCT test_name) FROM job_history").fetchone() == (3,)
+    assert len(list((workdir / "t3-seed1-measured-noise" / "configs").glob("*.json"))) == 9
+
+
+def test_a_measured_noise_reaches_the_configs_of_the_test_it_was_measured_for():
+    from bench.detection import trainguard_path
+    from core.config import parse_test_config
+
+    raw = trainguard_path.config(1.0, noise={gen.ACCURACY.name: "normal"})
+    conditions = parse_test_config(raw, "det00-op0.json").regression_test.metric_success_conditions
+    assert conditions[gen.ACCURACY.name].noise == "normal"
+    assert {conditions[m.name].noise for m in gen.METRICS if m is not gen.ACCURACY} == {"heavy_tailed"}
 
 
 def test_the_benchmark_prints_its_tables(monkeypatch, capsys, tiny):

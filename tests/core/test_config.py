@@ -323,6 +323,27 @@ def test_a_bad_history_by_names_its_key(raw, key):
         parse_test_config(raw, "t.json")
 
 
+def test_a_condition_may_declare_its_noise_normal_for_a_false_alert_rate_or_the_budget():
+    raw = {"regression_test_config": {"metric_success_conditions": {
+        "acc_final": {"comparison": "greater", "noise": "normal"},
+        "loss_final": {"comparison": "less", "success_threshold": {"false_alert_rate": 0.001}, "noise": "normal"},
+        "step_time_average": {"comparison": "less"}}}}
+    conditions = parse_test_config(raw, "t.json").regression_test.metric_success_conditions
+    assert conditions["acc_final"].noise == conditions["loss_final"].noise == "normal"
+    assert conditions["step_time_average"].noise == "heavy_tailed"
+
+
+@pytest.mark.parametrize("condition, reason", [
+    ({"comparison": "less", "noise": "gaussian"}, "'gaussian' is not one of"),
+    ({"comparison": "less", "noise": "normal", "success_threshold": {"mads_from_median": 4}},
+     "only a false_alert_rate"),
+])
+def test_a_bad_noise_names_its_key(condition, reason):
+    raw = {"regression_test_config": {"metric_success_conditions": {"loss_final": condition}}}
+    with pytest.raises(ConfigError, match=r"metric_success_conditions\.loss_final\.noise.*" + reason):
+        parse_test_config(raw, "t.json")
+
+
 def test_dashboard_url_is_an_http_address_and_links_each_alert_page():
     raw = {"regression_test_config": {"dashboard_url": "https://trainguard.example/"}}
     regression = parse_test_config(raw, "t.json").regression_test

@@ -8,6 +8,8 @@ over histories. The calibration was fitted on other random histories
 values included, so it checks the fit and its interpolation, not the fitting sample.
 The cutoff is calibrated on heavy tails: Student-t noise alerts within 2x of p, normal
 noise at most p (it cannot alert more often than the heavy tails the cutoff is built for).
+A condition that declares ``"noise": "normal"`` is calibrated on normal noise: normal noise
+alerts within 2x of p, and heavy tails far more often (why it is the user's choice).
 """
 
 import math
@@ -16,7 +18,7 @@ import numpy as np
 import pytest
 
 from core.bounds import compute_bounds
-from core.config import SuccessCondition
+from core.config import HEAVY_TAILED, NORMAL, SuccessCondition
 
 HISTORIES = 8_000
 
@@ -34,14 +36,15 @@ def draw(rng: np.random.Generator, noise: str, shape) -> np.ndarray:
 
 
 def observed_rate(noise: str, n: int, p: float, comparison: str, seed: int, previous: int = 0,
-                  histories: int = HISTORIES) -> float:
+                  histories: int = HISTORIES, declared: str = HEAVY_TAILED) -> float:
     """The average chance that a healthy next value passes the bound of a history of ``n`` values around 100
-    (after a change, with ``previous`` values of the level before it, 3 noise units lower)."""
+    (after a change, with ``previous`` values of the level before it, 3 noise units lower), for a condition
+    that declares the noise ``declared``."""
     rng = np.random.default_rng(seed)
     draws = draw(rng, noise, (histories, n)) + 100.0
     older = draw(rng, noise, (histories, previous)) + 97.0
     sf = normal_sf if noise == "normal" else t3_sf
-    condition = SuccessCondition(comparison, false_alert_rate=p)
+    condition = SuccessCondition(comparison, false_alert_rate=p, noise=declared)
     total = 0.0
     for history, before in zip(draws, older):
         bounds = compute_bounds(condition, history.tolist(), before.tolist())
@@ -79,6 +82,34 @@ def test_a_young_level_that_pools_the_older_levels_scale_keeps_the_rate(noise, n
     assert rate <= 2 * p, f"{noise} noise, {n} values after a change: observed {rate:.2e} for p={p:g}"
     if noise == "t3":
         assert rate >= p / 2, f"t3 noise, {n} values after a change: observed {rate:.2e} for p={p:g}"
+
+
+@pytest.mark.parametrize("n, p, comparison", CASES[::2])
+def test_normal_noise_declared_normal_alerts_within_twice_the_stated_rate(n, p, comparison):
+    rate = observed_rate("normal", n, p, comparison, seed=4000 + n, histories=5000, declared=NORMAL)
+    assert p / 2 <= rate <= 2 * p, f"normal noise declared normal, n={n}: observed {rate:.2e} for p={p:g}"
+
+
+def test_heavy_tails_declared_normal_alert_several_times_too_often():
+    rate = observed_rate("t3", 30, 0.002, "less", seed=5000, histories=3000, declared=NORMAL)
+    assert rate > 4 * 0.002, f"t3 noise declared normal: observed {rate:.2e} for p=0.002"
+
+
+@pytest.mark.parametrize("n", [1, 6, 25])
+def test_a_young_level_declared_normal_keeps_the_rate_on_normal_noise(n):
+    p = 0.002
+    rate = observed_rate("normal", n, p, "less", seed=6000 + n, previous=40, histories=4000, declared=NORMAL)
+    assert rate <= 2 * p, f"normal noise declared normal, {n} values after a change: {rate:.2e}"
+    if n >= 3:  # the widening for a median of one or two values is conservative (0.0006 for one)
+        assert rate >= p / 2, f"normal noise declared normal, {n} values after a change: {rate:.2e}"
+
+
+def test_a_cutoff_declared_normal_lies_about_half_as_far():
+    from core.bounds import false_alert_multiplier
+
+    for n in (10, 20, 31, 60):
+        heavy, normal = false_alert_multiplier(n, 0.002), false_alert_multiplier(n, 0.002, NORMAL)
+        assert 0.35 * heavy < normal < 0.7 * heavy, (n, heavy, normal)
 
 
 def test_the_calibration_script_summarises_histories_as_the_pipeline_does():

@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from core.config import SHIFT_SHARE, RegressionTestConfig, SuccessCondition, parse_test_config, shift_rate
+from core.config import NORMAL, SHIFT_SHARE, RegressionTestConfig, SuccessCondition, parse_test_config, shift_rate
 from core.history import MetricHistory, check_metric, history_policy, seed_metric_history
 from core.records import MetricObservation
 from core.shifts import RECENT, find_shift, shift_statistic, shift_threshold
@@ -27,6 +27,15 @@ def test_healthy_heavy_tailed_noise_crosses_the_threshold_within_twice_the_rate(
     assert p / 2 <= exceeded <= 2 * p, f"n={n}: {exceeded:.4f} for p={p}"
     fired = sum(find_shift(h.tolist(), 1, p) is not None for h in draws) / HISTORIES
     assert fired <= exceeded  # reported at the first crossing only
+
+
+@pytest.mark.parametrize("n, p", [(15, 0.003), (45, 0.005)])
+def test_normal_noise_declared_normal_crosses_its_threshold_within_twice_the_rate(n, p):
+    draws = histories("normal", n + RECENT, seed=200 + n)
+    exceeded = sum((shift_statistic(h.tolist(), 1) or (0.0,))[0] > shift_threshold(n, p, NORMAL)
+                   for h in draws) / HISTORIES
+    assert p / 2 <= exceeded <= 2 * p, f"n={n}: {exceeded:.4f} for p={p}"
+    assert shift_threshold(n, p, NORMAL) < shift_threshold(n, p)
 
 
 @pytest.mark.parametrize("n, p", [(30, 0.003), (60, 0.003)])

@@ -165,3 +165,17 @@ def test_the_readme_backtest_commands_run_as_shown(demo_store, tmp_path):
         done = run_shell_line(command, str(tmp_path))
         assert done.returncode == 0, (command, done.stderr)
     assert "no change" in done.stdout  # the copy is unchanged: it fires what fired
+
+
+def test_the_readme_noise_command_runs_as_shown(demo_store, tmp_path):
+    from tests.support import readme_block, run_shell_line
+
+    shutil.copytree(CONFIGS, tmp_path / "configs")
+    shutil.copy(demo_store, tmp_path / "trainguard.duckdb")
+    (command,) = readme_block("### Is a metric's noise normal?")
+    done = run_shell_line(command, str(tmp_path))
+    assert done.returncode == 0, (command, done.stderr)
+    assert "odds for normal noise against heavy tails" in done.stdout
+    done = run_shell_line(command + " --json", str(tmp_path))
+    report = json.loads(done.stdout)
+    assert report["odds_needed"] == 20 and isinstance(report["checks"], list)

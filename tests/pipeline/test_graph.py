@@ -17,11 +17,12 @@ from core.triage import TriageItem
 from pipeline.graph import GraphSettings
 from tests.support import T0
 from tests.transforms.support import (
+    Detect,
+    assert_rows,
     batch_pipeline,
     configs,
     detect,
     finished,
-    gather,
     raw,
     simple_run,
     started,
@@ -104,20 +105,13 @@ def history_input():
     return messages + messages[:4] + [RawMessage(b"junk", "file:z")]
 
 
-def collect(outputs):
-    return {name: pcoll | f"Json_{name}" >> beam.Map(lambda r: json.dumps(r, sort_keys=True))
+def collect(outputs, prefix=""):
+    return {name: pcoll | f"{prefix}Json_{name}" >> beam.Map(lambda r: json.dumps(r, sort_keys=True))
             for name, pcoll in outputs.items()}
 
 
-def expected_history_outputs():
-    with batch_pipeline() as p:
-        collected = collect(detect(p | beam.Create(history_input()), SETTINGS))
-        results = {name: gather(pcoll, name) for name, pcoll in collected.items()}
-    return results
-
-
-def test_history_checks_in_end_time_order():
-    results = {k: [json.loads(r) for r in v] for k, v in expected_history_outputs().items()}
+def check_history(found):
+    results = {k: [json.loads(r) for r in v] for k, v in found.items()}
     jobs = sorted(results[JOB_HISTORY.name], key=lambda r: r["run_id"])
     assert [j["job_status"] for j in jobs] == ["success", "success", "success", "failure", "success", "success"]
     metrics = sorted(results[METRIC_HISTORY.name], key=lambda r: (r["run_id"], r["metric_name"]))
@@ -129,15 +123,26 @@ def test_history_checks_in_end_time_order():
     assert [d["reason"][:15] for d in results[DEAD_LETTER.name]] == ["invalid message"]
 
 
+def test_history_checks_in_end_time_order():
+    with batch_pipeline() as p:
+        assert_rows(collect(detect(p | beam.Create(history_input()), SETTINGS)), check_history)
+
+
 @pytest.mark.parametrize("seed", [1, 2])
 def test_outputs_do_not_depend_on_input_order(seed):
     shuffled = history_input()
     random.Random(seed).shuffle(shuffled)
-    expected = {k: sorted(v) for k, v in expected_history_outputs().items()}
+
+    def check(found):
+        names = {name.split(".", 1)[1] for name in found}
+        for name in names:
+            assert sorted(found[f"shuffled.{name}"]) == sorted(found[f"in order.{name}"]), name
     with batch_pipeline() as p:
-        collected = collect(detect(p | beam.Create(shuffled), SETTINGS))
-        for name, pcoll in collected.items():
-            assert_that(pcoll, equal_to(expected[name]), label=f"same_{name}")
+        tables = {}
+        for side, messages in (("in order", history_input()), ("shuffled", shuffled)):
+            outputs = p | f"Create {side}" >> beam.Create(messages) | f"Detect {side}" >> Detect(SETTINGS)
+            tables.update({f"{side}.{name}": pcoll for name, pcoll in collect(outputs, f"{side} ").items()})
+        assert_rows(tables, check)
 
 
 def test_seeded_history_continues_across_invocations():

@@ -8,7 +8,10 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
-from apache_beam.utils.timestamp import Duration
+from apache_beam.testing.test_stream import TestStream
+from apache_beam.testing.util import assert_that
+from apache_beam.transforms.window import GlobalWindows
+from apache_beam.utils.timestamp import Duration, Timestamp
 
 from core.config import Configs, ConfigSet, parse_test_config
 from core.history import HistorySeed
@@ -68,21 +71,64 @@ def simple_run(test, run, start, accuracy, status="success"):
             raw(test, run, f"{test}/{run}-e", events=[started(start), finished(start + 20, status)])]
 
 
-
-_GATHERED = {}
-
-
-def _gather_into(element, key):
-    _GATHERED[key].append(element)
+_COLLECTED = {}
 
 
-def gather(pcoll, label: str) -> list:
-    """A list that fills with ``pcoll``'s elements when the pipeline runs (in-process runners only)."""
+def _collect_into(element, key):
+    _COLLECTED[key].append(element)
+
+
+def collect_outputs(pcoll, label: str) -> list:
+    """A list that fills with ``pcoll``'s elements when the pipeline runs (in-process runners only). Not for
+    checking a pipeline (``assert_that``, ``assert_rows`` do that): only for what a later pipeline needs, which
+    one pipeline cannot give it: the expected side of a comparison between pipelines that cannot be one (two
+    TestStreams, or a stream and a replay, each on its runner), or what the next job is seeded with (a restart)."""
     # A key of its own (not the pipeline's id, which Python reuses once an earlier test's pipeline is gone).
     key = f"{uuid.uuid4().hex}/{label}"
-    sink = _GATHERED[key] = []
-    pcoll | f"Gather_{label}" >> beam.Map(_gather_into, key)
+    sink = _COLLECTED[key] = []
+    pcoll | f"Collect_{label}" >> beam.Map(_collect_into, key)
     return sink
+
+
+def _tagged(element, name):
+    return name, element
+
+
+def _by_name(tagged, names, check):
+    found = {name: [] for name in names}
+    for name, element in tagged:
+        found[name].append(element)
+    check(found)
+
+
+def assert_rows(pcolls: Dict[str, Any], check: Callable[[Dict[str, list]], None], label: str = "rows") -> None:
+    """``assert_that`` on several PCollections of one pipeline at once (a graph's tables, or two graphs' tables):
+    ``check`` receives ``{name: [elements]}`` (every name, an empty list for an empty PCollection) once all of
+    them are in, in the runner, and raises ``AssertionError`` to fail the pipeline's ``run()``. It is pickled with
+    the pipeline: closures over plain data only."""
+    tagged = [pcoll | f"{label}_Tag_{name}" >> beam.Map(_tagged, name)
+              | f"{label}_Global_{name}" >> beam.WindowInto(GlobalWindows()) for name, pcoll in pcolls.items()]
+    assert_that(tagged | f"{label}_Flatten" >> beam.Flatten(), lambda found: _by_name(found, tuple(pcolls), check),
+                label=label)
+
+
+def drained(stream: TestStream, at: float) -> TestStream:
+    """``stream``, then drained: the watermark jumps to ``at``, past every timer the test's runs set, then to the
+    end of time. The finite jump first: what the timers emit once the watermark is at the end of time is late for
+    ``assert_that``'s global window, which has closed by then (the direct runner drops it)."""
+    return stream.advance_watermark_to(Timestamp.of(at)).advance_watermark_to_infinity()
+
+
+class Detect(beam.PTransform):
+    """``detect`` as a transform of its own, so that one pipeline can hold several graphs under their labels
+    (``p | "Poisoned" >> Detect(...)``) and one ``assert_rows`` compares their tables."""
+
+    def __init__(self, settings: GraphSettings, seed: HistorySeed = None):
+        super().__init__()
+        self.settings, self.seed = settings, seed
+
+    def expand(self, raw_messages):
+        return detect(raw_messages, self.settings, self.seed)
 
 
 def stateful_dofns(configs: Configs, lifecycle: RunLifecycle,

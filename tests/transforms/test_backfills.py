@@ -21,7 +21,16 @@ from core.runs import RunLifecycle, RunResult, open_run_text
 from pipeline.graph import GraphSettings
 from tests.support import T0
 from tests.transforms.held_watermarks import HeldStage
-from tests.transforms.support import configs, detect, finished, gather, raw, simple_run, started, streaming_pipeline
+from tests.transforms.support import (
+    assert_rows,
+    configs,
+    detect,
+    finished,
+    raw,
+    simple_run,
+    started,
+    streaming_pipeline,
+)
 from trainguard import wire
 from transforms.backfills import AssembleRunOrBackfillFn
 from transforms.runs import INTERRUPTED
@@ -48,26 +57,28 @@ def stream_behind_the_watermark(messages):
     return stream.advance_watermark_to(Timestamp.of(now + 3600)).advance_watermark_to_infinity()
 
 
-def run_streaming(messages, lifecycle):
+def run_streaming(messages, lifecycle, check):
+    """``check({table: rows})`` on the job_history, metric_history, alerts and dead_letter rows, in
+    ``assert_that``."""
     with streaming_pipeline() as p:
         outputs = detect(p | stream_behind_the_watermark(messages), GraphSettings(CONFIGS, lifecycle, streaming=True))
-        gathered = {name: gather(outputs[name], name)
-                    for name in ("job_history", "metric_history", "alerts", "dead_letter")}
-    return gathered
+        assert_rows({name: outputs[name] for name in ("job_history", "metric_history", "alerts", "dead_letter")},
+                    check)
 
 
 def test_a_backfilled_run_ends_on_its_own_run_finished_with_every_message_and_is_marked_out_of_order():
-    outputs = run_streaming(backfilled_run("old", T0) + backfilled_run("broken", T0 + 86400, "failure"), BACKFILLS)
-    assert outputs["dead_letter"] == []
-    jobs = {row["run_id"]: row for row in outputs["job_history"]}
-    assert {run: (row["job_status"], row["out_of_order"]) for run, row in jobs.items()} == {
-        "old": ("success", True), "broken": ("failure", True)}
-    assert jobs["old"]["processed_at"].startswith("2025-11-20T00:02:40")  # run_finished + grace, in event time
-    metrics = {(row["run_id"], row["metric_name"]): row for row in outputs["metric_history"]}
-    assert metrics[("old", "acc_final")]["metric_value"] == 80.0  # the last bundle's point counted
-    assert all(row["out_of_order"] for row in metrics.values())
-    [alert] = outputs["alerts"]
-    assert alert["kind"] == "job_failed" and json.loads(alert["details"])["out_of_order"] is True
+    def check(outputs):
+        assert outputs["dead_letter"] == []
+        jobs = {row["run_id"]: row for row in outputs["job_history"]}
+        assert {run: (row["job_status"], row["out_of_order"]) for run, row in jobs.items()} == {
+            "old": ("success", True), "broken": ("failure", True)}
+        assert jobs["old"]["processed_at"].startswith("2025-11-20T00:02:40")  # run_finished + grace, in event time
+        metrics = {(row["run_id"], row["metric_name"]): row for row in outputs["metric_history"]}
+        assert metrics[("old", "acc_final")]["metric_value"] == 80.0  # the last bundle's point counted
+        assert all(row["out_of_order"] for row in metrics.values())
+        [alert] = outputs["alerts"]
+        assert alert["kind"] == "job_failed" and json.loads(alert["details"])["out_of_order"] is True
+    run_streaming(backfilled_run("old", T0) + backfilled_run("broken", T0 + 86400, "failure"), BACKFILLS, check)
 
 
 def test_a_backfilled_run_gets_no_live_windows_and_no_stall_alerts():
@@ -78,20 +89,24 @@ def test_a_backfilled_run_gets_no_live_windows_and_no_stall_alerts():
     with streaming_pipeline() as p:
         outputs = detect(p | stream_behind_the_watermark(backfilled_run("old", T0)),
                          GraphSettings(windowed, BACKFILLS, streaming=True))
-        windows, alerts = gather(outputs["metric_windows"], "windows"), gather(outputs["alerts"], "alerts")
-        jobs, dead = gather(outputs["job_history"], "jobs"), gather(outputs["dead_letter"], "dead")
-    assert windows == [] and alerts == [] and dead == []
-    assert [(job["job_status"], job["out_of_order"]) for job in jobs] == [("success", True)]
+        assert_rows({name: outputs[name] for name in ("metric_windows", "alerts", "job_history", "dead_letter")},
+                    check_no_windows_nor_alerts)
+
+
+def check_no_windows_nor_alerts(outputs):
+    assert outputs["metric_windows"] == [] and outputs["alerts"] == [] and outputs["dead_letter"] == []
+    assert [(job["job_status"], job["out_of_order"]) for job in outputs["job_history"]] == [("success", True)]
 
 
 def test_without_backfill_handling_the_watermark_ends_the_run_after_its_first_bundle():
     """What the handling is for: the run's end timer is behind the watermark and fires at once."""
-    outputs = run_streaming(backfilled_run("old", T0), RunLifecycle(grace_seconds=60.0, timeout_seconds=3600.0))
-    jobs = outputs["job_history"]
-    # missing after the first bundle; the tombstone's expiry is behind the watermark too, so each later bundle
-    # starts the run again: three rows of one run, its points split among them
-    assert sorted(job["job_status"] for job in jobs) == ["missing", "missing", "success"]
-    assert not any(job["out_of_order"] for job in jobs)
+    def check(outputs):
+        jobs = outputs["job_history"]
+        # missing after the first bundle; the tombstone's expiry is behind the watermark too, so each later bundle
+        # starts the run again: three rows of one run, its points split among them
+        assert sorted(job["job_status"] for job in jobs) == ["missing", "missing", "success"]
+        assert not any(job["out_of_order"] for job in jobs)
+    run_streaming(backfilled_run("old", T0), RunLifecycle(grace_seconds=60.0, timeout_seconds=3600.0), check)
 
 
 def test_a_live_run_is_not_a_backfill():

@@ -13,7 +13,7 @@ from core.runs import RunLifecycle
 from core.schema import TABLES
 from pipeline.graph import GraphSettings
 from tests.support import T0
-from tests.transforms.support import batch_pipeline, configs, detect, gather
+from tests.transforms.support import Detect, assert_rows, batch_pipeline, configs
 from trainguard import wire
 from trainguard.encoding import MessageEncoder
 
@@ -46,11 +46,24 @@ def messages(runs, schema):
     return raws
 
 
-def rows(raws):
+def check_rows(check, **encodings):
+    """One pipeline with a graph per encoding's messages; ``check(encoding={table: sorted reprs of its rows})`` in
+    ``assert_that``."""
     with batch_pipeline() as p:
-        outputs = detect(p | beam.Create(raws), SETTINGS)
-        gathered = {name: gather(outputs[name], name) for name in TABLES if name in outputs}
-    return {name: sorted(map(repr, table)) for name, table in gathered.items()}
+        tables = {}
+        for side, raws in encodings.items():
+            outputs = p | f"Create_{side}" >> beam.Create(raws) | f"Detect_{side}" >> Detect(SETTINGS)
+            tables.update({f"{side}.{name}": outputs[name] for name in TABLES if name in outputs})
+        assert_rows(tables, lambda found: check(**by_side(found)), label="tables")
+
+
+def by_side(found):
+    """``{"side.table": rows}`` as ``{side: {table: sorted reprs of the rows}}``."""
+    sides = {}
+    for name, rows in found.items():
+        side, table = name.split(".", 1)
+        sides.setdefault(side, {})[table] = sorted(map(repr, rows))
+    return sides
 
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -61,6 +74,8 @@ def test_both_encodings_give_identical_rows(runs):
     points = [sorted(struct.pack("<d", v) + repr((t, s, time)).encode() for m in raws
                      for t, v, s, time in wire.parse_message(m.payload)[0].points) for raws in (v1, v1_1)]
     assert points[0] == points[1]
-    got = rows(v1), rows(v1_1)
-    assert got[0] == got[1]
-    assert got[0]["job_history"] and not got[0]["dead_letter"]
+
+    def check(v1, v1_1):
+        assert v1 == v1_1
+        assert v1["job_history"] and not v1["dead_letter"]
+    check_rows(check, v1=v1, v1_1=v1_1)

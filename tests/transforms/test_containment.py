@@ -8,7 +8,7 @@ rest of the output equals a run without that item.
 from __future__ import annotations
 
 import json
-from typing import Dict, List
+from typing import Callable, List
 
 import apache_beam as beam
 import pytest
@@ -27,7 +27,17 @@ from core.runs import RunLifecycle
 from core.schema import ALERTS, DEAD_LETTER, JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS
 from pipeline.graph import GraphSettings
 from tests.support import T0
-from tests.transforms.support import batch_pipeline, configs, detect, finished, gather, raw, started, streaming_pipeline
+from tests.transforms.support import (
+    Detect,
+    assert_rows,
+    batch_pipeline,
+    configs,
+    detect,
+    finished,
+    raw,
+    started,
+    streaming_pipeline,
+)
 from trainguard import wire
 
 CONFIG = {
@@ -59,12 +69,19 @@ def suite() -> List[RawMessage]:
     return messages
 
 
-def replay(messages: List[RawMessage]) -> Dict[str, List[dict]]:
+def replay(check: Callable[..., None], **sides: List[RawMessage]) -> None:
+    """One bounded pipeline with a graph per side (``got=messages, full=other_messages``), checked by
+    ``assert_that``: ``check`` receives, for each side, its tables' rows (dicts in the order of their JSON),
+    ``check(got={table: rows}, full={table: rows})``, and raises to fail the run."""
     with batch_pipeline() as p:
-        outputs = detect(p | beam.Create(messages), SETTINGS)
-        gathered = {name: gather(outputs[name] | f"Json_{name}" >> beam.Map(json.dumps, sort_keys=True), name)
-                    for name in TABLES}
-    return {name: [json.loads(row) for row in sorted(rows)] for name, rows in gathered.items()}
+        tables = {}
+        for side, messages in sides.items():
+            outputs = p | f"Create_{side}" >> beam.Create(messages) | f"Detect_{side}" >> Detect(SETTINGS)
+            tables.update({f"{side}.{name}": outputs[name] | f"Json_{side}_{name}" >> beam.Map(json.dumps,
+                                                                                                sort_keys=True)
+                           for name in TABLES})
+        assert_rows(tables, lambda found: check(**{side: {name: [json.loads(row) for row in sorted(
+            found[f"{side}.{name}"])] for name in TABLES} for side in sides}), label="tables")
 
 
 def without(rows: List[dict], **match) -> List[dict]:
@@ -90,103 +107,114 @@ def poisoned(original, is_poison):
 def test_a_payload_the_parser_fails_on_is_dead_lettered_whole(monkeypatch):
     poison = raw("cifar", "run-9", "poison", points=[("loss", 1.0, 1, T0)])
     monkeypatch.setattr(wire, "parse_message", poisoned(wire.parse_message, lambda payload: b"poison" in payload))
-    outputs = replay(suite() + [poison])
-    dead = single_dead_letter(outputs, "error in parse: ")
-    assert dead["payload"] == poison.payload.decode()
-    assert {k: v for k, v in outputs.items() if k != DEAD_LETTER.name} == {
-        k: v for k, v in replay(suite()).items() if k != DEAD_LETTER.name}
+
+    def check(outputs, full):
+        dead = single_dead_letter(outputs, "error in parse: ")
+        assert dead["payload"] == poison.payload.decode()
+        assert {k: v for k, v in outputs.items() if k != DEAD_LETTER.name} == {
+            k: v for k, v in full.items() if k != DEAD_LETTER.name}
+    replay(check, outputs=suite() + [poison], full=suite())
 
 
 def test_a_message_summarize_fails_on_is_dead_lettered_and_its_run_goes_on(monkeypatch):
     extra = raw("cifar", "run-1", "run-1/extra", points=[("accuracy", 70.0, 5, T0 + 3600 + 2)])
     monkeypatch.setattr(transforms.parse, "summarize",
                         poisoned(transforms.parse.summarize, lambda message, *_: message.id == "run-1/extra"))
-    outputs = replay(suite() + [extra])
-    dead = single_dead_letter(outputs, "error in summarize: ")
-    assert json.loads(dead["payload"])["id"] == "run-1/extra" and dead["source"] == "run:cifar/run-1"
-    assert {k: v for k, v in outputs.items() if k != DEAD_LETTER.name} == {
-        k: v for k, v in replay(suite()).items() if k != DEAD_LETTER.name}
+
+    def check(outputs, full):
+        dead = single_dead_letter(outputs, "error in summarize: ")
+        assert json.loads(dead["payload"])["id"] == "run-1/extra" and dead["source"] == "run:cifar/run-1"
+        assert {k: v for k, v in outputs.items() if k != DEAD_LETTER.name} == {
+            k: v for k, v in full.items() if k != DEAD_LETTER.name}
+    replay(check, outputs=suite() + [extra], full=suite())
 
 
 def test_a_message_the_run_assembler_fails_on_leaves_the_run_as_it_was(monkeypatch):
     extra = raw("cifar", "run-1", "run-1/extra", points=[("accuracy", 70.0, 5, T0 + 3600 + 2)])
     monkeypatch.setattr(core.runs.RunAccumulator, "add", poisoned(
         core.runs.RunAccumulator.add, lambda self, summary: summary.id == "run-1/extra"))
-    outputs = replay(suite() + [extra])
-    single_dead_letter(outputs, "error in assemble run: ")
-    assert {k: v for k, v in outputs.items() if k != DEAD_LETTER.name} == {
-        k: v for k, v in replay(suite()).items() if k != DEAD_LETTER.name}
+
+    def check(outputs, full):
+        single_dead_letter(outputs, "error in assemble run: ")
+        assert {k: v for k, v in outputs.items() if k != DEAD_LETTER.name} == {
+            k: v for k, v in full.items() if k != DEAD_LETTER.name}
+    replay(check, outputs=suite() + [extra], full=suite())
 
 
 def test_a_run_that_cannot_be_finalized_is_dead_lettered_and_later_runs_are_checked_without_it(monkeypatch):
     monkeypatch.setattr(core.runs.RunAccumulator, "result", poisoned(
         core.runs.RunAccumulator.result, lambda self, *_: self.run == "run-2"))
-    outputs = replay(suite())
-    dead = single_dead_letter(outputs, "error in finalize run: ")
-    assert json.loads(dead["payload"])["run"] == "run-2"
-    control = replay([m for m in suite() if b'"run-2"' not in m.payload])
-    # run-2's windows were checked live, before its end failed: their alerts stand
-    outputs[ALERTS.name] = without(outputs[ALERTS.name], run_id="run-2", kind="window_out_of_bounds")
-    assert {k: v for k, v in outputs.items() if k not in (DEAD_LETTER.name, METRIC_WINDOWS.name)} == {
-        k: v for k, v in control.items() if k not in (DEAD_LETTER.name, METRIC_WINDOWS.name)}
+
+    def check(outputs, control):
+        dead = single_dead_letter(outputs, "error in finalize run: ")
+        assert json.loads(dead["payload"])["run"] == "run-2"
+        # run-2's windows were checked live, before its end failed: their alerts stand
+        outputs[ALERTS.name] = without(outputs[ALERTS.name], run_id="run-2", kind="window_out_of_bounds")
+        assert {k: v for k, v in outputs.items() if k not in (DEAD_LETTER.name, METRIC_WINDOWS.name)} == {
+            k: v for k, v in control.items() if k not in (DEAD_LETTER.name, METRIC_WINDOWS.name)}
+    replay(check, outputs=suite(), control=[m for m in suite() if b'"run-2"' not in m.payload])
 
 
 def test_a_metric_check_that_fails_leaves_that_metric_history_as_it_was(monkeypatch):
     monkeypatch.setattr(transforms.history, "check_metric", poisoned(
         transforms.history.check_metric, lambda history, observation, config: (
             observation.run, observation.metric) == ("run-2", "loss_final")))
-    outputs = replay(suite())
-    dead = single_dead_letter(outputs, "error in metric check: ")
-    assert json.loads(dead["payload"])["metric"] == "loss_final" and dead["source"] == "stage:metric"
-    full = replay(suite())
-    # Every other metric and table is as if nothing happened; loss_final's later bounds come from a
-    # history without run-2 (its state was left as it was before the failing item).
-    assert outputs[JOB_HISTORY.name] == full[JOB_HISTORY.name]
-    assert without(outputs[METRIC_HISTORY.name], metric_name="loss_final") == without(
-        full[METRIC_HISTORY.name], metric_name="loss_final")
-    loss_final = [r for r in outputs[METRIC_HISTORY.name] if r["metric_name"] == "loss_final"]
-    assert sorted(r["run_id"] for r in loss_final) == ["run-0", "run-1", "run-3", "run-4"]
-    # run-0's 0.7 alone: run-1's 0.7 was out of its zero-variance bound, run-3 failed; with run-2's 0.6 the
-    # bound would be 0.75.
-    upper = [r["metric_upper_bound"] for r in loss_final if r["run_id"] == "run-4"][0]
-    assert upper == pytest.approx(0.7)
+
+    def check(outputs, full):
+        dead = single_dead_letter(outputs, "error in metric check: ")
+        assert json.loads(dead["payload"])["metric"] == "loss_final" and dead["source"] == "stage:metric"
+        # Every other metric and table is as if nothing happened; loss_final's later bounds come from a
+        # history without run-2 (its state was left as it was before the failing item).
+        assert outputs[JOB_HISTORY.name] == full[JOB_HISTORY.name]
+        assert without(outputs[METRIC_HISTORY.name], metric_name="loss_final") == without(
+            full[METRIC_HISTORY.name], metric_name="loss_final")
+        loss_final = [r for r in outputs[METRIC_HISTORY.name] if r["metric_name"] == "loss_final"]
+        assert sorted(r["run_id"] for r in loss_final) == ["run-0", "run-1", "run-3", "run-4"]
+        # run-0's 0.7 alone: run-1's 0.7 was out of its zero-variance bound, run-3 failed; with run-2's 0.6 the
+        # bound would be 0.75.
+        upper = [r["metric_upper_bound"] for r in loss_final if r["run_id"] == "run-4"][0]
+        assert upper == pytest.approx(0.7)
+    replay(check, outputs=suite(), full=suite())
 
 
 def test_a_job_check_that_fails_is_dead_lettered_and_the_other_runs_alert_as_before(monkeypatch):
     monkeypatch.setattr(transforms.history, "check_job", poisoned(
         transforms.history.check_job, lambda history, run, config: run.run == "run-3"))
-    outputs = replay(suite())
-    single_dead_letter(outputs, "error in job check: ")
-    full = replay(suite())
-    assert {k: v for k, v in outputs.items() if k not in (DEAD_LETTER.name, ALERTS.name)} == {
-        k: v for k, v in full.items() if k not in (DEAD_LETTER.name, ALERTS.name)}
-    assert outputs[ALERTS.name] == without(full[ALERTS.name], kind="job_failed", run_id="run-3")
+
+    def check(outputs, full):
+        single_dead_letter(outputs, "error in job check: ")
+        assert {k: v for k, v in outputs.items() if k not in (DEAD_LETTER.name, ALERTS.name)} == {
+            k: v for k, v in full.items() if k not in (DEAD_LETTER.name, ALERTS.name)}
+        assert outputs[ALERTS.name] == without(full[ALERTS.name], kind="job_failed", run_id="run-3")
+    replay(check, outputs=suite(), full=suite())
 
 
 def test_a_window_whose_aggregates_fail_is_dead_lettered_and_the_other_windows_are_written(monkeypatch):
     monkeypatch.setattr(transforms.windows, "window_aggregates", poisoned(
         transforms.windows.window_aggregates, lambda points, aggregations: any(p.value == 3.5 for p in points)))
-    outputs = replay(suite())
-    dead = single_dead_letter(outputs, "error in aggregate a window of loss: ")
-    assert json.loads(dead["payload"])["points"] == [[T0 + 4 * 3600 + 3, 20, 3.0], [T0 + 4 * 3600 + 4, 30, 3.5]]
-    full = replay(suite())
-    assert outputs[METRIC_WINDOWS.name] == without(full[METRIC_WINDOWS.name], run_id="run-4", window_index=1)
-    assert outputs[JOB_HISTORY.name] == full[JOB_HISTORY.name]
-    assert outputs[METRIC_HISTORY.name] == full[METRIC_HISTORY.name]
+
+    def check(outputs, full):
+        dead = single_dead_letter(outputs, "error in aggregate a window of loss: ")
+        assert json.loads(dead["payload"])["points"] == [[T0 + 4 * 3600 + 3, 20, 3.0], [T0 + 4 * 3600 + 4, 30, 3.5]]
+        assert outputs[METRIC_WINDOWS.name] == without(full[METRIC_WINDOWS.name], run_id="run-4", window_index=1)
+        assert outputs[JOB_HISTORY.name] == full[JOB_HISTORY.name]
+        assert outputs[METRIC_HISTORY.name] == full[METRIC_HISTORY.name]
+    replay(check, outputs=suite(), full=suite())
 
 
 def test_a_window_check_that_fails_is_dead_lettered_and_the_windows_are_still_written(monkeypatch):
     monkeypatch.setattr(core.window_checks, "check_window", poisoned(
         core.window_checks.check_window, lambda state, window, config: (window.run, window.index) == (
             "run-4", 0)))
-    outputs = replay(suite())
-    dead = single_dead_letter(outputs, "error in window check: ")
-    assert dead["source"] == "stage:window"
-    full = replay(suite())
-    assert {k: v for k, v in outputs.items() if k not in (DEAD_LETTER.name, ALERTS.name)} == {
-        k: v for k, v in full.items() if k not in (DEAD_LETTER.name, ALERTS.name)}
-    assert without(outputs[ALERTS.name], kind="window_out_of_bounds") == without(
-        full[ALERTS.name], kind="window_out_of_bounds")
+
+    def check(outputs, full):
+        dead = single_dead_letter(outputs, "error in window check: ")
+        assert dead["source"] == "stage:window"
+        assert {k: v for k, v in outputs.items() if k not in (DEAD_LETTER.name, ALERTS.name)} == {
+            k: v for k, v in full.items() if k not in (DEAD_LETTER.name, ALERTS.name)}
+        assert without(outputs[ALERTS.name], kind="window_out_of_bounds") == without(
+            full[ALERTS.name], kind="window_out_of_bounds")
+    replay(check, outputs=suite(), full=suite())
 
 
 def test_values_near_the_top_of_the_float_range_do_not_stop_the_replay():
@@ -194,13 +222,15 @@ def test_values_near_the_top_of_the_float_range_do_not_stop_the_replay():
             raw("cifar", "run-9", "run-9/points", points=[("loss", 1.7e308, 0, T0 + 1), ("loss", 1.7e308, 10, T0 + 2),
                                                          ("loss", -1.7e308, 20, T0 + 3)]),
             raw("cifar", "run-9", "run-9/end", events=[finished(T0 + 4)])]
-    outputs = replay(suite() + huge)
-    windows = [w for w in outputs[METRIC_WINDOWS.name] if w["run_id"] == "run-9"]
-    assert [(w["window_index"], w["mean"], w["max"]) for w in windows] == [(0, 1.7e308, 1.7e308),
-                                                                          (1, -1.7e308, -1.7e308)]
-    metrics = {r["metric_name"]: r["metric_value"] for r in outputs[METRIC_HISTORY.name] if r["run_id"] == "run-9"}
-    assert metrics["loss_final"] == -1.7e308 and metrics["loss_average"] == pytest.approx(1.7e308 / 3)
-    assert outputs[DEAD_LETTER.name] == []
+
+    def check(outputs):
+        windows = [w for w in outputs[METRIC_WINDOWS.name] if w["run_id"] == "run-9"]
+        assert [(w["window_index"], w["mean"], w["max"]) for w in windows] == [(0, 1.7e308, 1.7e308),
+                                                                              (1, -1.7e308, -1.7e308)]
+        metrics = {r["metric_name"]: r["metric_value"] for r in outputs[METRIC_HISTORY.name] if r["run_id"] == "run-9"}
+        assert metrics["loss_final"] == -1.7e308 and metrics["loss_average"] == pytest.approx(1.7e308 / 3)
+        assert outputs[DEAD_LETTER.name] == []
+    replay(check, outputs=suite() + huge)
 
 
 def test_event_data_nested_too_deep_is_dead_lettered_with_the_whole_payload():
@@ -209,10 +239,12 @@ def test_event_data_nested_too_deep_is_dead_lettered_with_the_whole_payload():
         data = {"a": data}
     deep = RawMessage(json.dumps({"schema": wire.SCHEMA, "id": "deep", "test": "cifar", "run": "run-9",
                                   "events": [{"type": "note", "time": T0, "data": data}]}).encode(), "file:deep.jsonl")
-    outputs = replay(suite() + [deep])
-    (dead,) = outputs[DEAD_LETTER.name]
-    assert dead["reason"] == f"invalid event [0]: data is nested deeper than {wire.MAX_EVENT_DATA_DEPTH} levels"
-    assert json.loads(dead["payload"])["id"] == "deep"
+
+    def check(outputs):
+        (dead,) = outputs[DEAD_LETTER.name]
+        assert dead["reason"] == f"invalid event [0]: data is nested deeper than {wire.MAX_EVENT_DATA_DEPTH} levels"
+        assert json.loads(dead["payload"])["id"] == "deep"
+    replay(check, outputs=suite() + [deep])
 
 
 def test_a_late_point_the_windows_fail_on_is_dead_lettered_alone_on_a_stream(monkeypatch):
@@ -245,10 +277,11 @@ def test_a_tag_whose_windows_fail_is_dropped_from_the_run_with_its_points_dead_l
 
     monkeypatch.setattr(core.windows.TagWindows, "close", poisoned(
         core.windows.TagWindows.close, lambda self: any(p.value == 3.5 for p in self.pending)))
-    outputs = replay(suite())
-    dead = outputs[DEAD_LETTER.name]
-    assert {d["reason"] for d in dead} == {"error in windows of loss: RuntimeError: injected"}
-    assert sorted(json.loads(d["payload"])["point"]["value"] for d in dead) == [2.0, 2.5, 3.0, 3.5]
-    full = replay(suite())
-    assert outputs[METRIC_WINDOWS.name] == without(full[METRIC_WINDOWS.name], run_id="run-4")
-    assert outputs[JOB_HISTORY.name] == full[JOB_HISTORY.name]
+
+    def check(outputs, full):
+        dead = outputs[DEAD_LETTER.name]
+        assert {d["reason"] for d in dead} == {"error in windows of loss: RuntimeError: injected"}
+        assert sorted(json.loads(d["payload"])["point"]["value"] for d in dead) == [2.0, 2.5, 3.0, 3.5]
+        assert outputs[METRIC_WINDOWS.name] == without(full[METRIC_WINDOWS.name], run_id="run-4")
+        assert outputs[JOB_HISTORY.name] == full[JOB_HISTORY.name]
+    replay(check, outputs=suite(), full=suite())

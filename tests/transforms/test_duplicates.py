@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import apache_beam as beam
 import pytest
@@ -21,7 +21,16 @@ from core.parse import RawMessage, content_digest, different_copy_reason, summar
 from core.records import dead_letter_row
 from core.schema import DEAD_LETTER, JOB_HISTORY
 from tests.support import T0
-from tests.transforms.support import detect, finished, gather, raw, started, streaming_pipeline
+from tests.transforms.support import (
+    assert_rows,
+    collect_outputs,
+    detect,
+    drained,
+    finished,
+    raw,
+    started,
+    streaming_pipeline,
+)
 from tests.transforms.test_containment import SETTINGS, TABLES, replay, run_messages, suite
 from trainguard import wire
 from transforms.coders import RecordCoder
@@ -49,14 +58,15 @@ def by_payload(messages: List[RawMessage]) -> List[RawMessage]:
 def test_a_replay_counts_the_copy_whose_bytes_sort_first_and_dead_letters_the_other(seed):
     """Before: one copy was dropped with no dead letter, and which one depended on the order."""
     taken, other = by_payload(copies_of_a_point())
-    expected = replay(suite() + [taken])
     messages = suite() + copies_of_a_point() + [other, taken]  # each copy delivered twice, too
     random.Random(seed).shuffle(messages)
-    outputs = replay(messages)
-    for name in TABLES:  # the rows of the copy taken alone (its windows too), plus one dead letter for the other
-        extra = [json.loads(json.dumps(copy_dead_letter(taken, other), sort_keys=True))] if name == DEAD_LETTER.name \
-            else []
-        assert outputs[name] == sorted(expected[name] + extra, key=lambda r: json.dumps(r, sort_keys=True)), name
+    dead_letter = json.loads(json.dumps(copy_dead_letter(taken, other), sort_keys=True))
+
+    def check(outputs, expected):
+        for name in TABLES:  # the rows of the copy taken alone (its windows too), plus one dead letter for the other
+            extra = [dead_letter] if name == DEAD_LETTER.name else []
+            assert outputs[name] == sorted(expected[name] + extra, key=lambda r: json.dumps(r, sort_keys=True)), name
+    replay(check, outputs=messages, expected=suite() + [taken])
 
 
 def test_copies_splitting_a_run_between_points_and_its_end_are_never_silent():
@@ -65,47 +75,64 @@ def test_copies_splitting_a_run_between_points_and_its_end_are_never_silent():
     points = raw("cifar", RUN, f"{RUN}/end", points=[("loss", 4.0, 50, START + 5)])
     end = next(m for m in run_messages(RUN, START, [2.0, 2.5, 3.0, 3.5]) if m.payload.count(b"run_finished"))
     taken, other = by_payload([points, end])
-    rows = []
+    orders = []
     for seed in range(2):
         messages = [m for m in suite() if m.payload != end.payload] + [points, end]
         random.Random(seed).shuffle(messages)
-        rows.append(replay(messages))
-    assert rows[0] == rows[1]
-    dead = [row for row in rows[0][DEAD_LETTER.name] if row["reason"].startswith("duplicate id")]
-    assert [(row["reason"], row["payload"]) for row in dead] == [
-        (different_copy_reason(content_digest(taken.payload)), other.payload.decode())]
-    status = {row["run_id"]: row["job_status"] for row in rows[0][JOB_HISTORY.name]}[RUN]
-    assert status == ("success" if taken is end else "missing")
+        orders.append(messages)
+    expected_dead = [(different_copy_reason(content_digest(taken.payload)), other.payload.decode())]
+    expected_status = "success" if taken is end else "missing"
+
+    def check(first, second):
+        assert first == second
+        dead = [row for row in first[DEAD_LETTER.name] if row["reason"].startswith("duplicate id")]
+        assert [(row["reason"], row["payload"]) for row in dead] == expected_dead
+        status = {row["run_id"]: row["job_status"] for row in first[JOB_HISTORY.name]}[RUN]
+        assert status == expected_status
+    replay(check, first=orders[0], second=orders[1])
 
 
 STREAMING = dataclasses.replace(SETTINGS, streaming=True)
 
 
-def stream_rows(deliveries: List[List[RawMessage]], base: Optional[List[RawMessage]] = None) -> Dict[str, List[dict]]:
+def stream_rows(deliveries: List[List[RawMessage]], base: Optional[List[RawMessage]] = None,
+                check: Optional[Callable[[Dict[str, List[dict]]], None]] = None) -> Dict[str, List[dict]]:
     """The streaming graph's rows of the suite's runs (or ``base``), with ``deliveries`` (batches of messages)
-    delivered after them, before the watermark passes run-4's end."""
+    delivered after them, before the watermark passes run-4's end: ``check(rows)`` in ``assert_that``, or without
+    ``check`` the rows themselves, as the expected side of a comparison with another stream (two TestStreams are
+    two pipelines)."""
     stream = TestStream().advance_watermark_to(Timestamp.of(T0)).add_elements(suite() if base is None else base)
     for batch in deliveries:
         stream = stream.add_elements(batch)
-    stream = stream.advance_watermark_to(Timestamp.of(START + 2)).advance_watermark_to_infinity()
+    stream = drained(stream.advance_watermark_to(Timestamp.of(START + 2)), START + 86400)
     with streaming_pipeline() as p:
         outputs = detect(p | stream, STREAMING)
-        gathered = {name: gather(outputs[name] | f"Json_{name}" >> beam.Map(json.dumps, sort_keys=True), name)
-                    for name in TABLES}
-    return {name: [json.loads(row) for row in sorted(rows)] for name, rows in gathered.items()}
+        tables = {name: outputs[name] | f"Json_{name}" >> beam.Map(json.dumps, sort_keys=True) for name in TABLES}
+        if check is not None:
+            assert_rows(tables, lambda found: check(as_rows(found)), label="tables")
+        else:
+            collected = {name: collect_outputs(pcoll, name) for name, pcoll in tables.items()}
+    return None if check is not None else as_rows(collected)
+
+
+def as_rows(found: Dict[str, List[str]]) -> Dict[str, List[dict]]:
+    return {name: [json.loads(row) for row in sorted(rows)] for name, rows in found.items()}
 
 
 def test_a_stream_counts_the_copy_delivered_first_and_dead_letters_a_later_different_one():
     one, nine = copies_of_a_point()
     for first, later in ((one, nine), (nine, one)):
         expected = stream_rows([[first]])
-        outputs = stream_rows([[first], [first, later], [later, first]])  # redeliveries of both
-        # Each delivery of the later copy is a dead letter, the same row (one dead_letter_id: one row in a table).
-        outputs[DEAD_LETTER.name] = list({row["dead_letter_id"]: row for row in outputs[DEAD_LETTER.name]}.values())
-        for name in TABLES:
-            extra = [json.loads(json.dumps(copy_dead_letter(first, later), sort_keys=True))] \
-                if name == DEAD_LETTER.name else []
-            assert outputs[name] == sorted(expected[name] + extra, key=lambda r: json.dumps(r, sort_keys=True)), name
+        dead_letter = json.loads(json.dumps(copy_dead_letter(first, later), sort_keys=True))
+
+        def check(outputs, expected=expected, dead_letter=dead_letter):
+            # Each delivery of the later copy is a dead letter, the same row (one dead_letter_id: one row in a table).
+            outputs[DEAD_LETTER.name] = list({row["dead_letter_id"]: row for row in outputs[DEAD_LETTER.name]}.values())
+            for name in TABLES:
+                extra = [dead_letter] if name == DEAD_LETTER.name else []
+                assert outputs[name] == sorted(expected[name] + extra,
+                                               key=lambda r: json.dumps(r, sort_keys=True)), name
+        stream_rows([[first], [first, later], [later, first]], check=check)  # redeliveries of both
 
 
 def test_a_stream_says_so_of_a_later_copy_whose_end_was_in_the_copy_it_dropped():
@@ -113,22 +140,26 @@ def test_a_stream_says_so_of_a_later_copy_whose_end_was_in_the_copy_it_dropped()
     dead letter (never silent)."""
     points = raw("cifar", RUN, f"{RUN}/end", points=[("loss", 4.0, 50, START + 5)])
     end = raw("cifar", RUN, f"{RUN}/end", events=[finished(START + 5)])
-    outputs = stream_rows([[points], [end]], [m for m in suite() if m.payload != end.payload])
-    assert {row["run_id"]: row["job_status"] for row in outputs[JOB_HISTORY.name]}[RUN] == "missing"
-    assert [(row["reason"], row["payload"]) for row in outputs[DEAD_LETTER.name]] == [
-        (different_copy_reason(content_digest(points.payload)), end.payload.decode())]
+
+    def check(outputs):
+        assert {row["run_id"]: row["job_status"] for row in outputs[JOB_HISTORY.name]}[RUN] == "missing"
+        assert [(row["reason"], row["payload"]) for row in outputs[DEAD_LETTER.name]] == [
+            (different_copy_reason(content_digest(points.payload)), end.payload.decode())]
+    stream_rows([[points], [end]], [m for m in suite() if m.payload != end.payload], check=check)
 
 
 def test_a_run_started_message_copied_with_different_bytes_counts_once_in_a_replay():
     start = raw("cifar", RUN, f"{RUN}/start", events=[started(START)])
     other_start = raw("cifar", RUN, f"{RUN}/start", events=[started(START - 1)])
     messages = [m for m in suite() if m.payload != start.payload] + [start, other_start]
-    outputs = replay(messages)
     taken, other = by_payload([start, other_start])
-    job = {row["run_id"]: row for row in outputs[JOB_HISTORY.name]}[RUN]
-    assert [e["time"] for e in json.loads(job["events"]) if e["type"] == "run_started"] == [
-        wire.parse_message(taken.payload)[0].event_time]
-    assert [row["payload"] for row in outputs[DEAD_LETTER.name]] == [other.payload.decode()]
+
+    def check(outputs):
+        job = {row["run_id"]: row for row in outputs[JOB_HISTORY.name]}[RUN]
+        assert [e["time"] for e in json.loads(job["events"]) if e["type"] == "run_started"] == [
+            wire.parse_message(taken.payload)[0].event_time]
+        assert [row["payload"] for row in outputs[DEAD_LETTER.name]] == [other.payload.decode()]
+    replay(check, outputs=messages)
 
 
 def summary(message: RawMessage):

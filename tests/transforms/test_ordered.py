@@ -15,6 +15,7 @@ import apache_beam as beam
 from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.testing.test_stream import TestStream
+from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.utils.timestamp import Timestamp
 
 from bench import bench_ordered
@@ -24,7 +25,7 @@ from core.schema import DEAD_LETTER
 from core.window_checks import RunEnded
 from pipeline.graph import GraphSettings
 from tests.support import T0
-from tests.transforms.support import batch_pipeline, configs, detect, gather, raw, streaming_pipeline
+from tests.transforms.support import batch_pipeline, configs, detect, drained, raw, streaming_pipeline
 from transforms.ordered import IDLE, OrderedCheck, in_event_time_order
 
 KEY = "cifar"
@@ -208,10 +209,12 @@ class CollectCheck(OrderedCheck):
 SEED = HistorySeed(jobs={"a": ["a-old"], "unused": ["never"]})
 
 
-def collect_outputs(p, items):
+def check_outputs(p, items):
+    """What ``CollectCheck`` yields is ``EXPECTED`` (in any order), and it has no dead letters."""
     seed = p | "Seed" >> beam.Create([SEED])
     outputs = items | "Check" >> CollectCheck(None, seed, streaming=True, timer_bucket_seconds=0)
-    return gather(outputs.main, "main"), gather(outputs[DEAD_LETTER.name], "dead")
+    assert_that(outputs.main, equal_to(EXPECTED), label="main")
+    assert_that(outputs[DEAD_LETTER.name], equal_to([]), label="dead")
 
 
 def keyed_items():
@@ -225,19 +228,17 @@ EXPECTED = [("a0", 1), ("a1", 2), ("a2", 3), ("b0", 0), ("b1", 1), ("b2", 2)]
 
 def test_seeds_reach_their_keys_as_elements_in_a_replay():
     with batch_pipeline() as p:
-        main, dead = collect_outputs(p, p | "Items" >> beam.Create(keyed_items()).with_output_types(
-            beam.typehints.KV[str, RunEnded]))
-    assert sorted(main) == EXPECTED and dead == []
+        check_outputs(p, p | "Items" >> beam.Create(keyed_items()).with_output_types(beam.typehints.KV[str, RunEnded]))
 
 
 def test_seeds_reach_their_keys_as_elements_in_a_stream():
     stream = (TestStream().advance_watermark_to(Timestamp.of(T0 - 10))
               .add_elements([beam.window.TimestampedValue(item, item[1].finalized_at) for item in keyed_items()])
-              .advance_watermark_to(Timestamp.of(T0 + 1.5)).advance_watermark_to_infinity())
+              .advance_watermark_to(Timestamp.of(T0 + 1.5)))
+    stream = drained(stream, T0 + 100)
     with streaming_pipeline() as p:
-        main, dead = collect_outputs(p, p | stream | "Typed" >> beam.Map(lambda kv: kv).with_output_types(
+        check_outputs(p, p | stream | "Typed" >> beam.Map(lambda kv: kv).with_output_types(
             beam.typehints.KV[str, RunEnded]))
-    assert sorted(main) == EXPECTED and dead == []
 
 
 def test_the_only_broadcast_of_the_seed_is_the_index_of_stored_ids():

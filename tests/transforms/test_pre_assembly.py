@@ -17,7 +17,7 @@ from core.records import dead_letter_row
 from core.runs import RunAccumulator, RunLifecycle
 from core.schema import DEAD_LETTER
 from tests.support import T0
-from tests.transforms.support import batch_pipeline, configs, finished, gather, raw, started
+from tests.transforms.support import assert_rows, batch_pipeline, configs, finished, raw, started
 from tests.transforms.test_containment import CONFIG, suite
 from trainguard import wire
 from transforms.parse import ParseMessages, SummarizeMessages
@@ -36,26 +36,36 @@ def chatty_run() -> list:
             raw("cifar", "chatty", "chatty/end", events=[finished(T0 + count + 1)])]
 
 
-def assemble(messages: list, bounded: bool):
-    with batch_pipeline() as p:
-        parsed, _, _ = p | beam.Create(messages) | ParseMessages()
-        summaries, _ = parsed | SummarizeMessages(configs(cifar=CONFIG))
-        runs, dead, _ = summaries | AssembleRuns(configs(cifar=CONFIG), RunLifecycle(grace_seconds=10),
-                                                 bounded=bounded)
-        results = gather(runs | beam.Map(repr), "runs")
-        dead_letters = gather(dead | beam.Map(json.dumps, sort_keys=True), "dead")
-    return sorted(results), sorted(dead_letters)
+def assemble(p, side: str, messages: list, bounded: bool) -> dict:
+    """The runs (their repr) and dead letters (JSON) of the replay's run assembly of ``messages``, as ``side``."""
+    parsed, _, _ = p | f"Create_{side}" >> beam.Create(messages) | f"Parse_{side}" >> ParseMessages()
+    summaries, _ = parsed | f"Summarize_{side}" >> SummarizeMessages(configs(cifar=CONFIG))
+    runs, dead, _ = summaries | f"Assemble_{side}" >> AssembleRuns(
+        configs(cifar=CONFIG), RunLifecycle(grace_seconds=10), bounded=bounded)
+    return {f"{side}.runs": runs | f"Repr_{side}" >> beam.Map(repr),
+            f"{side}.dead": dead | f"Json_{side}" >> beam.Map(json.dumps, sort_keys=True)}
+
+
+def check_sides(tables: dict, check) -> None:
+    """``assert_that`` on the sides of one pipeline: ``check(side=(sorted runs, sorted dead letters), ...)``."""
+    sides = sorted({name.split(".")[0] for name in tables})
+    assert_rows(tables, lambda found: check(**{side: (sorted(found[f"{side}.runs"]), sorted(found[f"{side}.dead"]))
+                                               for side in sides}), label="sides")
 
 
 def test_runs_assembled_before_the_shuffle_give_the_same_results_and_dead_letters():
     messages = suite() + chatty_run()
     random.Random(7).shuffle(messages)
-    before_runs, before_dead = assemble(messages, bounded=False)
-    runs, dead = assemble(messages, bounded=True)
-    assert runs == before_runs and len(runs) == 6
-    assert dead == before_dead and len(dead) > 0
-    assert {json.loads(row)["reason"] for row in dead} == {
-        f"too many events in run (limit {RunAccumulator.MAX_EVENTS})"}
+
+    def check(before, after):
+        (before_runs, before_dead), (runs, dead) = before, after
+        assert runs == before_runs and len(runs) == 6
+        assert dead == before_dead and len(dead) > 0
+        assert {json.loads(row)["reason"] for row in dead} == {
+            f"too many events in run (limit {RunAccumulator.MAX_EVENTS})"}
+    with batch_pipeline() as p:
+        check_sides({**assemble(p, "before", messages, bounded=False), **assemble(p, "after", messages, bounded=True)},
+                    check)
 
 
 def summaries_of(messages: list) -> list:
@@ -82,15 +92,14 @@ def pre_assembled(bundles: list) -> tuple:
     return parts, dead_letters
 
 
-def assemble_parts(parts: list) -> tuple:
-    with batch_pipeline() as p:
-        outputs = (p | beam.Create(parts, reshuffle=False)
-                   | beam.Map(lambda keyed: TimestampedValue(keyed, keyed[1].accumulator.last_time))
-                   | beam.ParDo(AssembleRunPartsFn(configs(cifar=CONFIG), RunLifecycle(grace_seconds=10))).with_outputs(
-                       DEAD_LETTER.name, main="runs"))
-        results = gather(outputs.runs | beam.Map(repr), "runs")
-        dead_letters = gather(outputs[DEAD_LETTER.name] | beam.Map(json.dumps, sort_keys=True), "dead")
-    return sorted(results), sorted(dead_letters)
+def assemble_parts(p, parts: list, side: str = "parts") -> dict:
+    """The runs (their repr) and dead letters (JSON) ``AssembleRunPartsFn`` makes of ``parts``, as ``side``."""
+    outputs = (p | f"Create_{side}" >> beam.Create(parts, reshuffle=False)
+               | f"Timestamp_{side}" >> beam.Map(lambda keyed: TimestampedValue(keyed, keyed[1].accumulator.last_time))
+               | f"Assemble_{side}" >> beam.ParDo(AssembleRunPartsFn(configs(cifar=CONFIG), RunLifecycle(
+                   grace_seconds=10))).with_outputs(DEAD_LETTER.name, main="runs"))
+    return {f"{side}.runs": outputs.runs | f"Repr_{side}" >> beam.Map(repr),
+            f"{side}.dead": outputs[DEAD_LETTER.name] | f"Json_{side}" >> beam.Map(json.dumps, sort_keys=True)}
 
 
 def written_to(path, messages: list) -> list:
@@ -107,7 +116,6 @@ def written_to(path, messages: list) -> list:
 def test_a_message_in_two_bundles_counts_once(tmp_path):
     messages = suite() + chatty_run()
     random.Random(3).shuffle(messages)
-    once_runs, once_dead = assemble(messages, bounded=False)
     filed = written_to(tmp_path / "replay.jsonl", messages)
     summaries = summaries_of(filed)
     # Three bundles that overlap: every message is in one or two of them, and one bundle has a message twice.
@@ -115,11 +123,17 @@ def test_a_message_in_two_bundles_counts_once(tmp_path):
     bundles = [summaries[:2 * third], summaries[third:] + summaries[third:third + 2], summaries[:third:2]]
     parts, early_dead = pre_assembled(bundles)
     assert len(parts) > 6 and any(len(part.ids) < len(part.accumulator.events) + 100 for _, part in parts)
-    runs, dead = assemble_parts(parts)
-    assert runs == once_runs and len(runs) == 6
-    # Events over a run's limit are found when the run ends: dead letters once, the same ones.
-    assert early_dead == [] and dead == once_dead
-    assert {json.loads(row)["reason"] for row in dead} == {f"too many events in run (limit {RunAccumulator.MAX_EVENTS})"}
+    assert early_dead == []
+
+    def check(once, parts):
+        (once_runs, once_dead), (runs, dead) = once, parts
+        assert runs == once_runs and len(runs) == 6
+        # Events over a run's limit are found when the run ends: dead letters once, the same ones.
+        assert dead == once_dead
+        assert {json.loads(row)["reason"] for row in dead} == {
+            f"too many events in run (limit {RunAccumulator.MAX_EVENTS})"}
+    with batch_pipeline() as p:
+        check_sides({**assemble(p, "once", messages, bounded=False), **assemble_parts(p, parts)}, check)
 
 
 def test_a_repeated_message_whose_file_changed_is_a_dead_letter_not_a_crash(tmp_path):
@@ -128,11 +142,15 @@ def test_a_repeated_message_whose_file_changed_is_a_dead_letter_not_a_crash(tmp_
     summaries = summaries_of(filed)
     parts, _ = pre_assembled([summaries[:2], summaries[1:]])  # summaries[1] is in both
     (tmp_path / "replay.jsonl").write_bytes(b"")
-    runs, dead = assemble_parts(parts)
-    assert len(runs) == 1
-    rows = [json.loads(row) for row in dead]
-    assert rows and all(row["reason"].startswith("error in assemble run: InvalidMessage") for row in rows), rows
-    assert all("could not be read again" in row["payload"] for row in rows)
+
+    def check(parts):
+        runs, dead = parts
+        assert len(runs) == 1
+        rows = [json.loads(row) for row in dead]
+        assert rows and all(row["reason"].startswith("error in assemble run: InvalidMessage") for row in rows), rows
+        assert all("could not be read again" in row["payload"] for row in rows)
+    with batch_pipeline() as p:
+        check_sides(assemble_parts(p, parts), check)
 
 
 def other_copy(message):
@@ -154,12 +172,12 @@ def test_which_copy_of_a_message_counts_does_not_depend_on_bundles_or_order(tmp_
     for message in messages + others:
         mid = json.loads(message.payload)["id"]
         winners[mid] = min(winners.get(mid, message.payload), message.payload)
-    expected_runs, expected_dead = assemble([m for m in messages + others if winners[json.loads(m.payload)["id"]]
-                                             == m.payload], bounded=False)
+    expected_messages = [m for m in messages + others if winners[json.loads(m.payload)["id"]] == m.payload]
+    copies_dead = []
     for copy in messages + others:
         body = json.loads(copy.payload)
         if copy.payload != winners[body["id"]]:
-            expected_dead.append(json.dumps(dead_letter_row(
+            copies_dead.append(json.dumps(dead_letter_row(
                 different_copy_reason(content_digest(winners[body["id"]])), copy.payload,
                 f"run:{body['test']}/{body['run']}", wire.parse_message(copy.payload)[0].event_time), sort_keys=True))
     everything = messages + others + rng.sample(messages + others, 8)  # and some copies delivered twice
@@ -168,6 +186,12 @@ def test_which_copy_of_a_message_counts_does_not_depend_on_bundles_or_order(tmp_
     cuts = sorted(rng.sample(range(1, len(summaries)), 3))
     bundles = [summaries[i:j] for i, j in zip([0, *cuts], [*cuts, len(summaries)])]
     parts, early_dead = pre_assembled(bundles)
-    runs, dead = assemble_parts(parts)
-    assert early_dead == [] and runs == expected_runs
-    assert dead == sorted(expected_dead) and len(dead) > len(others)  # the copies, and events over the limit
+    assert early_dead == []
+
+    def check(expected, parts):
+        (expected_runs, expected_dead), (runs, dead) = expected, parts
+        assert runs == expected_runs
+        # the copies, and events over the limit
+        assert dead == sorted(expected_dead + copies_dead) and len(dead) > len(others)
+    with batch_pipeline() as p:
+        check_sides({**assemble(p, "expected", expected_messages, bounded=False), **assemble_parts(p, parts)}, check)

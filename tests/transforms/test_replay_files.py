@@ -12,12 +12,13 @@ import os
 
 import apache_beam as beam
 import duckdb
+from apache_beam.testing.util import assert_that, equal_to
 
 import core.runs
 from core.parse import FileSpan
 from pipeline.replay import run
 from tests.support import T0
-from tests.transforms.support import batch_pipeline, configs, finished, gather, raw, started
+from tests.transforms.support import batch_pipeline, configs, finished, raw, started
 from tests.transforms.test_containment import poisoned
 from transforms.parse import ParseMessages, SummarizeMessages
 from transforms.sources import ReadReplayFiles, file_source
@@ -30,10 +31,11 @@ def lines_of_a_run(run: str = "run-1") -> list:
             raw("cifar", run, f"{run}/end", events=[finished(T0 + 3)]).payload]
 
 
-def read(pattern: str) -> list:
+def read(pattern: str, check) -> None:
+    """``check(messages)`` in ``assert_that``, on the messages read, in the order of their file and offset."""
     with batch_pipeline() as p:
-        messages = gather(p | ReadReplayFiles(pattern), "messages")
-    return sorted(messages, key=lambda m: (m.source, m.span.offset if m.span else 0, m.payload))
+        assert_that(p | ReadReplayFiles(pattern), lambda messages: check(sorted(
+            messages, key=lambda m: (m.source, m.span.offset if m.span else 0, m.payload))))
 
 
 def test_each_line_is_a_message_with_its_exact_bytes_and_where_it_lies(tmp_path):
@@ -41,32 +43,39 @@ def test_each_line_is_a_message_with_its_exact_bytes_and_where_it_lies(tmp_path)
     not_utf8 = b'{"id": "caf\xe9"}'
     path = tmp_path / "a.jsonl"
     path.write_bytes(first + b"\r\n" + b"\n" + b"  \t\r\n" + second + b"\n" + not_utf8 + b"\n" + third)  # no last \n
-    messages = read(str(tmp_path / "*.jsonl"))
-    assert [m.payload for m in messages] == [first, second, not_utf8, third]
-    assert {m.source for m in messages} == {file_source(str(path))}
-    assert [m.span.read() for m in messages] == [m.payload for m in messages]
-    assert {m.span.path for m in messages} == {os.path.realpath(path)}
+    source, real_path = file_source(str(path)), os.path.realpath(path)
+
+    def check(messages):
+        assert [m.payload for m in messages] == [first, second, not_utf8, third]
+        assert {m.source for m in messages} == {source}
+        assert [m.span.read() for m in messages] == [m.payload for m in messages]
+        assert {m.span.path for m in messages} == {real_path}
+    read(str(tmp_path / "*.jsonl"), check)
 
 
 def test_a_compressed_file_gives_the_same_messages_which_carry_their_payload(tmp_path):
     lines = lines_of_a_run()
     with gzip.open(tmp_path / "a.jsonl.gz", "wb") as f:
         f.write(b"\n".join(lines) + b"\n")
-    messages = read(str(tmp_path / "*.jsonl.gz"))
-    assert sorted(m.payload for m in messages) == sorted(lines)
-    assert all(m.span is None for m in messages)
+
+    def check(messages):
+        assert sorted(m.payload for m in messages) == sorted(lines)
+        assert all(m.span is None for m in messages)
+    read(str(tmp_path / "*.jsonl.gz"), check)
 
 
 def test_summaries_of_file_lines_carry_where_the_payload_lies_not_the_payload(tmp_path):
     lines = lines_of_a_run()
     (tmp_path / "a.jsonl").write_bytes(b"\n".join(lines))
+
+    def check(summaries):
+        assert len(summaries) == 3
+        assert all(s.payload == b"" for s in summaries)
+        assert sorted(s.raw_payload() for s in summaries) == sorted(lines)
     with batch_pipeline() as p:
         messages, _, _ = p | ReadReplayFiles(str(tmp_path / "a.jsonl")) | ParseMessages()
         summaries, _ = messages | SummarizeMessages(configs(cifar={}))
-        gathered = gather(summaries, "summaries")
-    assert len(gathered) == 3
-    assert all(s.payload == b"" for s in gathered)
-    assert sorted(s.raw_payload() for s in gathered) == sorted(lines)
+        assert_that(summaries, check)
 
 
 def test_a_dead_letter_made_after_the_shuffle_holds_the_line_read_again(tmp_path, monkeypatch):
@@ -97,8 +106,7 @@ def test_the_read_messages_flow_through_beam_on_any_in_process_runner(tmp_path):
     lines = lines_of_a_run()
     (tmp_path / "a.jsonl").write_bytes(b"\n".join(lines))
     with beam.Pipeline(runner="BundleBasedDirectRunner") as p:
-        payloads = gather(p | ReadReplayFiles(str(tmp_path / "a.jsonl")) | beam.Map(lambda m: m.payload), "p")
-    assert sorted(payloads) == sorted(lines)
+        assert_that(p | ReadReplayFiles(str(tmp_path / "a.jsonl")) | beam.Map(lambda m: m.payload), equal_to(lines))
 
 
 def test_the_store_and_the_alerts_file_may_be_in_directories_that_do_not_exist_yet(tmp_path):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
-from typing import Dict, List
+from typing import Callable, Dict, List
 
 import apache_beam as beam
 from apache_beam.testing.test_stream import TestStream
@@ -18,7 +18,19 @@ from core.runs import RunAccumulator, RunLifecycle
 from core.schema import ALERTS, DEAD_LETTER, JOB_HISTORY
 from pipeline.graph import GraphSettings
 from tests.support import T0
-from tests.transforms.support import batch_pipeline, configs, detect, finished, gather, raw, started, streaming_pipeline
+from tests.transforms.support import (
+    Detect,
+    assert_rows,
+    batch_pipeline,
+    collect_outputs,
+    configs,
+    detect,
+    drained,
+    finished,
+    raw,
+    started,
+    streaming_pipeline,
+)
 
 FAILURES = configs(chatty={"regression_test_config": {"alert_after_second_test_failure": False}})
 SETTINGS = GraphSettings(FAILURES, RunLifecycle(grace_seconds=60, timeout_seconds=3600))
@@ -38,25 +50,42 @@ def chatty_run() -> List[RawMessage]:
     return messages
 
 
-def rows(outputs) -> Dict[str, List[dict]]:
-    return {name: gather(outputs[name] | f"Json_{name}" >> beam.Map(json.dumps, sort_keys=True), name)
+def rows(outputs, side: str = "") -> Dict[str, beam.PCollection]:
+    return {f"{side}{name}": outputs[name] | f"Json_{side}{name}" >> beam.Map(json.dumps, sort_keys=True)
             for name in TABLES}
 
 
-def replayed(messages) -> Dict[str, List[str]]:
+def sides(found: Dict[str, List[str]], names) -> Dict[str, Dict[str, List[str]]]:
+    return {side: {name: sorted(found[f"{side}.{name}"]) for name in TABLES} for side in names}
+
+
+def replayed(check: Callable[..., None], **orders: List[RawMessage]) -> None:
+    """One bounded pipeline with a graph per order of the messages; ``check(order={table: sorted JSON rows})`` in
+    ``assert_that``."""
     with batch_pipeline() as p:
-        gathered = rows(detect(p | beam.Create(messages), SETTINGS))
-    return {name: sorted(found) for name, found in gathered.items()}
+        tables = {}
+        for side, messages in orders.items():
+            tables.update(rows(p | f"Create_{side}" >> beam.Create(messages) | f"Detect_{side}" >> Detect(SETTINGS),
+                               f"{side}."))
+        assert_rows(tables, lambda found: check(**sides(found, tuple(orders))), label="tables")
 
 
-def streamed(messages) -> Dict[str, List[str]]:
+def replayed_rows(messages) -> Dict[str, List[str]]:
+    """The replay's rows, as the expected side of the comparison with a stream (a pipeline of its own)."""
+    with batch_pipeline() as p:
+        collected = {name: collect_outputs(pcoll, name) for name, pcoll in rows(detect(p | beam.Create(messages),
+                                                                                          SETTINGS)).items()}
+    return {name: sorted(found) for name, found in collected.items()}
+
+
+def streamed(messages, check: Callable[[Dict[str, List[str]]], None]) -> None:
     stream = TestStream().advance_watermark_to(Timestamp.of(T0))
     for first in range(0, len(messages), 3):
         stream = stream.add_elements(messages[first:first + 3])
     with streaming_pipeline() as p:
-        gathered = rows(detect(p | stream.advance_watermark_to_infinity(), dataclasses.replace(SETTINGS,
-                                                                                               streaming=True)))
-    return {name: sorted(found) for name, found in gathered.items()}
+        tables = rows(detect(p | drained(stream, END + 86400), dataclasses.replace(SETTINGS, streaming=True)))
+        assert_rows(tables, lambda found: check({name: sorted(found) for name, found in found.items()}),
+                    label="tables")
 
 
 def check(found: Dict[str, List[str]]) -> None:
@@ -76,16 +105,24 @@ def test_a_run_over_its_events_limit_ends_on_its_own_run_finished_in_any_order()
     """Before: the events after the first MAX_EVENTS to arrive were dead letters, run_finished among them when it
     came last, and the run became missing with a run_missing alert."""
     messages = chatty_run()
-    in_order = replayed(messages)
-    check(in_order)
+    shuffled = []
     for seed in range(2):
         random.Random(seed).shuffle(messages)
-        assert replayed(messages) == in_order
+        shuffled.append(list(messages))
+
+    def check_all(in_order, first, second):
+        check(in_order)
+        assert first == in_order
+        assert second == in_order
+    replayed(check_all, in_order=chatty_run(), first=shuffled[0], second=shuffled[1])
 
 
 def test_a_stream_keeps_and_leaves_out_the_same_events_as_a_replay():
     messages = chatty_run()
     random.Random(5).shuffle(messages)
-    found = streamed(messages)
-    check(found)
-    assert found == replayed(messages)
+    expected = replayed_rows(messages)
+
+    def check_all(found):
+        check(found)
+        assert found == expected
+    streamed(messages, check_all)

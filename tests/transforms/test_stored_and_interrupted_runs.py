@@ -15,7 +15,7 @@ from core.records import job_history_row, stable_id
 from core.runs import RunLifecycle, open_run_text
 from core.schema import DEAD_LETTER
 from tests.support import T0
-from tests.transforms.support import batch_pipeline, configs, finished, gather, raw, started
+from tests.transforms.support import assert_rows, batch_pipeline, collect_outputs, configs, finished, raw, started
 from transforms.parse import ParseMessages, SummarizeMessages
 from transforms.runs import AssembleRuns, SkipStoredRuns, stored_run_reason
 
@@ -41,28 +41,38 @@ def summaries(p, messages, label):
     return summarized
 
 
-def assemble(messages, seed=None, interruptions=False, clock=drain_time, seed_copies=1):
-    """(finalized runs, dead letters, interrupted runs) of one bounded job."""
+def assemble(messages, seed=None, interruptions=False, clock=drain_time, seed_copies=1, check=None):
+    """One bounded job: ``check(runs, dead, interrupted)`` on its (finalized runs, dead letters, interrupted runs),
+    in ``assert_that``; without ``check``, those lists themselves: what a later job is seeded with or compared
+    to (a job of its own, as on Dataflow)."""
     with batch_pipeline() as p:
         seed_pcoll = None if seed is None else p | "Seed" >> beam.Create([seed] * seed_copies)
         runs, dead, interrupted = summaries(p, messages, "") | AssembleRuns(
             CONFIGS, LIFECYCLE, seed_pcoll, interruptions=interruptions, clock=clock)
-        results = gather(runs, "runs"), gather(dead, "dead"), gather(interrupted, "interrupted")
-    return results
+        outputs = {"runs": runs, "dead": dead, "interrupted": interrupted}
+        if check is not None:
+            assert_rows(outputs, lambda found: check(found["runs"], found["dead"], found["interrupted"]))
+        else:
+            results = tuple(collect_outputs(pcoll, name) for name, pcoll in outputs.items())
+    return None if check is not None else results
 
 
 def test_a_run_open_when_its_streaming_job_is_drained_is_interrupted_not_missing():
-    runs, dead, interrupted = assemble(BEFORE_DRAIN, interruptions=True)
-    assert runs == [] and dead == []
-    [run] = interrupted
-    assert run.status == "interrupted" and run.metrics == () and run.finalized_at == drain_time()
+    def check(runs, dead, interrupted):
+        assert runs == [] and dead == []
+        [run] = interrupted
+        assert run.status == "interrupted" and run.metrics == () and run.finalized_at == drain_time()
+    assemble(BEFORE_DRAIN, interruptions=True, check=check)
     # a replay (no interruptions), or a run whose own timeout has passed, ends as missing
     for kwargs in ({"interruptions": False}, {"interruptions": True, "clock": much_later}):
-        runs, _, interrupted = assemble(BEFORE_DRAIN, **kwargs)
-        assert [r.status for r in runs] == ["missing"] and interrupted == [], kwargs
+        def missing(runs, _, interrupted, kwargs=kwargs):
+            assert [r.status for r in runs] == ["missing"] and interrupted == [], kwargs
+        assemble(BEFORE_DRAIN, **kwargs, check=missing)
+
     # a run that finished is finalized as it always was, drain or not
-    runs, _, interrupted = assemble(BEFORE_DRAIN + AFTER_DRAIN, interruptions=True)
-    assert [r.status for r in runs] == ["success"] and interrupted == []
+    def finished_run(runs, _, interrupted):
+        assert [r.status for r in runs] == ["success"] and interrupted == []
+    assemble(BEFORE_DRAIN + AFTER_DRAIN, interruptions=True, check=finished_run)
 
 
 def stored_open_run(interrupted_run):
@@ -75,10 +85,12 @@ def test_the_next_job_resumes_the_run_and_ends_it_as_if_no_drain_had_happened():
     [whole] = assemble(BEFORE_DRAIN + AFTER_DRAIN)[0]
     [cut] = assemble(BEFORE_DRAIN, interruptions=True)[2]
     seed = HistorySeed(open_runs={("t", "r"): stored_open_run(cut)})
-    runs, dead, interrupted = assemble(AFTER_DRAIN, seed=seed, interruptions=True, clock=much_later)
-    assert dead == [] and interrupted == []
-    assert runs == [whole]
     assert {m.name for m in whole.metrics} >= {"acc_final", "loss_final"} and whole.start_time == T0
+
+    def check(runs, dead, interrupted):
+        assert dead == [] and interrupted == []
+        assert runs == [whole]
+    assemble(AFTER_DRAIN, seed=seed, interruptions=True, clock=much_later, check=check)
 
 
 def test_a_run_resumed_twice_from_the_same_stored_state_takes_it_once():
@@ -87,19 +99,28 @@ def test_a_run_resumed_twice_from_the_same_stored_state_takes_it_once():
     [whole] = assemble(BEFORE_DRAIN + AFTER_DRAIN)[0]
     [cut] = assemble(BEFORE_DRAIN, interruptions=True)[2]
     seed = HistorySeed(open_runs={("t", "r"): stored_open_run(cut)})
-    runs, dead, interrupted = assemble(AFTER_DRAIN, seed=seed, interruptions=True, clock=much_later, seed_copies=2)
-    assert dead == [] and interrupted == []
-    assert runs == [whole]
+
+    def check(runs, dead, interrupted):
+        assert dead == [] and interrupted == []
+        assert runs == [whole]
+    assemble(AFTER_DRAIN, seed=seed, interruptions=True, clock=much_later, seed_copies=2, check=check)
 
 
 def test_a_resumed_run_that_never_hears_again_ends_as_missing_at_its_own_timeout():
     [cut] = assemble(BEFORE_DRAIN, interruptions=True)[2]
     seed = HistorySeed(open_runs={("t", "r"): stored_open_run(cut)})
-    [run] = assemble([], seed=seed, interruptions=True, clock=much_later)[0]
-    assert run.status == "missing" and run.finalized_at == T0 + 20 + 3600
+
+    def missing(runs, _, __):
+        [run] = runs
+        assert run.status == "missing" and run.finalized_at == T0 + 20 + 3600
+    assemble([], seed=seed, interruptions=True, clock=much_later, check=missing)
     # drained again before its timeout: interrupted again, with the same state
-    [again] = assemble([], seed=seed, interruptions=True, clock=drain_time)[2]
-    assert stored_open_run(again).to_state() == stored_open_run(cut).to_state()
+    state = stored_open_run(cut).to_state()
+
+    def interrupted_again(_, __, interrupted):
+        [again] = interrupted
+        assert stored_open_run(again).to_state() == state
+    assemble([], seed=seed, interruptions=True, clock=drain_time, check=interrupted_again)
 
 
 def test_messages_of_stored_runs_are_dead_letters_in_a_streaming_job_and_only_counted_in_a_replay():
@@ -110,16 +131,16 @@ def test_messages_of_stored_runs_are_dead_letters_in_a_streaming_job_and_only_co
             new, dead = summaries(p, messages + BEFORE_DRAIN[:1], "") | SkipStoredRuns(
                 beam.pvalue.AsSingleton(p | "Seed" >> beam.Create([seed])), dead_letter=streaming)
             assert_that(new | beam.Map(lambda m: (m.run, m.id)), equal_to([("other", "o1")]), label="new")
-            kept = gather(dead, f"dead_{streaming}")
-        if not streaming:
-            assert kept == []
-            continue
-        payloads = {m.payload.decode() for m in BEFORE_DRAIN}
-        assert {d["payload"] for d in kept} == payloads and len(kept) == 3  # m0 came twice
-        assert {d["reason"] for d in kept} == {stored_run_reason("t", "r")}
-        assert "run already stored: t/r was finalized by an earlier job" in kept[0]["reason"]
-        assert {d["source"] for d in kept} == {"run:t/r"}
-        # the same message twice is the same row: the table's key makes it one
-        assert len({d[DEAD_LETTER.key[0]] for d in kept}) == 2
-        assert {d["dead_letter_id"] for d in kept} == {stable_id("run:t/r", stored_run_reason("t", "r"), p)
-                                                       for p in payloads}
+            assert_that(dead, check_stored_dead_letters if streaming else equal_to([]), label="dead")
+
+
+def check_stored_dead_letters(kept):
+    payloads = {m.payload.decode() for m in BEFORE_DRAIN}
+    assert {d["payload"] for d in kept} == payloads and len(kept) == 3  # m0 came twice
+    assert {d["reason"] for d in kept} == {stored_run_reason("t", "r")}
+    assert "run already stored: t/r was finalized by an earlier job" in kept[0]["reason"]
+    assert {d["source"] for d in kept} == {"run:t/r"}
+    # the same message twice is the same row: the table's key makes it one
+    assert len({d[DEAD_LETTER.key[0]] for d in kept}) == 2
+    assert {d["dead_letter_id"] for d in kept} == {stable_id("run:t/r", stored_run_reason("t", "r"), p)
+                                                   for p in payloads}

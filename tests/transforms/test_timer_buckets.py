@@ -13,13 +13,23 @@ import random
 import apache_beam as beam
 import pytest
 from apache_beam.testing.test_stream import TestStream
+from apache_beam.testing.util import assert_that
 from apache_beam.utils.timestamp import Timestamp
 
 from core.runs import RunLifecycle
 from core.window_checks import RunEnded
 from pipeline.graph import GraphSettings
 from tests.support import T0
-from tests.transforms.support import configs, detect, finished, gather, raw, started, streaming_pipeline
+from tests.transforms.support import (
+    assert_rows,
+    collect_outputs,
+    configs,
+    detect,
+    finished,
+    raw,
+    started,
+    streaming_pipeline,
+)
 from transforms.ordered import bucket_end, in_event_time_order
 
 POINTS = 200
@@ -47,9 +57,10 @@ def with_fired_at(output, fired_at=beam.DoFn.TimestampParam):
     return (*output, fired_at.micros)
 
 
-def ordered_stage(bucket_seconds, items, keys=("a",)):
+def ordered_stage(bucket_seconds, items, check, keys=("a",)):
     """Runs ``in_event_time_order`` of ``Collect`` on ``items`` per key (shuffled, then one watermark advance
-    past them all); returns the outputs with the time of the firing that gave each."""
+    past them all); ``check(outputs)`` in ``assert_that``, on the outputs with the time of the firing that gave
+    each."""
     elements = [beam.window.TimestampedValue((key, dataclasses.replace(item, test=key)), item.finalized_at)
                 for key in keys for item in items]
     random.Random(3).shuffle(elements)
@@ -59,7 +70,7 @@ def ordered_stage(bucket_seconds, items, keys=("a",)):
         outputs = (p | stream
                    | beam.ParDo(in_event_time_order(Collect(), "collect", True, bucket_seconds))
                    | beam.Map(with_fired_at))
-        return gather(outputs, "outputs")
+        assert_that(outputs, check)
 
 
 def distinct_times(n, spacing=0.04, start=T0 + 0.5):
@@ -72,28 +83,32 @@ def firings(outputs, key):
 
 
 def test_200_items_in_one_bucket_take_one_firing_per_key_not_200():
-    outputs = ordered_stage(10.0, distinct_times(POINTS), keys=("a", "b"))
-    assert firings(outputs, "a") == firings(outputs, "b") == 1
-    assert {fired_at for *_, fired_at in outputs} == {Timestamp.of(T0 + 10).micros}  # the bucket's end
-    for key in ("a", "b"):  # every item once, in event-time order
-        assert sorted((seen, run) for k, seen, run, _ in outputs if k == key) == [
-            (i, f"r{i:03d}") for i in range(POINTS)]
+    def check(outputs):
+        assert firings(outputs, "a") == firings(outputs, "b") == 1
+        assert {fired_at for *_, fired_at in outputs} == {Timestamp.of(T0 + 10).micros}  # the bucket's end
+        for key in ("a", "b"):  # every item once, in event-time order
+            assert sorted((seen, run) for k, seen, run, _ in outputs if k == key) == [
+                (i, f"r{i:03d}") for i in range(POINTS)]
+    ordered_stage(10.0, distinct_times(POINTS), check, keys=("a", "b"))
 
 
 def test_without_buckets_each_distinct_event_time_takes_a_firing():
-    outputs = ordered_stage(0, distinct_times(POINTS))
-    assert firings(outputs, "a") == POINTS
-    assert sorted((seen, run) for _, seen, run, _ in outputs) == [(i, f"r{i:03d}") for i in range(POINTS)]
+    def check(outputs):
+        assert firings(outputs, "a") == POINTS
+        assert sorted((seen, run) for _, seen, run, _ in outputs) == [(i, f"r{i:03d}") for i in range(POINTS)]
+    ordered_stage(0, distinct_times(POINTS), check)
 
 
 def test_items_over_several_buckets_take_a_firing_per_bucket_in_order():
     items = distinct_times(POINTS, spacing=0.25)  # T0 + 0.5 ... T0 + 50.25: buckets ending T0 + 10 ... T0 + 60
-    outputs = ordered_stage(10.0, items)
-    assert firings(outputs, "a") == 6
-    assert sorted((seen, run) for _, seen, run, _ in outputs) == [(i, f"r{i:03d}") for i in range(POINTS)]
-    for _, _, run, fired_at in outputs:  # each item by the end of its own bucket, never before its time
-        due = items[int(run[1:])].finalized_at
-        assert due <= fired_at / 1e6 < due + 10
+
+    def check(outputs):
+        assert firings(outputs, "a") == 6
+        assert sorted((seen, run) for _, seen, run, _ in outputs) == [(i, f"r{i:03d}") for i in range(POINTS)]
+        for _, _, run, fired_at in outputs:  # each item by the end of its own bucket, never before its time
+            due = items[int(run[1:])].finalized_at
+            assert due <= fired_at / 1e6 < due + 10
+    ordered_stage(10.0, items, check)
 
 
 @pytest.mark.parametrize("seconds, bucket, expected", [
@@ -172,34 +187,41 @@ def settings(bucket_seconds):
         grace_seconds=10, timeout_seconds=300, timer_bucket_seconds=bucket_seconds), streaming=True)
 
 
-def pipeline_outputs(bucket_seconds):
+def pipeline_outputs(bucket_seconds, check, collect=False):
+    """``check({table: sorted JSON rows})`` in ``assert_that``; with ``collect``, the rows too, as the expected
+    side of the comparison with the pipelines of the other buckets (each a TestStream of its own)."""
     with streaming_pipeline() as p:
         outputs = detect(p | shuffled_stream(), settings(bucket_seconds))
-        gathered = {name: gather(outputs[name] | f"Json_{name}" >> beam.Map(json.dumps, sort_keys=True, default=str),
-                                 name) for name in sorted(outputs)}
-    return {name: sorted(rows) for name, rows in gathered.items()}
+        tables = {name: outputs[name] | f"Json_{name}" >> beam.Map(json.dumps, sort_keys=True, default=str)
+                  for name in sorted(outputs)}
+        assert_rows(tables, lambda found: check({name: sorted(rows) for name, rows in found.items()}))
+        collected = {name: collect_outputs(pcoll, name) for name, pcoll in tables.items()} if collect else {}
+    return {name: sorted(rows) for name, rows in collected.items()}
 
 
 def test_every_output_is_the_same_with_timers_in_buckets_or_at_each_event_time():
-    unbucketed = pipeline_outputs(0)
-    alerts = sorted((a["kind"], a["run_id"]) for a in map(json.loads, unbucketed["alerts"]))
-    assert alerts == [("metric_out_of_bounds", "r3"), ("run_missing", "r4"), ("run_stalled", "r4"),
-                      ("window_out_of_bounds", "r3")]
-    windows = collections.Counter((w["run_id"], w["tag"], w["partial"]) for w in map(json.loads,
-                                                                                      unbucketed["metric_windows"]))
-    assert windows == {**{(f"r{r}", "loss", False): 4 for r in range(4)},  # settled live, none partial
-                       **{(f"r{r}", "tput", False): 2 + r // 2 for r in range(4)},
-                       ("r4", "tput", False): 1, ("r4", "loss", True): 1}  # the stalled run's loss: at its timeout
+    def check(unbucketed):
+        alerts = sorted((a["kind"], a["run_id"]) for a in map(json.loads, unbucketed["alerts"]))
+        assert alerts == [("metric_out_of_bounds", "r3"), ("run_missing", "r4"), ("run_stalled", "r4"),
+                          ("window_out_of_bounds", "r3")]
+        windows = collections.Counter((w["run_id"], w["tag"], w["partial"]) for w in map(json.loads,
+                                                                                          unbucketed["metric_windows"]))
+        assert windows == {**{(f"r{r}", "loss", False): 4 for r in range(4)},  # settled live, none partial
+                           **{(f"r{r}", "tput", False): 2 + r // 2 for r in range(4)},
+                           ("r4", "tput", False): 1, ("r4", "loss", True): 1}  # the stalled run's loss: at its timeout
+    unbucketed = pipeline_outputs(0, check, collect=True)
     for bucket_seconds in (10.0, 3.7):
-        assert pipeline_outputs(bucket_seconds) == unbucketed, bucket_seconds
+        def same(found, bucket_seconds=bucket_seconds):
+            assert found == unbucketed, bucket_seconds
+        pipeline_outputs(bucket_seconds, same)
 
 
 WINDOW_POINTS = 100
 
 
-def window_rows_fired_at(bucket_seconds):
-    """The loss windows of one run of 100 points at distinct times inside one 10 s bucket, each with the time
-    of the settle timer's firing that emitted it."""
+def window_rows_fired_at(bucket_seconds, check):
+    """``check(rows)`` in ``assert_that``, on the loss windows of one run of 100 points at distinct times inside
+    one 10 s bucket, each with the time of the settle timer's firing that emitted it."""
     messages = run_messages("r0", T0 - 0.5, [1.0, 2.0, 3.0, 4.0] * (WINDOW_POINTS // 4), spacing=0.08)  # T0 + 0.5 ... 8.42
     random.Random(4).shuffle(messages)
     stream = (TestStream().advance_watermark_to(Timestamp.of(T0 - 2)).add_elements(messages)
@@ -209,12 +231,18 @@ def window_rows_fired_at(bucket_seconds):
                 | beam.Filter(lambda row: row["tag"] == "loss")
                 | beam.Map(lambda row, fired_at=beam.DoFn.TimestampParam: (row["window_index"], row["partial"],
                                                                             fired_at.micros)))
-        return gather(rows, "rows")
+        assert_that(rows, check)
 
 
 def test_the_settle_timer_emits_a_bucket_of_windows_in_one_firing():
-    bucketed, unbucketed = window_rows_fired_at(10.0), window_rows_fired_at(0)
-    assert sorted(row[:2] for row in bucketed) == sorted(row[:2] for row in unbucketed) == [
-        (i, False) for i in range(WINDOW_POINTS // 4)]
-    assert {fired_at for *_, fired_at in bucketed} == {Timestamp.of(T0 + 10).micros}  # one firing
-    assert len({fired_at for *_, fired_at in unbucketed}) == WINDOW_POINTS // 4  # one per window's last point
+    windows = [(i, False) for i in range(WINDOW_POINTS // 4)]  # both: the same windows, each once
+
+    def bucketed(rows):
+        assert sorted(row[:2] for row in rows) == windows
+        assert {fired_at for *_, fired_at in rows} == {Timestamp.of(T0 + 10).micros}  # one firing
+
+    def unbucketed(rows):
+        assert sorted(row[:2] for row in rows) == windows
+        assert len({fired_at for *_, fired_at in rows}) == WINDOW_POINTS // 4  # one per window's last point
+    window_rows_fired_at(10.0, bucketed)
+    window_rows_fired_at(0, unbucketed)

@@ -12,7 +12,17 @@ from core.runs import RunLifecycle
 from core.schema import ALERTS, DEAD_LETTER, METRIC_WINDOWS
 from pipeline.graph import GraphSettings
 from tests.support import T0
-from tests.transforms.support import batch_pipeline, configs, detect, finished, gather, raw, started, streaming_pipeline
+from tests.transforms.support import (
+    Detect,
+    assert_rows,
+    batch_pipeline,
+    configs,
+    detect,
+    finished,
+    raw,
+    started,
+    streaming_pipeline,
+)
 
 LOSS_WINDOWS = {"window_config": {
     "allowed_lateness_seconds": 30, "stall_seconds": 300,
@@ -68,13 +78,17 @@ def test_windows_do_not_depend_on_input_order():
         raw("cifar", "r1", f"t{i}", points=[("tput", 100.0 + i, i, T0 + 3 * i)]) for i in range(12)]
     shuffled = messages[:] + messages[::4]  # and some redeliveries
     random.Random(5).shuffle(shuffled)
-    results = []
-    for order in (messages, shuffled):
-        with batch_pipeline() as p:
-            rows = detect(p | beam.Create(order), SETTINGS)[METRIC_WINDOWS.name]
-            results.append(gather(rows | beam.Map(lambda r: json.dumps(r, sort_keys=True)), "rows"))
-    assert sorted(results[0]) == sorted(results[1])
-    assert len(results[0]) == 3 + 2  # loss: 4 + 4 + 3 (partial); tput: [T0, T0+20) and [T0+20, T0+40)
+
+    def check(found):
+        assert sorted(found["in order"]) == sorted(found["shuffled"])
+        assert len(found["in order"]) == 3 + 2  # loss: 4 + 4 + 3 (partial); tput: [T0, T0+20) and [T0+20, T0+40)
+    with batch_pipeline() as p:
+        rows = {}
+        for side, order in (("in order", messages), ("shuffled", shuffled)):
+            windows = (p | f"Create {side}" >> beam.Create(order) | f"Detect {side}" >> Detect(SETTINGS))[
+                METRIC_WINDOWS.name]
+            rows[side] = windows | f"Json {side}" >> beam.Map(lambda r: json.dumps(r, sort_keys=True))
+        assert_rows(rows, check)
 
 
 def at(time):

@@ -14,10 +14,11 @@ import platform
 
 import apache_beam as beam
 import pytest
+from apache_beam.internal import pickler
 from apache_beam.transforms import userstate
 
 from pipeline.main import main
-from pipeline.runners import local_batch_runner, pad_heap_growth, remember_dofn_specs
+from pipeline.runners import local_batch_runner, pad_heap_growth, remember_dofn_specs, specs_follow_the_class
 from sinks.duckdb_store import DUCKDB_SQL, DuckDBStore
 from tests.pipeline.test_streaming import table_rows
 from tests.transforms.support import detect
@@ -137,6 +138,37 @@ def test_beam_works_out_each_dofns_state_and_timer_specs_once_and_gets_the_same_
     for fn in dofns:
         assert remembered(fn) == compute(fn) and fn in remembered.remembered
         remembered(fn)[0].add("a caller's own change")
+        assert remembered(fn) == compute(fn)
+    # The streaming runner asks about an unpickled copy at every bundle: answered per class where that is the same.
+    copies = [pickler.roundtrip(fn) for fn in dofns]
+    assert [remembered(copy) for copy in copies] == [compute(copy) for copy in copies]
+    assert sum(specs_follow_the_class(copy) is not None for copy in copies) > 30
+
+
+def test_the_specs_kept_per_class_are_only_those_every_object_of_the_class_has():
+    remember_dofn_specs()
+    remembered, compute = userstate.get_dofn_specs, userstate.get_dofn_specs.__wrapped__
+
+    class Counting(beam.DoFn):
+        COUNT = userstate.CombiningValueStateSpec("count", sum)
+
+        def process(self, element, count=beam.DoFn.StateParam(COUNT)):
+            yield element
+
+    def stateful(element, count=beam.DoFn.StateParam(Counting.COUNT)):
+        return element
+
+    plain, mapped = beam.Map(lambda x: x).fn, beam.Map(stateful).fn
+    assert specs_follow_the_class(Counting()) == frozenset()
+    assert specs_follow_the_class(plain) == {"process"}  # beam.Map's function hides the class's process
+    assert specs_follow_the_class(mapped) is None  # its _inspect_process hook answers with a state parameter
+    odd = Counting()
+    odd.process = Counting().start_bundle  # a bound method of the object's own
+    assert specs_follow_the_class(odd) is None
+    hooked = beam.ParDo(Counting()).fn
+    hooked._inspect_process = lambda: (["element", "count"], [beam.DoFn.StateParam(Counting.COUNT)])
+    assert specs_follow_the_class(hooked) is None  # a hook that answers with a state parameter
+    for fn in (plain, mapped, Counting(), odd, hooked, Counting(), plain):
         assert remembered(fn) == compute(fn)
 
 

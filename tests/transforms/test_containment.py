@@ -8,7 +8,7 @@ rest of the output equals a run without that item.
 from __future__ import annotations
 
 import json
-from typing import Callable, List
+from typing import Callable, Dict, List, Union
 
 import apache_beam as beam
 import pytest
@@ -31,6 +31,7 @@ from tests.transforms.support import (
     Detect,
     assert_rows,
     batch_pipeline,
+    collect_outputs,
     configs,
     detect,
     finished,
@@ -69,19 +70,40 @@ def suite() -> List[RawMessage]:
     return messages
 
 
-def replay(check: Callable[..., None], **sides: List[RawMessage]) -> None:
-    """One bounded pipeline with a graph per side (``got=messages, full=other_messages``), checked by
-    ``assert_that``: ``check`` receives, for each side, its tables' rows (dicts in the order of their JSON),
-    ``check(got={table: rows}, full={table: rows})``, and raises to fail the run."""
+Tables = Dict[str, List[dict]]
+
+
+def replay(check: Callable[..., None], **sides: Union[List[RawMessage], Tables]) -> None:
+    """One bounded pipeline with a graph per side given as messages (``got=messages, full=other_messages``),
+    checked by ``assert_that``: ``check`` receives, for each side, its tables' rows (dicts in the order of their
+    JSON), ``check(got={table: rows}, full={table: rows})``, and raises to fail the run. A side given as tables
+    (``full=clean_tables``) is passed on as it is."""
+    given = {side: tables for side, tables in sides.items() if isinstance(tables, dict)}
     with batch_pipeline() as p:
         tables = {}
         for side, messages in sides.items():
+            if side in given:
+                continue
             outputs = p | f"Create_{side}" >> beam.Create(messages) | f"Detect_{side}" >> Detect(SETTINGS)
             tables.update({f"{side}.{name}": outputs[name] | f"Json_{side}_{name}" >> beam.Map(json.dumps,
                                                                                                 sort_keys=True)
                            for name in TABLES})
-        assert_rows(tables, lambda found: check(**{side: {name: [json.loads(row) for row in sorted(
-            found[f"{side}.{name}"])] for name in TABLES} for side in sides}), label="tables")
+        assert_rows(tables, lambda found: check(**given, **{side: {name: [json.loads(row) for row in sorted(
+            found[f"{side}.{name}"])] for name in TABLES} for side in sides if side not in given}), label="tables")
+
+
+@pytest.fixture(scope="module")
+def clean_tables() -> Tables:
+    """The suite's tables with nothing injected: a module fixture, so it is made before any test's patch (a
+    side replayed beside the poisoned one in the same pipeline would be poisoned too)."""
+    found: Dict[str, list] = {}
+    with batch_pipeline() as p:
+        outputs = p | beam.Create(suite()) | Detect(SETTINGS)
+        sinks = {name: collect_outputs(outputs[name] | f"Json_{name}" >> beam.Map(json.dumps, sort_keys=True), name)
+                 for name in TABLES}
+    for name, rows in sinks.items():
+        found[name] = [json.loads(row) for row in sorted(rows)]
+    return found
 
 
 def without(rows: List[dict], **match) -> List[dict]:
@@ -155,7 +177,7 @@ def test_a_run_that_cannot_be_finalized_is_dead_lettered_and_later_runs_are_chec
     replay(check, outputs=suite(), control=[m for m in suite() if b'"run-2"' not in m.payload])
 
 
-def test_a_metric_check_that_fails_leaves_that_metric_history_as_it_was(monkeypatch):
+def test_a_metric_check_that_fails_leaves_that_metric_history_as_it_was(monkeypatch, clean_tables):
     monkeypatch.setattr(transforms.history, "check_metric", poisoned(
         transforms.history.check_metric, lambda history, observation, config: (
             observation.run, observation.metric) == ("run-2", "loss_final")))
@@ -174,10 +196,10 @@ def test_a_metric_check_that_fails_leaves_that_metric_history_as_it_was(monkeypa
         # bound would be 0.75.
         upper = [r["metric_upper_bound"] for r in loss_final if r["run_id"] == "run-4"][0]
         assert upper == pytest.approx(0.7)
-    replay(check, outputs=suite(), full=suite())
+    replay(check, outputs=suite(), full=clean_tables)
 
 
-def test_a_job_check_that_fails_is_dead_lettered_and_the_other_runs_alert_as_before(monkeypatch):
+def test_a_job_check_that_fails_is_dead_lettered_and_the_other_runs_alert_as_before(monkeypatch, clean_tables):
     monkeypatch.setattr(transforms.history, "check_job", poisoned(
         transforms.history.check_job, lambda history, run, config: run.run == "run-3"))
 
@@ -186,10 +208,10 @@ def test_a_job_check_that_fails_is_dead_lettered_and_the_other_runs_alert_as_bef
         assert {k: v for k, v in outputs.items() if k not in (DEAD_LETTER.name, ALERTS.name)} == {
             k: v for k, v in full.items() if k not in (DEAD_LETTER.name, ALERTS.name)}
         assert outputs[ALERTS.name] == without(full[ALERTS.name], kind="job_failed", run_id="run-3")
-    replay(check, outputs=suite(), full=suite())
+    replay(check, outputs=suite(), full=clean_tables)
 
 
-def test_a_window_whose_aggregates_fail_is_dead_lettered_and_the_other_windows_are_written(monkeypatch):
+def test_a_window_whose_aggregates_fail_is_dead_lettered_and_the_other_windows_are_written(monkeypatch, clean_tables):
     monkeypatch.setattr(transforms.windows, "window_aggregates", poisoned(
         transforms.windows.window_aggregates, lambda points, aggregations: any(p.value == 3.5 for p in points)))
 
@@ -199,10 +221,10 @@ def test_a_window_whose_aggregates_fail_is_dead_lettered_and_the_other_windows_a
         assert outputs[METRIC_WINDOWS.name] == without(full[METRIC_WINDOWS.name], run_id="run-4", window_index=1)
         assert outputs[JOB_HISTORY.name] == full[JOB_HISTORY.name]
         assert outputs[METRIC_HISTORY.name] == full[METRIC_HISTORY.name]
-    replay(check, outputs=suite(), full=suite())
+    replay(check, outputs=suite(), full=clean_tables)
 
 
-def test_a_window_check_that_fails_is_dead_lettered_and_the_windows_are_still_written(monkeypatch):
+def test_a_window_check_that_fails_is_dead_lettered_and_the_windows_are_still_written(monkeypatch, clean_tables):
     monkeypatch.setattr(core.window_checks, "check_window", poisoned(
         core.window_checks.check_window, lambda state, window, config: (window.run, window.index) == (
             "run-4", 0)))
@@ -214,7 +236,7 @@ def test_a_window_check_that_fails_is_dead_lettered_and_the_windows_are_still_wr
             k: v for k, v in full.items() if k not in (DEAD_LETTER.name, ALERTS.name)}
         assert without(outputs[ALERTS.name], kind="window_out_of_bounds") == without(
             full[ALERTS.name], kind="window_out_of_bounds")
-    replay(check, outputs=suite(), full=suite())
+    replay(check, outputs=suite(), full=clean_tables)
 
 
 def test_values_near_the_top_of_the_float_range_do_not_stop_the_replay():
@@ -272,7 +294,7 @@ def test_a_late_point_the_windows_fail_on_is_dead_lettered_alone_on_a_stream(mon
                     equal_to([(0, 0, 1.5)]), label="windows")
 
 
-def test_a_tag_whose_windows_fail_is_dropped_from_the_run_with_its_points_dead_lettered(monkeypatch):
+def test_a_tag_whose_windows_fail_is_dropped_from_the_run_with_its_points_dead_lettered(monkeypatch, clean_tables):
     import core.windows
 
     monkeypatch.setattr(core.windows.TagWindows, "close", poisoned(
@@ -284,4 +306,4 @@ def test_a_tag_whose_windows_fail_is_dropped_from_the_run_with_its_points_dead_l
         assert sorted(json.loads(d["payload"])["point"]["value"] for d in dead) == [2.0, 2.5, 3.0, 3.5]
         assert outputs[METRIC_WINDOWS.name] == without(full[METRIC_WINDOWS.name], run_id="run-4")
         assert outputs[JOB_HISTORY.name] == full[JOB_HISTORY.name]
-    replay(check, outputs=suite(), full=suite())
+    replay(check, outputs=suite(), full=clean_tables)

@@ -97,8 +97,8 @@ def value_log_ratio(value: float, history: Sequence[float], cutoff: Optional[flo
     u = worse * (value - centre) / scale  # > 0: the worse side
     beyond_cutoff = math.inf if cutoff is None else worse * (cutoff - centre) / scale
     beyond_mirror = math.inf if mirror is None else -worse * (mirror - centre) / scale
-    if -u >= beyond_mirror:
-        return None
+    if -u >= beyond_mirror or beyond_cutoff <= 0 or beyond_mirror <= 0:
+        return None  # beyond the improvement bound; or bounds at the centre itself (a history without spread)
     normal_within = 1 - normal_upper_tail(beyond_cutoff) - normal_upper_tail(beyond_mirror)
     t3_within = 1 - t3_upper_tail(beyond_cutoff) - t3_upper_tail(beyond_mirror)
     if u > 0:

@@ -55,6 +55,8 @@ def test_a_value_beyond_the_improvement_bound_is_a_change_not_noise():
     assert value_log_ratio(-8.0, history, 6.0, -6.0, 1) is None
     assert value_log_ratio(-1.0, history, 6.0, -6.0, 1) is not None
     assert value_log_ratio(-1.0, history[:9], 6.0, -6.0, 1) is None  # too short a history to judge by
+    centre = float(np.median(history))
+    assert value_log_ratio(centre + 0.1, history, centre, -6.0, 1) is None  # a cutoff at the centre: no measure
 
 
 def stored_runs(test: str, values) -> list:

@@ -45,15 +45,12 @@ ODDS = 20.0  # the likelihood ratio for normal noise at which the fleet's eviden
 T3_ROBUST_SCALE = 1.23  # false_alert_scale of t3 noise, in units of its scale parameter (simulated, 2026-11-26)
 MEDIAN_VARIANCE = math.pi / 2
 QN_EFFICIENCY = 0.82  # Qn's asymptotic efficiency on normal noise: its scale is worth this share of n - 1 values
-_LOG_NORMAL_DENSITY = -0.5 * math.log(2 * math.pi)
 _LOG_T3_DENSITY = math.log(2 / (math.pi * math.sqrt(3)))
 
 
-def normal_log_density(r: float, n: Optional[int] = None) -> float:
-    """Of r under normal noise; given the history's size ``n``, of r as measured from a history of n values:
-    a Student t of ``QN_EFFICIENCY`` · (n − 1) degrees of freedom, since the scale is estimated too."""
-    if n is None:
-        return _LOG_NORMAL_DENSITY - r * r / 2
+def normal_log_density(r: float, n: int) -> float:
+    """Of r under normal noise, as measured from a history of ``n`` values: a Student t of ``QN_EFFICIENCY`` ·
+    (n − 1) degrees of freedom, since the scale is estimated too."""
     nu = QN_EFFICIENCY * (n - 1)
     return (math.lgamma((nu + 1) / 2) - math.lgamma(nu / 2) - 0.5 * math.log(nu * math.pi)
             - (nu + 1) / 2 * math.log1p(r * r / nu))
@@ -109,6 +106,11 @@ def value_log_ratio(value: float, history: Sequence[float], cutoff: Optional[flo
     return normal_seen - math.log(normal_within) - t3_seen + math.log(t3_within)
 
 
+def odds(log_ratio: float) -> float:
+    """The likelihood ratio for normal noise of a ``log_ratio``, capped at 1e12 either way (for printing)."""
+    return math.exp(max(-27.6, min(27.6, log_ratio)))
+
+
 @dataclasses.dataclass(frozen=True)
 class NoiseEvidence:
     """The evidence of some values: how many, and ln(likelihood under normal noise / under t3 noise)."""
@@ -118,10 +120,6 @@ class NoiseEvidence:
     def plus(self, other: NoiseEvidence) -> NoiseEvidence:
         return NoiseEvidence(self.values + other.values, self.log_ratio + other.log_ratio)
 
-    @property
-    def odds(self) -> float:
-        """The likelihood ratio for normal noise, capped at 1e12 either way (for printing)."""
-        return math.exp(max(-27.6, min(27.6, self.log_ratio)))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from typing import Any, Dict, List, Optional, Tuple
@@ -30,7 +29,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from core.backtest import NOT_RE_EVALUATED, BacktestResult, KindDiff, backtest
 from core.config import ConfigError
 from core.config_versions import load_local_versions
-from core.noise_evidence import MIN_HISTORY, ODDS, NoiseSuggestion, measure_noise, suggest_noise
+from core.noise_evidence import MIN_HISTORY, ODDS, NoiseSuggestion, measure_noise, odds, suggest_noise
 from core.records import iso_utc
 from core.triage import AlertFacts
 from sinks.stored_history import read_stored_history
@@ -141,7 +140,7 @@ def render_noise(summary: Dict[str, Any]) -> str:
         return "\n".join(lines)
     table = [("metric", "tests", "values", "odds normal")] + [
         (m["metric"], str(m["tests"]), str(m["values"]), _odds(m["ln_odds_normal"])) for m in summary["metrics"]]
-    lines += _columns(table)
+    lines += _columns(table, right=(False, True, True, True))
     changes = [c for c in summary["checks"] if c["noise"] != c["suggested"]]
     lines.append("")
     if not changes:
@@ -150,22 +149,21 @@ def render_noise(summary: Dict[str, Any]) -> str:
     lines.append('  checks to change (set "noise" on the metric\'s condition; backtest the copy first):')
     lines += _columns([("test", "metric", "values", "own odds", "noise now", "suggested")] + [
         (c["test"], c["metric"], str(c["values"]), _odds(c["ln_odds_normal"]), c["noise"], c["suggested"])
-        for c in changes])
+        for c in changes], right=(False, False, True, True, False, False))
     return "\n".join(lines)
 
 
 def _odds(log_ratio: float) -> str:
-    odds = math.exp(max(-27.6, min(27.6, log_ratio)))
-    return f"{odds:.3g}" if 1e-3 <= odds <= 1e3 else f"{odds:.0e}"
+    value = odds(log_ratio)
+    return f"{value:.3g}" if 1e-3 <= value <= 1e3 else f"{value:.0e}"
 
 
-def _columns(rows: List[Tuple[str, ...]]) -> List[str]:
-    """Rows as aligned columns: text left, numbers right."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    numeric = [all(row[i].replace(".", "").replace("e", "").replace("+", "").replace("-", "").isdigit()
-                   for row in rows[1:]) for i in range(len(widths))]
-    return ["  " + "  ".join(cell.rjust(w) if is_number else cell.ljust(w)
-                             for cell, w, is_number in zip(row, widths, numeric)).rstrip() for row in rows]
+def _columns(rows: List[Tuple[str, ...]], right: Tuple[bool, ...]) -> List[str]:
+    """Rows (the first the header) as columns two spaces apart, each as wide as its widest cell, left-aligned
+    but where ``right`` says (the numbers)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(right))]
+    return ["  " + "  ".join(cell.rjust(w) if at_right else cell.ljust(w)
+                             for cell, w, at_right in zip(row, widths, right)).rstrip() for row in rows]
 
 
 def render(summary: Dict[str, Any]) -> str:
@@ -181,11 +179,8 @@ def render(summary: Dict[str, Any]) -> str:
     header = ("test", "kind", "fired", "would fire", "only fired", "only would fire")
     table = [(d["test"], d["kind"] + ("" if d["re_evaluated"] else " *"), str(d["fired"]), str(d["would_fire"]),
               str(len(d["only_fired"])), str(len(d["only_would_fire"]))) for d in diffs]
-    widths = [max(len(row[i]) for row in [header, *table]) for i in range(len(header))]
     lines.append("")
-    for row in [header, *table]:
-        lines.append("  " + "  ".join(cell.ljust(w) if i < 2 else cell.rjust(w)
-                                      for i, (cell, w) in enumerate(zip(row, widths))))
+    lines += _columns([header, *table], right=(False, False, True, True, True, True))
     if not diffs:
         lines.append("  (no alerts fired, none would fire)")
     if any(not d["re_evaluated"] for d in diffs):

@@ -40,6 +40,11 @@ class SuiteResult:
     seconds: Dict[str, float]  #: wall: generate, trainguard (the replay alone), anchors; cpu: all of it
 
 
+def loudest_first(budgets: Sequence[float]) -> List[Tuple[int, float]]:
+    """(operating point, budget) pairs, the largest budget first: the table's order."""
+    return sorted(enumerate(budgets), key=lambda item: -item[1])
+
+
 def budget_label(budget: float) -> str:
     return f"false_alerts_per_100_runs {budget:g}"
 
@@ -57,7 +62,7 @@ def evaluate_suite(spec: SuiteSpec, workdir: str, budgets: Sequence[float] = tra
     here = os.path.join(workdir, f"{spec.noise}-seed{spec.seed}")
     result = trainguard_path.run_trainguard(suite, here, budgets, history_by)
     seconds["trainguard"] = result.seconds
-    for point, budget in sorted(enumerate(budgets), key=lambda item: -item[1]):
+    for point, budget in loudest_first(budgets):
         key = (TRAINGUARD, budget_label(budget))
         rows.append((*key, budget == trainguard_path.DEFAULT_BUDGET))
         counts[key] = score(suite, result.alerts[point])
@@ -71,7 +76,7 @@ def evaluate_suite(spec: SuiteSpec, workdir: str, budgets: Sequence[float] = tra
     noise = trainguard_path.measure_noise(generate(dataclasses.replace(spec, seed=spec.seed + LAST_MONTH)),
                                           here + "-last-month", history_by)
     measured = trainguard_path.run_trainguard(suite, here + "-measured-noise", budgets, history_by, noise)
-    for point, budget in sorted(enumerate(budgets), key=lambda item: -item[1]):
+    for point, budget in loudest_first(budgets):
         key = (TRAINGUARD_MEASURED, budget_label(budget))
         rows.append((*key, False))
         counts[key] = score(suite, measured.alerts[point])

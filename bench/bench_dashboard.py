@@ -2,7 +2,9 @@
 
 Builds (once, cached in the work directory) a DuckDB store with the pipeline's schema (``DuckDBStore``) filled by
 SQL: ``--tests`` tests of ``--runs`` runs each, ``--metrics`` checked metrics per run (one value in 30 out of its
-bounds), an alert per out-of-bounds value, windows for each test's latest 10 runs, dead letters. Serves it with
+bounds), an alert per out-of-bounds value, windows for each test's latest 10 runs, dead letters, each table in
+the order the pipeline writes it: by time, every test's runs interleaved (so a test's rows lie in every block of a
+table, as in a real store: a store written test by test would let DuckDB skip most blocks). Serves it with
 ``python -m dashboard`` and measures, over HTTP:
 
 1. each page alone, ``--requests`` times in a row: p50 and p95 per page, and the CPU time the dashboard's
@@ -56,20 +58,22 @@ def build_store(path: str, tests: int, runs: int, metrics: int) -> None:
     c.execute("""INSERT INTO job_history SELECT run, test, CASE WHEN j % 97 = 0 THEN 'failure' ELSE 'success' END, 0,
                  to_timestamp(ended - 900), to_timestamp(ended), 900.0, to_timestamp(ended + 60),
                  '[{"type":"run_started","time":' || (ended - 900) || ',"data":{}},{"type":"run_finished","time":'
-                 || ended || ',"data":{"status":"success"}}]', FALSE FROM r""")
+                 || ended || ',"data":{"status":"success"}}]', FALSE FROM r ORDER BY ended""")
     c.execute(f"""INSERT INTO metric_history SELECT run, test, 'metric_' || lpad(m::VARCHAR, 2, '0'),
                   CASE WHEN (j + m) % 30 = 0 THEN 150.0 ELSE 100.0 + ((j * 7 + m) % 10) END, 90.0, 110.0,
                   (j + m) % 30 != 0, to_timestamp(ended), 1000, FALSE, NULL
-                  FROM r, range({metrics}) c(m)""")
+                  FROM r, range({metrics}) c(m) ORDER BY ended, m""")
     c.execute("""INSERT INTO alerts SELECT md5(test || run || metric_name), 'metric_out_of_bounds', test_name, run_id,
                  metric_name, metric_value, metric_lower_bound, metric_upper_bound,
                  metric_name || ' = ' || metric_value || ' is outside bounds (90, 110)', timestamp,
                  '{"threshold":"fixed","history_size":20,"previous_value":101.0}'
-                 FROM metric_history JOIN r ON r.run = run_id AND r.test = test_name WHERE NOT within_bounds""")
+                 FROM metric_history JOIN r ON r.run = run_id AND r.test = test_name WHERE NOT within_bounds
+                 ORDER BY timestamp, metric_name""")
     c.execute(f"""INSERT INTO metric_windows SELECT run, test, tag, 'count', w, 0, FALSE,
                   to_timestamp(ended - 900 + w * 40), to_timestamp(ended - 900 + w * 40 + 39), w * 100, w * 100 + 99,
                   100, 1.0 + w, 1.0 + w, 0.5, 2.0, 100.0 * (1 + w), 0.1, 1.0 + w, 1.5 + w, 1.9 + w, NULL
-                  FROM r, (VALUES ('loss'), ('accuracy')) g(tag), range(20) h(w) WHERE j >= {runs - 10}""")
+                  FROM r, (VALUES ('loss'), ('accuracy')) g(tag), range(20) h(w) WHERE j >= {runs - 10}
+                  ORDER BY ended + w * 40, tag""")
     c.execute("""INSERT INTO dead_letter SELECT to_timestamp(1735689600 + i * 60), 'invalid message: reason ' || (i % 7),
                  '{"broken": ' || i, 'files', md5(i::VARCHAR) FROM range(1000) d(i)""")
     c.execute("CHECKPOINT")
@@ -160,7 +164,8 @@ def alone(base: str, urls: Dict[str, Callable[[int], str]], requests: int, pid: 
     return out
 
 
-def load(base: str, urls: Dict[str, Callable[[int], str]], clients: int, seconds: float, pid: int) -> dict:
+def load(base: str, urls: Dict[str, Callable[[int], str]], clients: int, seconds: float, pid: int,
+         think: float = 0.0) -> dict:
     import httpx
 
     times: Dict[str, List[float]] = {name: [] for name in urls}
@@ -183,6 +188,8 @@ def load(base: str, urls: Dict[str, Callable[[int], str]], clients: int, seconds
                     else:
                         errors.append(f"{name}: {response.status_code}")
                 i += 1
+                if think:
+                    time.sleep(think)
 
     threads = [threading.Thread(target=client_loop, args=(k,)) for k in range(clients)]
     started, cpu = time.monotonic(), cpu_seconds(pid)
@@ -192,7 +199,7 @@ def load(base: str, urls: Dict[str, Callable[[int], str]], clients: int, seconds
         t.join()
     wall, cpu = time.monotonic() - started, cpu_seconds(pid) - cpu
     every = [t for ts in times.values() for t in ts]
-    return {"clients": clients, "seconds": wall, "requests": len(every), "errors": len(errors),
+    return {"clients": clients, "think_s": think, "seconds": wall, "requests": len(every), "errors": len(errors),
             "requests_per_s": len(every) / wall, "cpu_ms_per_request": cpu * 1000 / max(1, len(every) + len(errors)),
             "p50_ms": percentile(every, 50), "p95_ms": percentile(every, 95), "p99_ms": percentile(every, 99),
             "pages": {name: {"p50_ms": percentile(ts, 50), "p95_ms": percentile(ts, 95)}
@@ -208,6 +215,9 @@ def main(argv=None) -> int:
     p.add_argument("--clients", type=int, default=20)
     p.add_argument("--seconds", type=float, default=30.0)
     p.add_argument("--workers", type=int, default=1, help="the dashboard's --workers")
+    p.add_argument("--think", type=float, default=0.0, help="seconds each client waits after each answer (0: a "
+                                                           "tight loop, the most load 20 clients can make; 1: "
+                                                           "people clicking through pages)")
     p.add_argument("--vary", action="store_true", help="each request of an alert, run, test or a test's alerts "
                                                        "names another one (most are not kept from an earlier one)")
     p.add_argument("--out_dir", default="bench/out/dashboard")
@@ -215,7 +225,7 @@ def main(argv=None) -> int:
     from tests.dashboard.support import served_process
 
     os.makedirs(args.out_dir, exist_ok=True)
-    path = os.path.join(args.out_dir, f"store-{args.tests}x{args.runs}x{args.metrics}.duckdb")
+    path = os.path.join(args.out_dir, f"store-{args.tests}x{args.runs}x{args.metrics}-by-time.duckdb")
     if not os.path.isfile(path):
         started = time.perf_counter()
         build_store(path, args.tests, args.runs, args.metrics)
@@ -225,8 +235,9 @@ def main(argv=None) -> int:
         results = {"store": {"tests": args.tests, "runs": args.tests * args.runs,
                              "metric_rows": args.tests * args.runs * args.metrics}, "workers": args.workers,
                    "vary": args.vary, "alone": alone(base, urls, args.requests, process.pid),
-                   "load": load(base, urls, args.clients, args.seconds, process.pid)}
-    name = f"results-{args.workers}-workers{'-varied' if args.vary else ''}.json"
+                   "load": load(base, urls, args.clients, args.seconds, process.pid, args.think)}
+    think = f"-think-{args.think:g}" if args.think else ""
+    name = f"results-{args.workers}-workers{'-varied' if args.vary else ''}{think}.json"
     with open(os.path.join(args.out_dir, name), "w") as f:
         json.dump(results, f, indent=1)
     print(f"{'page':<18} {'alone p50':>10} {'alone p95':>10} {'alone CPU':>10} {'load p50':>10} {'load p95':>10}")
@@ -235,7 +246,8 @@ def main(argv=None) -> int:
         print(f"{name:<18} {alone_ms['p50_ms']:>8.1f}ms {alone_ms['p95_ms']:>8.1f}ms {alone_ms['cpu_ms']:>8.1f}ms "
               f"{loaded.get('p50_ms', 0):>8.1f}ms {loaded.get('p95_ms', 0):>8.1f}ms")
     load_result = results["load"]
-    print(f"load: {load_result['clients']} clients, {load_result['requests']} requests in "
+    print(f"load: {load_result['clients']} clients (waiting {args.think:g} s after each answer), "
+          f"{load_result['requests']} requests in "
           f"{load_result['seconds']:.1f} s ({load_result['requests_per_s']:.1f}/s), errors {load_result['errors']}, "
           f"p50 {load_result['p50_ms']:.1f} ms, p95 {load_result['p95_ms']:.1f} ms, p99 {load_result['p99_ms']:.1f} ms, "
           f"CPU {load_result['cpu_ms_per_request']:.1f} ms a request")

@@ -21,6 +21,9 @@ class Table:
     key: Tuple[str, ...]      # what makes a row unique: re-processing never duplicates it
     time_column: str          # partitioning column in BigQuery
     cluster_by: Tuple[str, ...] = ("test_name",)
+    # Columns the local store indexes, so that reading one value's rows (a run's) does not scan the table: DuckDB's
+    # zone maps skip little of a table written in time order. BigQuery clusters by ``cluster_by`` instead.
+    looked_up_by: Tuple[str, ...] = ()
 
     @property
     def column_names(self) -> Tuple[str, ...]:
@@ -40,7 +43,7 @@ JOB_HISTORY = Table("job_history", (
     Column("events", "STRING", False, "JSON list of the run's events"),
     Column("out_of_order", "BOOL", False, "true: a back-filled run, checked when it arrived, out of event-time "
            "order (see README, Back-fills); NULL in rows written before this column existed"),
-), key=("test_name", "run_id"), time_column="timestamp")
+), key=("test_name", "run_id"), time_column="timestamp", looked_up_by=("run_id",))
 
 METRIC_HISTORY = Table("metric_history", (
     Column("run_id", "STRING", True),
@@ -56,7 +59,7 @@ METRIC_HISTORY = Table("metric_history", (
            "order (see README, Back-fills); NULL in rows written before this column existed"),
     Column("history_segment", "STRING", False, "the baseline that judged the value, e.g. accelerator=v5e, for a "
            "test with history_by; NULL for a test with one history per metric"),
-), key=("test_name", "run_id", "metric_name"), time_column="timestamp")
+), key=("test_name", "run_id", "metric_name"), time_column="timestamp", looked_up_by=("run_id",))
 
 ALERTS = Table("alerts", (
     Column("alert_id", "STRING", True, "deterministic: re-processing yields the same id"),
@@ -70,7 +73,7 @@ ALERTS = Table("alerts", (
     Column("message", "STRING", True),
     Column("created_at", "TIMESTAMP", True, "event time of the check that raised it"),
     Column("details", "STRING", False, "JSON: comparison, history size, run data, ..."),
-), key=("alert_id",), time_column="created_at")
+), key=("alert_id",), time_column="created_at", looked_up_by=("run_id",))
 
 DEAD_LETTER = Table("dead_letter", (
     Column("received_at", "TIMESTAMP", False, "publish time where known"),
@@ -130,7 +133,7 @@ RANK_METRICS = Table("rank_metrics", (
     Column("metric_value", "FLOAT64", True, "this rank's value, before the reduction across ranks"),
     Column("step", "INT64"),
     Column("timestamp", "TIMESTAMP", True, "end of the run"),
-), key=("test_name", "run_id", "metric_name", "rank"), time_column="timestamp")
+), key=("test_name", "run_id", "metric_name", "rank"), time_column="timestamp", looked_up_by=("run_id",))
 
 # Not a table: alerts announced again with a new triage state (``core.triage``), for the alerts file and topic.
 ALERT_UPDATES = "alert_updates"

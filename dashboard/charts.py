@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import AbstractSet, Any, Dict, List, Optional, Sequence
 
-from dashboard.queries import Point
+from dashboard.queries import Series
 from report.data import Curve
 
 
@@ -24,28 +24,25 @@ def _finite(value: Optional[float]) -> Optional[float]:
     return float(value) if value is not None and -math.inf < value < math.inf else None
 
 
-def history_chart(metric: str, points: Sequence[Point], unit: Optional[str] = None, current: Optional[str] = None,
+def _finite_all(values: Sequence[Optional[float]]) -> List[Optional[float]]:
+    return [v if v is not None and -math.inf < v < math.inf else None for v in values]
+
+
+def history_chart(series: Series, unit: Optional[str] = None, current: Optional[str] = None,
                   triaged: AbstractSet[str] = frozenset()) -> Dict[str, Any]:
     """A metric's history against time: its values, the bounds each was checked against, the out-of-bounds and
     triaged runs marked, and ``current`` (a run) highlighted."""
-    spec: Dict[str, Any] = {"title": metric, "x": "time", "xlabel": "run end (UTC)", "ylabel": axis_label(metric, unit)}
-    series: Dict[str, List[Any]] = {k: [] for k in ("xs", "value", "lower", "upper", "out", "triaged", "current",
-                                                    "runs", "steps")}
-    xs, values, lower, upper, out, marked, this, runs, steps = series.values()
-    for p in points:  # one pass (a test page charts thousands of points): the same as a comprehension per series
-        row = p.row
-        value = _finite(row.value)
-        xs.append(row.time)
-        values.append(value)
-        lower.append(_finite(row.lower))
-        upper.append(_finite(row.upper))
-        is_triaged = row.run in triaged
-        out.append(value if row.within is False and not is_triaged else None)
-        marked.append(value if is_triaged else None)
-        this.append(value if row.run == current else None)
-        runs.append(row.run)
-        steps.append(p.step)
-    return {**spec, **series}
+    values = _finite_all(series.values)
+    is_triaged = [run in triaged for run in series.runs]
+    return {
+        "title": series.metric, "x": "time", "xlabel": "run end (UTC)", "ylabel": axis_label(series.metric, unit),
+        "xs": list(series.times), "value": values,
+        "lower": _finite_all(series.lower), "upper": _finite_all(series.upper),
+        "out": [v if w is False and not t else None for v, w, t in zip(values, series.within, is_triaged)],
+        "triaged": [v if t else None for v, t in zip(values, is_triaged)],
+        "current": [v if run == current else None for v, run in zip(values, series.runs)],
+        "runs": list(series.runs), "steps": list(series.steps),
+    }
 
 
 def curve_chart(curve: Curve) -> Dict[str, Any]:
@@ -65,15 +62,3 @@ def curve_chart(curve: Curve) -> Dict[str, Any]:
         "runs": [f"window {p.index}" for p in curve.points],
         "steps": [p.step for p in curve.points],
     }
-
-
-def has_bounds(points: Sequence[Point]) -> bool:
-    """Whether any value of the history was checked (the test page charts checked metrics)."""
-    return any(p.row.within is not None for p in points)
-
-
-def by_metric(points: Sequence[Point]) -> Dict[str, List[Point]]:
-    grouped: Dict[str, List[Point]] = {}
-    for p in points:
-        grouped.setdefault(p.row.metric, []).append(p)
-    return grouped

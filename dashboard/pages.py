@@ -135,10 +135,9 @@ def alert_detail(reader: Reader, alert_id: str, sink: ActionSink,
     history = None
     at = jobs[0].row.end if jobs else alert.created_at
     if alert.metric and at is not None:
-        points = queries.metric_history_around(reader, alert.test, alert.metric, at)
-        if points:
-            history = charts.history_chart(alert.metric, points, alert.unit, alert.run,
-                                           triaged_runs(actions, alert.metric))
+        series = queries.metric_history_around(reader, alert.test, alert.metric, at)
+        if series:
+            history = charts.history_chart(series, alert.unit, alert.run, triaged_runs(actions, alert.metric))
     curves = curves_of_run(reader, alert.test, alert.run, jobs[0] if jobs else None,
                            lambda: queries.alerts_of_runs(reader, alert.test, [alert.run], span=span), configs, span)
     return AlertDetail(view, how, history, curves, actions)
@@ -163,12 +162,11 @@ def test_detail(reader: Reader, name: str, page: int, configs: Optional[ConfigSe
     if not latest:
         return None
     recent = [j for j in latest if j.row.end >= latest[0].row.end - queries.GRID_DAYS * 86400]
-    points = queries.metrics_since(reader, name, latest[-1].row.end)
+    by_metric = queries.metrics_since(reader, name, latest[-1].row.end)
     actions = [(a, False) for a in queries.triage_actions(reader, [name])]
     units = configs.for_test(name).metric_collection.unit_for if configs is not None else (lambda metric: None)
-    specs = [charts.history_chart(metric, series, unit=units(metric), triaged=triaged_runs(actions, metric))
-             for metric, series in sorted(charts.by_metric(points).items())
-             if charts.has_bounds(series)][:queries.METRICS_LIMIT]
+    specs = [charts.history_chart(series, unit=units(metric), triaged=triaged_runs(actions, metric))
+             for metric, series in sorted(by_metric.items()) if series.checked][:queries.METRICS_LIMIT]
     offset = (page - 1) * queries.RUNS_LIMIT
     runs = (latest[offset:offset + queries.RUNS_LIMIT + 1] if offset + queries.RUNS_LIMIT < TEST_CHART_RUNS
             else queries.runs_of_test(reader, name, offset, queries.RUNS_LIMIT + 1))  # the first pages: read already

@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from core.alert_record import AlertRecord, alert_from_row
 from core.config import ConfigSet
-from core.schema import ALERTS, DEAD_LETTER, JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS, RANK_METRICS, TRIAGE
+from core.schema import ALERTS, DEAD_LETTER, JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS, RANK_METRICS, TRIAGE, Table
 from core.triage import AlertFacts, TriageItem
 from core.vocabulary import AlertKind, RunStatus
 from core.window_checks import NUMERIC_AGGREGATIONS
@@ -50,6 +50,7 @@ RUN_MARGIN = DAY           # around a run's times: clock skew between the worker
 HISTORY_DAYS_BEFORE = 90   # an alert's history chart: days before its run's end ...
 HISTORY_DAYS_AFTER = 30    # ... and after it
 HISTORY_AFTER_LIMIT = 100  # of the chart's HISTORY_LIMIT points, at most this many after the alert's run
+RUN_LOOKUPS = 4            # runs read one by one through the local store's index (more: one condition, a scan)
 
 _ALERT_NAMES = ("alert_id", "kind", "test_name", "run_id", "metric_name", "value", "lower_bound", "upper_bound",
                 "message", "created_at", "details")
@@ -82,6 +83,24 @@ class Point:
 
 
 @dataclasses.dataclass(frozen=True)
+class Series:
+    """A metric's history as columns, one entry per run, oldest first (what a chart draws: a test page draws tens of
+    thousands of values, so no record per value)."""
+    metric: str
+    runs: Tuple[str, ...]
+    times: Tuple[float, ...]
+    values: Tuple[float, ...]
+    lower: Tuple[Optional[float], ...]
+    upper: Tuple[Optional[float], ...]
+    within: Tuple[Optional[bool], ...]  # None: not checked
+    steps: Tuple[Optional[int], ...]
+
+    @property
+    def checked(self) -> bool:
+        return any(w is not None for w in self.within)
+
+
+@dataclasses.dataclass(frozen=True)
 class DeadLetter:
     dead_letter_id: str
     received_at: Optional[float]
@@ -110,10 +129,28 @@ def _q(reader: Reader, *names: str) -> str:
     return ", ".join(reader.dialect.quote(n) for n in names)
 
 
-def _alert_select(reader: Reader) -> str:
+def _of_runs(reader: Reader, table: Table, runs: Sequence[str], params: Dict[str, Any]) -> Tuple[str, str]:
+    """What a read of a few runs' rows of ``table`` reads from, and its condition on the run (its values put in
+    ``params``): ``FROM {source} WHERE {condition} AND ...``.
+
+    The local store indexes ``run_id`` (``Reader.runs_indexed``), but DuckDB uses the index only for a condition
+    on that column alone: so there each of up to ``RUN_LOOKUPS`` runs is read on its own (``OFFSET 0`` keeps the
+    optimizer from adding the query's other conditions to it, which would make it a scan), and the query's
+    conditions apply to those rows. Elsewhere, and for more runs: one ``IN`` beside the other conditions."""
+    q = reader.dialect.quote
+    runs_in, names = in_list("run", list(runs))
+    params.update(names)
+    if reader.runs_indexed and "run_id" in table.looked_up_by and 0 < len(names) <= RUN_LOOKUPS:
+        each = " UNION ALL ".join(f"(SELECT * FROM {reader.dialect.table(table)} WHERE {q('run_id')} = ${n} OFFSET 0)"
+                                  for n in names)
+        return f"({each}) AS {q(table.name)}", "TRUE"
+    return reader.dialect.table(table), f"{q('run_id')} IN {runs_in}"
+
+
+def _alert_select(reader: Reader, source: Optional[str] = None) -> str:
     q, epoch = reader.dialect.quote, reader.dialect.epoch_seconds
     return (f"SELECT {_q(reader, *_ALERT_NAMES[:9])}, {epoch(q('created_at'))}, {q('details')} "
-            f"FROM {reader.dialect.table(ALERTS)}")
+            f"FROM {source or reader.dialect.table(ALERTS)}")
 
 
 def _alerts(rows: Sequence[tuple]) -> List[AlertRecord]:
@@ -191,10 +228,10 @@ def alerts_of_runs(reader: Reader, test: str, runs: Sequence[str], limit: int = 
     """The alerts of a few runs of one test (a run's page; the start of an accepted run), raised within ``span``
     (the runs' :func:`run_span`)."""
     q = reader.dialect.quote
-    runs_in, params = in_list("run", list(runs))
-    params["test"] = test
+    params: Dict[str, Any] = {"test": test}
+    source, of_runs = _of_runs(reader, ALERTS, runs, params)
     within = span.sql(reader, "created_at", params)
-    rows = reader.query(f"{_alert_select(reader)} WHERE {q('test_name')} = $test AND {q('run_id')} IN {runs_in}"
+    rows = reader.query(f"{_alert_select(reader, source)} WHERE {q('test_name')} = $test AND {of_runs}"
                         f"{within} ORDER BY {q('created_at')}, {q('alert_id')} LIMIT {int(limit)}", params)
     return _alerts(rows)
 
@@ -244,11 +281,11 @@ def tests(reader: Reader, limit: int = 500) -> List[Tuple[str, int, float]]:
         f"FROM {reader.dialect.table(JOB_HISTORY)} GROUP BY {q('test_name')} ORDER BY 3 DESC LIMIT {int(limit)}")]
 
 
-def _job_select(reader: Reader) -> str:
+def _job_select(reader: Reader, source: Optional[str] = None) -> str:
     q, epoch = reader.dialect.quote, reader.dialect.epoch_seconds
     return (f"SELECT {_q(reader, 'test_name', 'run_id', 'job_status')}, {epoch(q('timestamp'))}, "
             f"{epoch(q('processed_at'))}, {epoch(q('start_time'))}, {_q(reader, 'num_failures', 'job_duration_sec')}, "
-            f"{q('events')} FROM {reader.dialect.table(JOB_HISTORY)}")
+            f"{q('events')} FROM {source or reader.dialect.table(JOB_HISTORY)}")
 
 
 def _first_per(rows: Sequence[tuple], key: Callable[[tuple], Any]) -> List[tuple]:
@@ -284,8 +321,10 @@ def runs_of_test(reader: Reader, test: str, offset: int = 0, limit: int = RUNS_L
 def job_rows(reader: Reader, test: str, run: str) -> List[Job]:
     """Every ``job_history`` row of a run, the newest first (a run interrupted by a drain, or re-run, has several)."""
     q = reader.dialect.quote
-    rows = reader.query(f"{_job_select(reader)} WHERE {q('test_name')} = $test AND {q('run_id')} = $run "
-                        f"ORDER BY {q('processed_at')} DESC LIMIT 20", {"test": test, "run": run})
+    params: Dict[str, Any] = {"test": test}
+    source, of_run = _of_runs(reader, JOB_HISTORY, [run], params)
+    rows = reader.query(f"{_job_select(reader, source)} WHERE {q('test_name')} = $test AND {of_run} "
+                        f"ORDER BY {q('processed_at')} DESC LIMIT 20", params)
     return [Job(JobRow(*row[:6]), row[6], row[7], row[8] or "[]") for row in rows]
 
 
@@ -323,18 +362,30 @@ def run_span(jobs: Sequence[Job], longest_window: Optional[float]) -> Span:
     return Span(lo, max(max(j.row.end, j.row.finalized) for j in jobs) + longest_window + RUN_MARGIN)
 
 
-def _metric_select(reader: Reader) -> str:
+def _metric_select(reader: Reader, source: Optional[str] = None) -> str:
     q, epoch = reader.dialect.quote, reader.dialect.epoch_seconds
     return (f"SELECT {_q(reader, 'test_name', 'run_id', 'metric_name', 'metric_value', 'metric_lower_bound')}, "
             f"{_q(reader, 'metric_upper_bound', 'within_bounds')}, {epoch(q('timestamp'))}, {q('step')} "
-            f"FROM {reader.dialect.table(METRIC_HISTORY)}")
+            f"FROM {source or reader.dialect.table(METRIC_HISTORY)}")
 
 
 def _points(rows: Sequence[tuple]) -> List[Point]:
     return [Point(MetricRow(*row[:8]), row[8]) for row in _first_per(rows, lambda r: (r[1], r[2]))]
 
 
-def metric_history_around(reader: Reader, test: str, metric: str, at: float) -> List[Point]:
+def _series(rows: Sequence[tuple]) -> Dict[str, Series]:
+    """``_metric_select`` rows, oldest first, as a :class:`Series` per metric (each run's first row)."""
+    by_metric: Dict[str, List[tuple]] = {}
+    for row in _first_per(rows, lambda r: (r[1], r[2])):
+        by_metric.setdefault(row[2], []).append(row)
+    series = {}
+    for metric, metric_rows in by_metric.items():
+        _, runs, _, values, lower, upper, within, times, steps = zip(*metric_rows)
+        series[metric] = Series(metric, runs, times, values, lower, upper, within, steps)
+    return series
+
+
+def metric_history_around(reader: Reader, test: str, metric: str, at: float) -> Optional[Series]:
     """One metric of a test around a run that ended at ``at``, oldest first: the newest
     ``HISTORY_LIMIT - HISTORY_AFTER_LIMIT`` values of the ``HISTORY_DAYS_BEFORE`` days up to ``at`` (that run's
     included) and the oldest ``HISTORY_AFTER_LIMIT`` of the ``HISTORY_DAYS_AFTER`` days after. Each value carries
@@ -349,7 +400,8 @@ def metric_history_around(reader: Reader, test: str, metric: str, at: float) -> 
         f"LIMIT {HISTORY_LIMIT - HISTORY_AFTER_LIMIT}) UNION ALL "
         f"({where}{after} AND {q('timestamp')} > {reader.from_epoch('$at')} "
         f"ORDER BY {q('timestamp')}, {q('run_id')} LIMIT {HISTORY_AFTER_LIMIT})", {**params, "at": float(at)})
-    return list(reversed(_points(sorted(rows, key=lambda r: (r[7], r[1]), reverse=True))))
+    newest_first = _first_per(sorted(rows, key=lambda r: (r[7], r[1]), reverse=True), lambda r: r[1])
+    return _series(newest_first[::-1]).get(metric)
 
 
 def metrics_of_test(reader: Reader, test: str, limit: int = METRICS_LIMIT) -> List[str]:
@@ -366,9 +418,10 @@ def metrics_of_test(reader: Reader, test: str, limit: int = METRICS_LIMIT) -> Li
 def metrics_of_run(reader: Reader, test: str, run: str, span: Span = Span()) -> List[Point]:
     """The run's metric values (written within ``span``, its :func:`run_span`)."""
     q = reader.dialect.quote
-    params = {"test": test, "run": run}
+    params: Dict[str, Any] = {"test": test}
+    source, of_run = _of_runs(reader, METRIC_HISTORY, [run], params)
     within = span.sql(reader, "timestamp", params)
-    return _points(reader.query(f"{_metric_select(reader)} WHERE {q('test_name')} = $test AND {q('run_id')} = $run"
+    return _points(reader.query(f"{_metric_select(reader, source)} WHERE {q('test_name')} = $test AND {of_run}"
                                 f"{within} ORDER BY {q('metric_name')} LIMIT 2000", params))
 
 
@@ -376,12 +429,12 @@ def ranks_of_run(reader: Reader, test: str, run: str,
                  span: Span = Span()) -> List[Tuple[str, int, float, Optional[int]]]:
     """(metric, rank, value, step) of a distributed run's workers (written within ``span``)."""
     q = reader.dialect.quote
-    params = {"test": test, "run": run}
+    params: Dict[str, Any] = {"test": test}
+    source, of_run = _of_runs(reader, RANK_METRICS, [run], params)
     within = span.sql(reader, "timestamp", params)
     return [tuple(r) for r in reader.query(
-        f"SELECT {_q(reader, 'metric_name', 'rank', 'metric_value', 'step')} FROM "
-        f"{reader.dialect.table(RANK_METRICS)} WHERE {q('test_name')} = $test AND {q('run_id')} = $run{within} "
-        f"ORDER BY 1, 2 LIMIT 5000", params)]
+        f"SELECT {_q(reader, 'metric_name', 'rank', 'metric_value', 'step')} FROM {source} "
+        f"WHERE {q('test_name')} = $test AND {of_run}{within} ORDER BY 1, 2 LIMIT 5000", params)]
 
 
 def windows_of_run(reader: Reader, test: str, run: str, span: Span = Span()) -> List[WindowResult]:
@@ -438,10 +491,10 @@ def dead_letter(reader: Reader, dead_letter_id: str) -> Optional[DeadLetter]:
     return DeadLetter(*rows[0]) if rows else None
 
 
-def metrics_since(reader: Reader, test: str, since: float, limit: int = 50_000) -> List[Point]:
+def metrics_since(reader: Reader, test: str, since: float, limit: int = 50_000) -> Dict[str, Series]:
     """Every metric value of a test's runs that ended from ``since`` on (its latest runs: one scan for a test page)."""
     q = reader.dialect.quote
     rows = reader.query(f"{_metric_select(reader)} WHERE {q('test_name')} = $test AND "
                         f"{q('timestamp')} >= {reader.from_epoch('$since')} "
                         f"ORDER BY {q('timestamp')}, {q('run_id')} LIMIT {int(limit)}", {"test": test, "since": since})
-    return _points(rows)
+    return _series(rows)

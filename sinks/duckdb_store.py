@@ -92,6 +92,9 @@ class DuckDBStore:
                     if not column.required:
                         connection.execute(f'ALTER TABLE "{table.name}" ADD COLUMN IF NOT EXISTS "{column.name}" '
                                            f'{_DUCKDB_TYPES[column.type]}')
+                for name in table.looked_up_by:  # a store older than the index gets it here, once
+                    connection.execute(f'CREATE INDEX IF NOT EXISTS "{table.name}_by_{name}" ON "{table.name}" '
+                                       f'("{name}")')
 
     def insert(self, table: Table, rows: List[dict],
                transaction: Optional[duckdb.DuckDBPyConnection] = None) -> int:

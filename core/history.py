@@ -249,11 +249,30 @@ class MetricHistory:
         first = next((i for i in window
                       if abs(self.entries[i].value - level) < abs(self.entries[i].value - shift.centre)),
                      window[-policy.rebaseline_after])
+        first = self._level_start(first, level, shift.centre)
         if self._holds_level(len(self.entries) - first, policy.improves_upward):
             return False
         self._restart(first)
         self._forget(policy.max_points)
         return True
+
+    def _level_start(self, first: int, level: float, old: float) -> int:
+        """Where the new level that the entry ``first`` is at began: the earliest of the counted entries in a row
+        up to it that lie nearer ``level`` than ``old`` (uncounted ones among them skipped). The level may have
+        begun before the statistic's window: the statistic needs ``core.shifts.MIN_BASE`` values before it, so
+        a level reached within a history's first runs (a change during a new machine type's warm-up) has runs of
+        its own in that base. Counted as the history's earlier reach of the level, they would make it a mode
+        of a two-mode history (``_holds_level``), and the old level would stay in the history, its cutoff
+        measured from the old level's median, for as long as the old values stayed."""
+        start = first
+        for i in range(first - 1, -1, -1):
+            entry = self.entries[i]
+            if not entry.counted:
+                continue
+            if abs(entry.value - level) >= abs(entry.value - old):
+                break
+            start = i
+        return start
 
     def _holds_level(self, count: int, upward: bool) -> bool:
         """Whether the counted values before the last ``count`` entries, with the level before this one, already

@@ -340,6 +340,33 @@ def test_an_improvement_inside_the_improvement_bound_still_moves_the_baseline():
     assert seed_metric_history(reversed(stored), history_policy(config, "acc")) == history
 
 
+def test_an_improvement_during_the_warm_up_moves_the_baseline_once_the_statistic_can_tell():
+    """Step time 20% faster (10σ) for good from the ninth run, while the history still warms up (a new machine
+    type, say): its first new-level runs fall in the shift statistic's base, since the statistic needs 10 values
+    before its last 5. They are the new level's own start, not an earlier reach of it: the history restarts at
+    the first of them as soon as the statistic can be asked (the 15th value). It used to take them for a mode of
+    a two-mode history and keep the old level, the cutoff 45σ above the new level at the 16th run and 21σ at the
+    24th, where a run back at the old level passed; now 17σ at the 16th (a young level's cutoff for heavy
+    tails), and the run back at the old level is caught."""
+    condition = SuccessCondition("less", false_alert_rate=0.0005, wait_for_n_points_of_history=10)
+    config = regression(metric_success_conditions={"acc": condition}, rebaseline_after=3,
+                        alert_after_second_test_failure=False)
+    rng = random.Random(5)
+    old = [3.75 + rng.gauss(0, 0.075) for _ in range(8)]
+    new = [3.0 + rng.gauss(0, 0.06) for _ in range(16)]
+    history = MetricHistory()
+    rows, alerts = observe(history, old + new + [3.75], config)
+    assert alerts[:-1] == [None] * (len(old) + len(new))
+    assert [entry.value for entry in history.entries[:len(new)]] == new and history.previous == old
+    upper = [row["metric_upper_bound"] for row in rows]
+    assert all(u > 5.5 for u in upper[10:15])  # before the statistic can tell: the old level's cutoff
+    assert all(u < 4.1 for u in upper[15:])  # from the restart on: the new level's
+    assert alerts[-1].kind == "metric_out_of_bounds"
+    stored = [(T0 + i, f"r{i}", v, r["within_bounds"], "success", r["metric_lower_bound"], r["metric_upper_bound"])
+              for i, (v, r) in enumerate(zip(old + new + [3.75], rows))]
+    assert seed_metric_history(reversed(stored), history_policy(config, "acc")) == history
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_a_two_mode_history_never_restarts_at_its_better_mode(seed):
     """Runs landing at random on two machine types 25% apart (no ``history_by``): three fast runs in a row are

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import copy
 import ctypes
 import functools
 import sys
+import threading
 import types
 import weakref
 from typing import FrozenSet, Optional, Tuple
@@ -31,6 +34,7 @@ def local_batch_runner() -> FnApiRunner:
     """
     worker_handlers.STATE_CACHE_SIZE_MB = 0
     remember_dofn_specs()
+    remember_option_views()
     pad_heap_growth()
     return FnApiRunner()
 
@@ -95,6 +99,68 @@ def remember_dofn_specs() -> None:
     userstate.get_dofn_specs = get_dofn_specs
 
 
+OPTION_VIEWS_KEPT = 256  # (options class, flags) parses kept, the least recently used dropped
+
+
+def remember_option_views() -> None:
+    """Makes ``PipelineOptions.view_as`` parse a pipeline's flags once per options class instead of at every call.
+
+    Beam asks for a view of the options at each transform it applies (for type checks) and at several steps of
+    a run, about 450 times for the replay's graph, and each view builds an argparse parser of its class and
+    parses the flags again: a tenth of the demo replay's 4 s. The parse depends on the class and the flags
+    alone, so it is kept per (class, flags); each view gets a deep copy of its own, so that a view that changes a
+    list option (an experiment added) changes no other pipeline's. Options made without flags (they parse
+    ``sys.argv``) and classes with an ``__init__`` of their own are left to Beam. Idempotent.
+    """
+    original = PipelineOptions.view_as
+    if hasattr(original, "remembered"):
+        return
+    parsed: collections.OrderedDict = collections.OrderedDict()
+    lock = threading.Lock()
+
+    @functools.wraps(original)
+    def view_as(self, cls):
+        flags = self._flags
+        try:
+            key = (cls, tuple(flags)) if flags is not None and not _own_init(cls) else None
+            hash(key)
+        except TypeError:  # a flag that is no string
+            key = None
+        with lock:
+            namespace = None if key is None else parsed.get(key)
+            if namespace is not None:
+                parsed.move_to_end(key)
+        if namespace is None:
+            view = original(self, cls)
+            if key is not None:
+                try:
+                    kept = copy.deepcopy(view._visible_options)
+                except Exception:  # noqa: BLE001 - a value that cannot be copied: this class's views stay Beam's
+                    return view
+                with lock:
+                    parsed[key] = kept
+                    while len(parsed) > OPTION_VIEWS_KEPT:
+                        parsed.popitem(last=False)
+            return view
+        view = cls.__new__(cls)  # what PipelineOptions.__init__ leaves, its parse taken from the kept one
+        view._flags = flags
+        view._visible_options = copy.deepcopy(namespace)
+        for name in view._visible_option_list():
+            if name not in self._all_options:
+                self._all_options[name] = getattr(view._visible_options, name)
+        view._all_options = self._all_options
+        return view
+
+    view_as.remembered = parsed  # type: ignore[attr-defined]
+    PipelineOptions.view_as = view_as  # type: ignore[method-assign]
+
+
+def _own_init(cls) -> bool:
+    """Whether an options class below ``PipelineOptions`` has an ``__init__`` of its own (its views are Beam's)."""
+    mro = cls.mro()
+    return PipelineOptions not in mro or any("__init__" in c.__dict__ for c in mro[:mro.index(PipelineOptions)])
+
+
 def specs_follow_the_class(dofn) -> Optional[FrozenSet[str]]:
     """None, or a key under which ``get_dofn_specs(dofn)`` is the same for every object of its class.
 
@@ -157,5 +223,6 @@ def runner_for(options: PipelineOptions):
         return standard.runner
     if standard.streaming:
         remember_dofn_specs()
+        remember_option_views()
         return BundleBasedDirectRunner()
     return local_batch_runner()

@@ -15,10 +15,19 @@ import platform
 import apache_beam as beam
 import pytest
 from apache_beam.internal import pickler
+from apache_beam.options.pipeline_options import DebugOptions, PipelineOptions, StandardOptions, TypeOptions
 from apache_beam.transforms import userstate
 
 from pipeline.main import main
-from pipeline.runners import local_batch_runner, pad_heap_growth, remember_dofn_specs, specs_follow_the_class
+from pipeline.options import TrainguardOptions
+from pipeline.runners import (
+    OPTION_VIEWS_KEPT,
+    local_batch_runner,
+    pad_heap_growth,
+    remember_dofn_specs,
+    remember_option_views,
+    specs_follow_the_class,
+)
 from sinks.duckdb_store import DUCKDB_SQL, DuckDBStore
 from tests.pipeline.test_streaming import table_rows
 from tests.transforms.support import detect
@@ -170,6 +179,43 @@ def test_the_specs_kept_per_class_are_only_those_every_object_of_the_class_has()
     assert specs_follow_the_class(hooked) is None  # a hook that answers with a state parameter
     for fn in (plain, mapped, Counting(), odd, hooked, Counting(), plain):
         assert remembered(fn) == compute(fn)
+
+
+def option_classes(cls=PipelineOptions) -> list:
+    found = []
+    for sub in cls.__subclasses__():
+        found += [sub, *option_classes(sub)]
+    return found
+
+
+def test_a_kept_view_of_the_options_is_the_view_beam_parses():
+    """Every options class Beam and trainguard define, viewed again from the kept parse of the same flags: the same
+    values as Beam's own parse, the views of one options object share its values, and a view that changes a
+    list option changes no other pipeline's options made from the same flags."""
+    remember_option_views()  # again: idempotent
+    parse = PipelineOptions.view_as.__wrapped__
+    flags = ["--runner=FnApiRunner", "--job_name=kept", "--experiments=a", "--local_store=x.duckdb", "--streaming"]
+    classes = option_classes()
+    assert TrainguardOptions in classes and len(classes) > 15
+    for cls in classes:
+        fresh = parse(PipelineOptions(list(flags)), cls)
+        for _ in range(2):  # the first view of a (class, flags) is parsed and kept, the next from what was kept
+            view = PipelineOptions(list(flags)).view_as(cls)
+            assert type(view) is cls and vars(view._visible_options) == vars(fresh._visible_options), cls
+            assert view.get_all_options(drop_default=True) == fresh.get_all_options(drop_default=True), cls
+    assert (StandardOptions, tuple(flags)) in PipelineOptions.view_as.remembered
+    options = PipelineOptions(list(flags))
+    options.view_as(StandardOptions).streaming = False
+    assert options.view_as(StandardOptions).streaming is False  # one object's views share its values
+    options.view_as(DebugOptions).add_experiment("changed")
+    assert options.view_as(DebugOptions).experiments == ["a", "changed"]
+    assert PipelineOptions(list(flags)).view_as(DebugOptions).experiments == ["a"]
+    assert PipelineOptions(list(flags)).view_as(StandardOptions).streaming is True
+    before = len(PipelineOptions.view_as.remembered)
+    PipelineOptions().view_as(StandardOptions)  # no flags: Beam parses sys.argv, and nothing is kept
+    for i in range(OPTION_VIEWS_KEPT + 5):
+        PipelineOptions([f"--job_name=j{i}"]).view_as(TypeOptions)
+    assert before <= len(PipelineOptions.view_as.remembered) == OPTION_VIEWS_KEPT
 
 
 def test_a_local_replay_pads_the_heap_where_glibc_can():

@@ -272,13 +272,26 @@ def test_seed_job_history_takes_the_latest_run():
     assert seed_job_history([]).last_status is None
 
 
+def faster_is_better(rate: float):
+    """A config checking "acc" one-sided, lower better (a step time), at a false-alert ``rate`` after 10 runs,
+    re-baselining after 3 runs out of bounds, every out-of-bounds run an alert."""
+    condition = SuccessCondition("less", false_alert_rate=rate, wait_for_n_points_of_history=10)
+    return regression(metric_success_conditions={"acc": condition}, rebaseline_after=3,
+                      alert_after_second_test_failure=False)
+
+
+def seeded_from(rows, config) -> MetricHistory:
+    """The history the seed rebuilds from ``observe``'s rows as stored, the bounds in their columns."""
+    stored = [(T0 + i, f"r{i}", r["metric_value"], r["within_bounds"], "success", r["metric_lower_bound"],
+               r["metric_upper_bound"]) for i, r in enumerate(rows)]
+    return seed_metric_history(reversed(stored), history_policy(config, "acc"))
+
+
 def test_an_improvement_that_stays_moves_the_baseline_without_an_alert():
     """Step time 20% faster for good: after rebaseline_after runs beyond the improvement bound the history
     restarts there, so a slowdown back towards the old level is caught, and the seed rebuilds the same state
     from the stored rows (the improvement bound sits in the free column of a one-sided check)."""
-    condition = SuccessCondition("less", false_alert_rate=0.002, wait_for_n_points_of_history=10)
-    config = regression(metric_success_conditions={"acc": condition}, rebaseline_after=3,
-                        alert_after_second_test_failure=False)
+    config = faster_is_better(0.002)
     rng = random.Random(3)
     values = [10 + rng.gauss(0, 0.1) for _ in range(30)] + [8 + rng.gauss(0, 0.08) for _ in range(6)] + [9.0]
     history = MetricHistory()
@@ -287,9 +300,7 @@ def test_an_improvement_that_stays_moves_the_baseline_without_an_alert():
     assert history.previous[:2] == values[:2] and len(history.values) == 6
     assert rows[-2]["within_bounds"] is True and rows[-2]["metric_upper_bound"] < 9.0
     assert alerts[-1].kind == "metric_out_of_bounds"  # 9.0: slower than the new level, faster than the old
-    stored = [(T0 + i, f"r{i}", v, r["within_bounds"], "success", r["metric_lower_bound"], r["metric_upper_bound"])
-              for i, (v, r) in enumerate(zip(values, rows))]
-    assert seed_metric_history(reversed(stored), history_policy(config, "acc")) == history
+    assert seeded_from(rows, config) == history
 
 
 def test_one_run_back_at_the_old_level_ends_an_improvement_streak():
@@ -322,9 +333,7 @@ def test_an_improvement_inside_the_improvement_bound_still_moves_the_baseline():
     persistent-shift statistic, turned the improving way, restarts the history at its first run (no alert), so
     the history does not hold two levels (whose spread would widen the cutoff several-fold) and a slowdown to
     10σ above the new level, still inside the old bounds, is caught. The seed rebuilds the same state."""
-    condition = SuccessCondition("less", false_alert_rate=0.001, wait_for_n_points_of_history=10)
-    config = regression(metric_success_conditions={"acc": condition}, rebaseline_after=3,
-                        alert_after_second_test_failure=False)
+    config = faster_is_better(0.001)
     rng = random.Random(11)
     old = [3.0 + rng.gauss(0, 0.06) for _ in range(30)]
     new = [2.7 + rng.gauss(0, 0.06) for _ in range(8)]
@@ -335,9 +344,7 @@ def test_an_improvement_inside_the_improvement_bound_still_moves_the_baseline():
     assert rows[len(old)]["metric_upper_bound"] > 3.3  # the old bounds let 3.3 through
     assert history.previous == old and [entry.value for entry in history.entries[:len(new)]] == new
     assert alerts[-1].kind == "metric_out_of_bounds"
-    stored = [(T0 + i, f"r{i}", v, r["within_bounds"], "success", r["metric_lower_bound"], r["metric_upper_bound"])
-              for i, (v, r) in enumerate(zip(old + new + [3.3], rows))]
-    assert seed_metric_history(reversed(stored), history_policy(config, "acc")) == history
+    assert seeded_from(rows, config) == history
 
 
 def test_an_improvement_during_the_warm_up_moves_the_baseline_once_the_statistic_can_tell():
@@ -348,9 +355,7 @@ def test_an_improvement_during_the_warm_up_moves_the_baseline_once_the_statistic
     a two-mode history and keep the old level, the cutoff 45σ above the new level at the 16th run and 21σ at the
     24th, where a run back at the old level passed; now 17σ at the 16th (a young level's cutoff for heavy
     tails), and the run back at the old level is caught."""
-    condition = SuccessCondition("less", false_alert_rate=0.0005, wait_for_n_points_of_history=10)
-    config = regression(metric_success_conditions={"acc": condition}, rebaseline_after=3,
-                        alert_after_second_test_failure=False)
+    config = faster_is_better(0.0005)
     rng = random.Random(5)
     old = [3.75 + rng.gauss(0, 0.075) for _ in range(8)]
     new = [3.0 + rng.gauss(0, 0.06) for _ in range(16)]
@@ -362,18 +367,14 @@ def test_an_improvement_during_the_warm_up_moves_the_baseline_once_the_statistic
     assert all(u > 5.5 for u in upper[10:15])  # before the statistic can tell: the old level's cutoff
     assert all(u < 4.1 for u in upper[15:])  # from the restart on: the new level's
     assert alerts[-1].kind == "metric_out_of_bounds"
-    stored = [(T0 + i, f"r{i}", v, r["within_bounds"], "success", r["metric_lower_bound"], r["metric_upper_bound"])
-              for i, (v, r) in enumerate(zip(old + new + [3.75], rows))]
-    assert seed_metric_history(reversed(stored), history_policy(config, "acc")) == history
+    assert seeded_from(rows, config) == history
 
 
 @pytest.mark.parametrize("seed", range(20))
 def test_a_two_mode_history_never_restarts_at_its_better_mode(seed):
     """Runs landing at random on two machine types 25% apart (no ``history_by``): three fast runs in a row are
     the history's other mode, not an improvement to move to."""
-    condition = SuccessCondition("less", false_alert_rate=0.001, wait_for_n_points_of_history=10)
-    config = regression(metric_success_conditions={"acc": condition}, rebaseline_after=3,
-                        alert_after_second_test_failure=False)
+    config = faster_is_better(0.001)
     rng = random.Random(seed)
     values = [(3.75 if rng.random() < 0.5 else 3.0) * (1 + rng.gauss(0, 0.02)) for _ in range(60)]
     history = MetricHistory()

@@ -19,13 +19,9 @@ def axis_label(name: str, unit: Optional[str]) -> str:
     return f"{name} ({unit})" if unit else name
 
 
-def _finite(value: Optional[float]) -> Optional[float]:
-    """JSON has no NaN or infinity: None (a gap, or an unbounded side) instead."""
-    return float(value) if value is not None and -math.inf < value < math.inf else None
-
-
 def _finite_all(values: Sequence[Optional[float]]) -> List[Optional[float]]:
-    return [v if v is not None and -math.inf < v < math.inf else None for v in values]
+    """The values as floats; JSON has no NaN or infinity: None (a gap, or an unbounded side) instead."""
+    return [float(v) if v is not None and -math.inf < v < math.inf else None for v in values]
 
 
 def history_chart(series: Series, unit: Optional[str] = None, current: Optional[str] = None,
@@ -48,14 +44,14 @@ def history_chart(series: Series, unit: Optional[str] = None, current: Optional[
 def curve_chart(curve: Curve) -> Dict[str, Any]:
     """One run's curve of a tag (one aggregation of its windows) against the step, with the bounds of the live
     window check where they are known (the alert's stored bound where the window alerted)."""
-    values = [_finite(p.value) for p in curve.points]
+    values = _finite_all([p.value for p in curve.points])
     label = f"{curve.tag} · {curve.aggregation} per {curve.kind} window"
     return {
         "title": label, "x": "step", "xlabel": "step", "ylabel": axis_label(curve.tag, curve.unit),
         "xs": [p.step for p in curve.points],
         "value": values,
-        "lower": [_finite(p.lower) for p in curve.points],
-        "upper": [_finite(p.upper) for p in curve.points],
+        "lower": _finite_all([p.lower for p in curve.points]),
+        "upper": _finite_all([p.upper for p in curve.points]),
         "out": [v if p.out_of_bounds else None for v, p in zip(values, curve.points)],
         "triaged": [None] * len(values),
         "current": [None] * len(values),

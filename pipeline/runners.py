@@ -155,6 +155,7 @@ def remember_option_views() -> None:
     PipelineOptions.view_as = view_as  # type: ignore[method-assign]
 
 
+@functools.cache  # asked at every view: one answer per class
 def _own_init(cls) -> bool:
     """Whether an options class below ``PipelineOptions`` has an ``__init__`` of its own (its views are Beam's)."""
     mro = cls.mro()

@@ -267,16 +267,25 @@ def _alert_kinds(store: DuckDBStore) -> Dict[str, int]:
     return dict(store.query("SELECT kind, count(*) FROM alerts GROUP BY kind"))
 
 
+_FROZEN: List[bool] = []  # [True] once this process has frozen its start-up objects
+
+
 @contextlib.contextmanager
 def start_up_objects_frozen() -> Iterator[None]:
-    """Keeps the objects made so far (modules, the graph: about a million) out of the garbage collector's full
-    passes while the pipeline runs: the replay's buffers make those passes frequent, and walking what start-up
-    left behind was half their cost (0.2-0.3 s of a million-point replay)."""
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
+    """Keeps the objects made before the process's first pipeline run (modules, the graph: about a million) out
+    of the garbage collector's full passes while it runs, and after: the replay's buffers make those passes
+    frequent, and walking what start-up left behind was half their cost (0.2-0.3 s of a million-point replay).
+
+    Frozen once per process, never thawed: a process that runs pipeline after pipeline (the tests, anything
+    calling ``pipeline.main.main`` again) used to freeze each run's graph with the start-up objects and thaw it
+    after the run, where only a full pass, which then hardly ever came, could free it: 10,000 objects and 4.7 MB
+    more at each demo replay (530 MB after 60 of them). What the first run leaves stays; later runs' graphs are
+    freed as any garbage is. (Frozen objects are not among what ``gc.get_objects`` and ``gc.get_referrers``
+    see.)"""
+    if not _FROZEN:
+        gc.freeze()
+        _FROZEN.append(True)
+    yield
 
 
 def line_groups(files: List[str], group_mib: float, streaming: bool) -> List[Optional[LineGroup]]:

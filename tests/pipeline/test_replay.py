@@ -1,5 +1,6 @@
 """End-to-end tests of ``python -m pipeline`` on replay files."""
 
+import gc
 import json
 import os
 import random
@@ -236,3 +237,17 @@ def test_history_by_keeps_a_baseline_per_machine_type_across_invocations(tmp_pat
     assert details["history_segment"] == "accelerator=v5e"
     assert {row[0] for row in store.query("SELECT history_segment FROM metric_history")} == {
         "accelerator=v4", "accelerator=v5e"}
+
+
+def test_a_process_that_replays_again_and_again_frees_what_each_replay_leaves(tmp_path, capsys):
+    """A replay freezes the objects made before its run (``start_up_objects_frozen``). Freezing each run's graph
+    and thawing it after the run left it where only a full pass of the collector, which then hardly ever came,
+    could free it: 10,000 objects more at each demo replay, 530 MB after 60 of them. Frozen once per process,
+    each later run's graph is freed as any garbage is."""
+    path = write_lines(tmp_path / "one.jsonl", cifar_lines()[0])
+    gc.collect()
+    for number in range(5):
+        assert replay(tmp_path, path, store=f"store{number}.duckdb", alerts=f"alerts{number}.jsonl",
+                      extra=("--report_dir=", "--no_progress")) == 0
+    left = gc.collect()
+    assert left < 30_000, left  # what is left to free: about two runs' worth at most (57,000 before)

@@ -9,6 +9,7 @@ that it is noticed when it changes. The replay also runs on FnApiRunner's two wo
 as workers would (no step writes the store: ``sinks/staging.py``).
 """
 
+import functools
 import os
 import platform
 
@@ -16,14 +17,19 @@ import apache_beam as beam
 import pytest
 from apache_beam.internal import pickler
 from apache_beam.options.pipeline_options import DebugOptions, PipelineOptions, StandardOptions, TypeOptions
+from apache_beam.runners.direct import transform_evaluator
+from apache_beam.transforms import core as beam_core
 from apache_beam.transforms import userstate
 
 from pipeline.main import main
 from pipeline.options import TrainguardOptions
 from pipeline.runners import (
     OPTION_VIEWS_KEPT,
+    arguments_from_code,
     local_batch_runner,
     pad_heap_growth,
+    pickle_dofns_once,
+    read_arguments_from_code,
     remember_dofn_specs,
     remember_option_views,
     specs_follow_the_class,
@@ -128,11 +134,8 @@ def test_the_project_installed_from_its_wheel_replays_on_worker_processes_outsid
     assert outputs_in(where) == fn_api_rows
 
 
-def test_beam_works_out_each_dofns_state_and_timer_specs_once_and_gets_the_same_answer():
-    remember_dofn_specs()  # again: idempotent
-    remembered = userstate.get_dofn_specs
-    compute = remembered.__wrapped__
-    assert not hasattr(compute, "remembered")
+def graph_dofns():
+    """Every DoFn of the whole detection graph."""
     pipeline = beam.Pipeline(runner=local_batch_runner())
     detect(pipeline | beam.Create([]), SETTINGS)
     dofns = []
@@ -143,6 +146,15 @@ def test_beam_works_out_each_dofns_state_and_timer_specs_once_and_gets_the_same_
                 dofns.append(applied.transform.fn)
 
     pipeline.visit(ParDos())
+    return dofns
+
+
+def test_beam_works_out_each_dofns_state_and_timer_specs_once_and_gets_the_same_answer():
+    remember_dofn_specs()  # again: idempotent
+    remembered = userstate.get_dofn_specs
+    compute = remembered.__wrapped__
+    assert not hasattr(compute, "remembered")
+    dofns = graph_dofns()
     assert len(dofns) > 30 and any(compute(fn)[1] for fn in dofns)  # timers among them
     for fn in dofns:
         assert remembered(fn) == compute(fn) and fn in remembered.remembered
@@ -179,6 +191,77 @@ def test_the_specs_kept_per_class_are_only_those_every_object_of_the_class_has()
     assert specs_follow_the_class(hooked) is None  # a hook that answers with a state parameter
     for fn in (plain, mapped, Counting(), odd, hooked, Counting(), plain):
         assert remembered(fn) == compute(fn)
+
+
+def test_the_arguments_read_from_code_are_those_of_the_signature_or_left_to_beam():
+    read_arguments_from_code()
+    read_arguments_from_code()  # again: idempotent
+    patched = beam_core.get_function_args_defaults
+    signature_of = patched.__wrapped__
+    dofns = graph_dofns()
+    methods = [getattr(dofn, name) for dofn in dofns + [pickler.roundtrip(dofn) for dofn in dofns]
+               for name in dir(dofn) if not name.startswith("__") and callable(getattr(dofn, name, None))]
+    read = [method for method in methods if arguments_from_code(method) is not None]
+    assert len(read) > 500  # the graph's own DoFns and Beam's, and their unpickled copies
+    for method in methods:
+        assert patched(method) == signature_of(method), method
+
+    def wrapped(x, y=1):
+        return x
+
+    class Odd:
+        def method(self, a, b=2, *more, c, d=4, **rest):
+            return a
+
+        def defaulted(self=None, a=1):
+            return a
+
+        @classmethod
+        def of_class(cls, a, b=3):
+            return a
+
+        @staticmethod
+        def static(a, b=5):
+            return a
+
+    odd = Odd()
+    assert arguments_from_code(odd.method) == (["a", "b"], [2])  # no keyword-only or variable arguments: as Beam's
+    assert arguments_from_code(Odd.of_class) == (["a", "b"], [3])
+    assert arguments_from_code(odd.static) == (["a", "b"], [5])
+    assert arguments_from_code(lambda x, y=(1,): x) == (["x", "y"], [(1,)])
+    for unread in (functools.wraps(wrapped)(lambda *a: a), functools.partial(wrapped, 1), odd.defaulted, len,
+                   str.strip, Odd):
+        assert arguments_from_code(unread) is None, unread
+    for method in (odd.method, Odd.of_class, odd.static, odd.defaulted, functools.partial(wrapped, 1), len,
+                   functools.wraps(wrapped)(lambda *a: a)):
+        assert patched(method) == signature_of(method), method
+
+
+def test_the_streaming_runner_unpickles_a_fresh_copy_of_each_dofn_per_bundle_from_bytes_pickled_once():
+    pickle_dofns_once()
+    pickle_dofns_once()  # again: idempotent, one wrapper
+    kept = transform_evaluator.pickler
+    assert kept._pickler is pickler
+
+    class Remembering(beam.DoFn):
+        def __init__(self):
+            self.seen = []
+
+        def process(self, element):
+            self.seen.append(element)
+            yield element
+
+    graph_dofn = Remembering()
+    first, second = kept.roundtrip(graph_dofn), kept.roundtrip(graph_dofn)
+    assert graph_dofn in kept._kept and len({id(graph_dofn), id(first), id(second)}) == 3
+    assert list(first.process(1)) == [1] and first.seen == [1]
+    assert second.seen == [] and graph_dofn.seen == []  # a bundle's copy changes neither the graph's nor another's
+    graph_dofn.seen.append("set before the pipeline ran")
+    fresh = Remembering()
+    fresh.seen.append("set before the pipeline ran")
+    assert kept.roundtrip(fresh).seen == ["set before the pipeline ran"]
+    assert kept.roundtrip((1, [2])) == (1, [2])  # no weak reference to a tuple: pickled at each call, as before
+    assert kept.dumps is pickler.dumps  # anything else is Beam's module
 
 
 def option_classes(cls=PipelineOptions) -> list:

@@ -194,8 +194,8 @@ def arguments_from_code(f) -> Optional[Tuple[List[str], List[Any]]]:
     positional argument names and their defaults; None where the signature is not the code's alone."""
     bound = isinstance(f, types.MethodType)
     function = f.__func__ if bound else f
-    if type(function) is not types.FunctionType or any(
-            hasattr(function, name) for name in ("__wrapped__", "__signature__", "__partialmethod__")):
+    if type(function) is not types.FunctionType or (function.__dict__ and any(  # where functools puts them
+            name in function.__dict__ for name in ("__wrapped__", "__signature__", "__partialmethod__"))):
         return None
     code = function.__code__
     names = list(code.co_varnames[:code.co_argcount])

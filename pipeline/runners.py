@@ -35,11 +35,20 @@ def local_batch_runner() -> FnApiRunner:
     counts. Setting it trades those reads for the same ``objsize`` walk per write.)
     """
     worker_handlers.STATE_CACHE_SIZE_MB = 0
+    spare_local_runners()
+    pad_heap_growth()
+    return FnApiRunner()
+
+
+def spare_local_runners() -> None:
+    """Spares the local runners Beam's work that gives the same answer again and again, as the functions below
+    say: state specs worked out once per DoFn, option views parsed once per class and flags, arguments read from
+    a function's code, and on BundleBasedDirectRunner a DoFn pickled once instead of at every bundle. Each changes
+    Beam's module state for the whole process, which is why only local runners install them. Idempotent."""
     remember_dofn_specs()
     remember_option_views()
     read_arguments_from_code()
-    pad_heap_growth()
-    return FnApiRunner()
+    pickle_dofns_once()
 
 
 M_TRIM_THRESHOLD, M_TOP_PAD = -1, -2  # glibc's mallopt parameters
@@ -306,9 +315,6 @@ def runner_for(options: PipelineOptions):
             print(BUNDLE_BASED_BATCH_WARNING, file=sys.stderr)
         return standard.runner
     if standard.streaming:
-        remember_dofn_specs()
-        remember_option_views()
-        pickle_dofns_once()
-        read_arguments_from_code()
+        spare_local_runners()
         return BundleBasedDirectRunner()
     return local_batch_runner()

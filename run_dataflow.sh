@@ -254,7 +254,7 @@ ensure_bigquery() {
   local name time_column clustering
   SCHEMA_DIR=$(mktemp -d)
   trap 'rm -rf "$SCHEMA_DIR"' EXIT
-  "$PYTHON" -m sinks.bigquery tables --schema_dir="$SCHEMA_DIR" > "$SCHEMA_DIR/tables.txt"
+  "$PYTHON" -m sinks.bigquery_schema --schema_dir="$SCHEMA_DIR" > "$SCHEMA_DIR/tables.txt"
   while read -r name time_column clustering; do
     exists bq --project_id="$PROJECT" show "$PROJECT:$DATASET.$name" \
       || run bq --project_id="$PROJECT" mk --table --schema="$SCHEMA_DIR/$name.json" \

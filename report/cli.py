@@ -104,9 +104,16 @@ def render_chunk(tasks: Sequence[tuple]) -> List[List[str]]:
 
 def worker_context():
     """Fresh worker processes (forkserver, else spawn): forking a process whose client libraries
-    (DuckDB, gRPC) may hold threads is not safe."""
-    methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+    (DuckDB, gRPC) may hold threads is not safe.
+
+    The fork server imports the drawing code once (matplotlib: half a second of CPU), and each worker forked
+    from it starts with it imported; without a preload list it would import the main script instead (some are
+    scripts that import Beam), and each worker matplotlib again."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["report.cli", "report.plots"])  # an ImportError is the server's to ignore
+    return context
 
 
 def _import_plots() -> None:

@@ -15,20 +15,17 @@ retried, and a failure one line naming the table (``BigQueryStore``).
 ``test_client`` hook) at another BigQuery API endpoint, such as a local
 emulator, with anonymous credentials.
 
-``python -m sinks.bigquery tables --schema_dir DIR`` writes one ``bq``-style
-JSON schema file per table and prints ``name time_column cluster_columns``
-lines: ``run_dataflow.sh`` creates the tables from them.
+The tables' schemas come from ``sinks/bigquery_schema.py``, which
+``run_dataflow.sh`` runs (without Beam) to create them.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import datetime
 import json
 import logging
-import os
 import time
 from typing import Any, Callable, Dict, List, Optional
 
@@ -46,6 +43,7 @@ from core.records import dead_letter_row
 from core.schema import DEAD_LETTER, TABLES, Table
 from core.vocabulary import WriteMethod
 from sinks import stores
+from sinks.bigquery_schema import schema_json
 from sinks.dataflow_job import DataflowJob, cancel_this_job
 from sinks.seed import (
     SEED_ATTEMPTS,
@@ -126,12 +124,6 @@ class EndpointClient:
 # --------------------------------------------------------------------------
 # Schemas and table creation
 # --------------------------------------------------------------------------
-
-
-def schema_json(table: Table) -> List[Dict[str, str]]:
-    """The table's schema as BigQuery JSON (``bq mk --schema`` files, Beam's dict schemas)."""
-    return [{"name": c.name, "type": c.type, "mode": "REQUIRED" if c.required else "NULLABLE",
-             "description": c.description} for c in table.columns]
 
 
 def ensure_tables(target: BigQueryTarget, tables=tuple(TABLES.values()),
@@ -455,26 +447,3 @@ class WriteToBigQueryTables(beam.PTransform[Dict[str, PCollection[Dict[str, Any]
         unwritable = (dead_letters | "AllDeadLetters" >> beam.Flatten()
                       | f"Write_{DEAD_LETTER.name}" >> WriteTableToBigQuery(self.target, DEAD_LETTER, self.method))
         return unwritable | "LogUnwritable" >> beam.ParDo(_LogLostRowFn())
-
-
-# --------------------------------------------------------------------------
-# Command line (for run_dataflow.sh)
-# --------------------------------------------------------------------------
-
-
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m sinks.bigquery", description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    tables = commands.add_parser("tables", help="Write one JSON schema file per table into --schema_dir and "
-                                                "print 'name time_column cluster,columns' per table.")
-    tables.add_argument("--schema_dir", required=True)
-    args = parser.parse_args(argv)
-    os.makedirs(args.schema_dir, exist_ok=True)
-    for table in TABLES.values():
-        with open(os.path.join(args.schema_dir, f"{table.name}.json"), "w", encoding="utf-8") as f:
-            json.dump(schema_json(table), f, indent=1)
-        print(table.name, table.time_column, ",".join(table.cluster_by))
-
-
-if __name__ == "__main__":
-    main()

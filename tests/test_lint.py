@@ -8,6 +8,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from tests.support import REPO_ROOT
 
 
@@ -24,6 +26,7 @@ def test_ruff_finds_nothing():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.long
 def test_the_product_type_checks():
     result = subprocess.run([tool("mypy"), "--no-incremental", "--cache-dir", os.devnull], cwd=REPO_ROOT,
                             capture_output=True, text=True)

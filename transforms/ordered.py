@@ -30,7 +30,7 @@ from core.history import HistorySeed, SeededState
 from core.records import dead_letter_row, failure_reason, record_payload
 from core.runs import TIMER_BUCKET_SECONDS
 from core.schema import DEAD_LETTER
-from transforms.coders import RecordCoder
+from transforms.coders import RecordCoder, outputs_any
 
 
 class StateMachine(Protocol):
@@ -366,6 +366,7 @@ def in_event_time_order(machine: StateMachine, name: str, streaming: bool = True
 
     # Beam finds a DoFn's state and timers in its methods' default arguments, so the class is made here, with this
     # instance's names; it only hands the cells to ``stage``.
+    @outputs_any
     class InEventTimeOrderFn(beam.DoFn):
         def process(self, element,
                     keyed=beam.DoFn.StateParam(keyed_spec),

@@ -19,7 +19,7 @@ from core.schema import DEAD_LETTER, TRIAGE
 from core.triage import TriageItem
 from trainguard import wire
 from transforms import progress
-from transforms.coders import AnyRecord, RecordCoder
+from transforms.coders import AnyRecord, RecordCoder, outputs_any
 
 
 class ParseMessageFn(beam.DoFn):
@@ -194,6 +194,7 @@ def _keyed_in_run(message, at=beam.DoFn.TimestampParam):
     return (message.test, message.run, message.id), (message, float(at))
 
 
+@outputs_any
 class _FirstCopyFn(beam.DoFn):
     """(key, [(copy, event time), ...]) -> the copy whose content sorts first, at its own time, and the dead
     letters of the others whose content differs (each distinct content once)."""

@@ -26,7 +26,7 @@ from core.records import dead_letter_row, failure_reason, record_payload
 from core.runs import RankedEvent, RunAccumulator, RunLifecycle, event_json, interrupt
 from core.schema import DEAD_LETTER
 from core.vocabulary import RunStatus
-from transforms.coders import RecordCoder
+from transforms.coders import RecordCoder, outputs_any
 
 RunKey = Tuple[str, str]
 INTERRUPTED = "interrupted"  # AssembleRuns' output of the runs a drain cut short (``RunStatus.INTERRUPTED``)
@@ -82,6 +82,7 @@ def join_resumed(stored: RunAccumulator, current: Optional[RunAccumulator], life
     return JoinedRun(accumulator, over_the_limit, accumulator.finalize_at(lifecycle))
 
 
+@outputs_any
 class AssembleRunFn(beam.DoFn):
     """Accumulates a run's messages in state and emits its ``RunResult`` once, when it ends.
 

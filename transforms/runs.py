@@ -16,7 +16,7 @@ from core.records import dead_letter_row
 from core.runs import RunLifecycle, RunResult
 from core.schema import DEAD_LETTER
 from transforms.backfills import AssembleRunOrBackfillFn
-from transforms.coders import AnyRecord
+from transforms.coders import AnyRecord, outputs_any
 from transforms.run_assembly import INTERRUPTED, AssembleRunFn
 from transforms.run_parts import AssembleRunPartsFn, PreAssembleRunsFn
 
@@ -30,6 +30,7 @@ def stored_run_reason(test: str, run: str) -> str:
             "(a message later than its end, or one resent that it already holds)")
 
 
+@outputs_any
 class _SkipStoredRunsFn(beam.DoFn):
     def __init__(self, dead_letter: bool):
         self.dead_letter = dead_letter

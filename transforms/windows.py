@@ -29,7 +29,7 @@ from core.triage import TriageItem
 from core.vocabulary import AlertKind
 from core.windows import PointColumns, TagWindows, Window, WindowPoint, WindowResult, window_aggregates
 from trainguard import wire
-from transforms.coders import RecordCoder
+from transforms.coders import RecordCoder, outputs_any
 from transforms.ordered import bucket_end
 from transforms.parse import DeduplicateMessages
 from transforms.rank_windows import CombineRankWindows
@@ -57,6 +57,7 @@ class _RunWindows:
     closed_used: List[bool] = dataclasses.field(default_factory=lambda: [False, False])
 
 
+@outputs_any
 class WindowRunFn(beam.DoFn):
     """((test, run, rank), MessageSummary) -> (WindowResult, revision); stall alerts; late points.
 

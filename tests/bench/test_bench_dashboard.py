@@ -5,6 +5,7 @@ import json
 import os
 
 import duckdb
+import pytest
 
 from bench import bench_dashboard as bench
 from tests.support import REPO_ROOT, run_shell_line
@@ -33,6 +34,7 @@ def test_the_quick_benchmark_asks_every_page_and_writes_its_results(tmp_path, ca
     assert "load: 2 clients" in capsys.readouterr().out
 
 
+@pytest.mark.long
 def test_the_readme_commands_run(tmp_path):
     """The README's commands as written, made quick and pointed at a scratch directory."""
     with open(os.path.join(REPO_ROOT, "README.md"), encoding="utf-8") as f:

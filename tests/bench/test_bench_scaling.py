@@ -17,6 +17,7 @@ def test_the_workloads_have_the_points_and_runs_each_sweep_varies() -> None:
     assert spread.tests == 1_000 and spread.points >= 100_000
 
 
+@pytest.mark.long
 def test_the_benchmark_command_writes_every_row_and_the_figure(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
     assert bench.main(["--points", "3000", "6000", "--tests", "2", "--tests_points", "3000", "--seed_runs", "10",

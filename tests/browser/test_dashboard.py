@@ -50,6 +50,7 @@ def demo(demo_replay, tmp_path):
     return tmp_path / "trainguard.duckdb"
 
 
+@pytest.mark.long
 def test_follow_an_alert_to_its_chart_and_dismiss_it(browser, demo, artifacts):
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By

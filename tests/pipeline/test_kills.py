@@ -4,14 +4,20 @@ alerts file (``sinks.local_outputs``).
 The kills are real (SIGKILL, from ``sinks.crash_points`` at a named instant, or from the test after a delay): no
 clean-up of the killed process runs. Each case starts from the store and alerts file of an earlier invocation, so
 that a kill also has history to lose, and the rerun is the same command again.
+
+The runs killed at an instant are forked from a ``Zygote``, a fresh interpreter that has imported
+``python -m pipeline`` (Beam and the graph: a second of CPU that every run would repeat) and nothing else, and
+runs the command's ``main`` in each child. The run killed after a delay is a whole ``python -m pipeline``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import pathlib
+import select
 import shutil
 import signal
 import subprocess
@@ -38,9 +44,65 @@ def command(workdir, input_file, grouping):
             "--no_progress", grouping]
 
 
-def run(workdir, input_file, grouping, **env):
-    return subprocess.run(command(workdir, input_file, grouping), cwd=REPO, capture_output=True, text=True,
-                          env={**os.environ, **env}, timeout=300)
+# The zygote's loop: a request is a JSON line (argv, environment, stderr file); the reply, the child's exit status.
+ZYGOTE_LOOP = """
+import json, os, sys, traceback
+import pipeline.__main__ as entry
+for line in sys.stdin:
+    request = json.loads(line)
+    child = os.fork()
+    if child == 0:
+        try:
+            os.environ.clear()
+            os.environ.update(request["env"])
+            stderr = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            null = os.open(os.devnull, os.O_RDWR)
+            for target, source in ((0, null), (1, null), (2, stderr)):
+                os.dup2(source, target)
+            entry.exit_now(entry.main(request["argv"]))
+        except BaseException:
+            traceback.print_exc()
+        os._exit(70)
+    _, status = os.waitpid(child, 0)
+    print(os.waitstatus_to_exitcode(status), flush=True)
+"""
+
+
+class Zygote:
+    """A Python that has imported ``python -m pipeline`` and runs its ``main`` in a forked child per request.
+
+    It is started fresh, with no thread of ours, so forking it is as safe as ``multiprocessing``'s fork
+    server."""
+
+    def __init__(self):
+        self.process = subprocess.Popen([sys.executable, "-c", ZYGOTE_LOOP], cwd=REPO, stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True)
+
+    def run(self, argv, stderr_file, env, timeout=300.0) -> subprocess.CompletedProcess:
+        """``python -m pipeline argv`` with ``env``, as a child of the zygote: its exit status and stderr."""
+        self.process.stdin.write(json.dumps({"argv": argv, "env": env, "stderr": stderr_file}) + "\n")
+        self.process.stdin.flush()
+        ready, _, _ = select.select([self.process.stdout], [], [], timeout)
+        assert ready, f"no exit status from the zygote's child within {timeout} s"
+        status = int(self.process.stdout.readline())
+        with open(stderr_file, encoding="utf-8") as f:
+            return subprocess.CompletedProcess(argv, status, "", f.read())
+
+    def close(self):
+        self.process.stdin.close()
+        self.process.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def zygote():
+    started = Zygote()
+    yield started
+    started.close()
+
+
+def run(zygote, workdir, input_file, grouping, **env):
+    return zygote.run(command(workdir, input_file, grouping)[3:], f"{workdir}.stderr.txt",
+                      {**os.environ, **env})
 
 
 def in_this_process(workdir, input_file, grouping):
@@ -61,7 +123,7 @@ def outputs(workdir):
 class Scenario:
     """An earlier invocation's outputs (``before``), the next invocation's input, and a clean run of it."""
 
-    def __init__(self, root, grouping):
+    def __init__(self, root, grouping, zygote):
         runs = cifar_lines()
         self.root, self.grouping = root, grouping
         self.first = messy_input(pathlib.Path(root), "early", runs[:8])
@@ -75,7 +137,7 @@ class Scenario:
         assert in_this_process(self.before, self.first, grouping)[0] == 0
         clean = self.fresh(f"clean{grouping}")
         trace = os.path.join(clean, "instants.txt")
-        assert run(clean, self.second, grouping, **{CRASH_TRACE_ENV: trace}).returncode == 0
+        assert run(zygote, clean, self.second, grouping, **{CRASH_TRACE_ENV: trace}).returncode == 0
         self.clean = outputs(clean)
         assert self.clean[1].count(MISSING_BERT.alert_id.encode()) == 2 and b'dismissed' in self.clean[1]
         with open(trace, encoding="utf-8") as f:
@@ -100,13 +162,13 @@ class Scenario:
 
 
 @pytest.fixture(scope="module")
-def one_group(tmp_path_factory):
-    return Scenario(str(tmp_path_factory.mktemp("kills")), ONE_GROUP)
+def one_group(tmp_path_factory, zygote):
+    return Scenario(str(tmp_path_factory.mktemp("kills")), ONE_GROUP, zygote)
 
 
 @pytest.fixture(scope="module")
-def in_groups(tmp_path_factory):
-    return Scenario(str(tmp_path_factory.mktemp("kills")), TINY_GROUPS)
+def in_groups(tmp_path_factory, zygote):
+    return Scenario(str(tmp_path_factory.mktemp("kills")), TINY_GROUPS, zygote)
 
 
 def test_a_clean_run_passes_every_instant_a_kill_is_tried_at(one_group, in_groups):
@@ -117,9 +179,9 @@ def test_a_clean_run_passes_every_instant_a_kill_is_tried_at(one_group, in_group
     assert in_groups.instants.count("commit.done#1") == 1 and "replay.between_groups#4" in in_groups.instants
 
 
-def kill_and_rerun(scenario, instant):
+def kill_and_rerun(zygote, scenario, instant):
     workdir = scenario.fresh(f"killed-{instant}".replace("#", "-"))
-    killed = run(workdir, scenario.second, scenario.grouping, **{CRASH_AT_ENV: instant})
+    killed = run(zygote, workdir, scenario.second, scenario.grouping, **{CRASH_AT_ENV: instant})
     assert killed.returncode == -signal.SIGKILL, (instant, killed.stderr[-2000:])
     return scenario.assert_rerun_is_clean(workdir)
 
@@ -130,17 +192,17 @@ ONE_GROUP_INSTANTS = ["commit.begin", "commit.job_history", "commit.metric_histo
 
 
 @pytest.mark.parametrize("instant", ONE_GROUP_INSTANTS)
-def test_a_kill_at_any_instant_of_the_commit_then_a_rerun_equals_a_clean_run(one_group, instant):
-    rerun = kill_and_rerun(one_group, instant)
+def test_a_kill_at_any_instant_of_the_commit_then_a_rerun_equals_a_clean_run(zygote, one_group, instant):
+    rerun = kill_and_rerun(zygote, one_group, instant)
     if instant == "alerts_file.write":  # killed half way through a line
         assert "ended in a torn line" in rerun
 
 
 @pytest.mark.parametrize("instant", ["replay.between_groups#1", "commit.metric_history#3", "commit.done#4",
                                      "alerts_file.write"])
-def test_a_kill_between_or_inside_groups_then_a_rerun_equals_a_clean_run(in_groups, instant):
+def test_a_kill_between_or_inside_groups_then_a_rerun_equals_a_clean_run(zygote, in_groups, instant):
     assert instant in in_groups.instants or f"{instant}#1" in in_groups.instants
-    kill_and_rerun(in_groups, instant)
+    kill_and_rerun(zygote, in_groups, instant)
 
 
 @pytest.mark.parametrize("delay", [3.0])

@@ -246,8 +246,10 @@ def test_a_process_that_replays_again_and_again_frees_what_each_replay_leaves(tm
     each later run's graph is freed as any garbage is."""
     path = write_lines(tmp_path / "one.jsonl", cifar_lines()[0])
     gc.collect()
-    for number in range(5):
+    for number in range(8):
         assert replay(tmp_path, path, store=f"store{number}.duckdb", alerts=f"alerts{number}.jsonl",
                       extra=("--report_dir=", "--no_progress")) == 0
     left = gc.collect()
-    assert left < 30_000, left  # what is left to free: about two runs' worth at most (57,000 before)
+    # What is left to free: two or three runs' worth, whenever the collector's last full pass came (20,000 to
+    # 33,000 seen; other threads' garbage counts too); it grew by 10,000 a run before (57,000 after five runs).
+    assert left < 60_000, left

@@ -9,6 +9,7 @@ import json
 import os
 import random
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from core.history import HistorySeed, JobHistory, MetricHistory
@@ -47,6 +48,7 @@ def messy_input(tmp_path, name: str, lines_of_runs) -> str:
     return str(path)
 
 
+@pytest.mark.long
 def test_a_replay_in_groups_gives_the_same_store_and_alerts_file_as_one_group(tmp_path):
     runs = cifar_lines()
     first, second = messy_input(tmp_path, "first", runs[:8]), messy_input(tmp_path, "second", runs[8:])

@@ -212,6 +212,7 @@ def run_job(pubsub_server, bigquery_emulator, publisher, dataset: str, warm_up: 
     return job, [warm_up] + payloads
 
 
+@pytest.mark.long
 def test_streaming_job_matches_the_local_replay_and_continues_after_a_restart(
         tmp_path, pubsub_server, bigquery_emulator):
     publisher = pubsub_v1.PublisherClient()

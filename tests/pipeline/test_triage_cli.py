@@ -3,6 +3,7 @@
 import glob
 import json
 import pathlib
+import shutil
 
 import pytest
 from google.cloud import pubsub_v1
@@ -18,11 +19,21 @@ CIFAR = "pt-cifar-tpu-v3-8"
 WALL_TIME_RUN = "tf-bert-squad-v100-007"
 
 
+@pytest.fixture(scope="module")
+def demo_outputs(tmp_path_factory):
+    """The directory a demo replay wrote its store and alerts file into (once for the module)."""
+    where = tmp_path_factory.mktemp("demo")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.chdir(where)
+        assert replay() == 0
+    return where
+
+
 @pytest.fixture
-def demo(tmp_path, monkeypatch):
-    """A store and alerts file from the demo replay; the working directory is the test's own."""
+def demo(demo_outputs, tmp_path, monkeypatch):
+    """A copy of the demo replay's store and alerts file; the working directory is the test's own."""
+    shutil.copytree(demo_outputs, tmp_path, dirs_exist_ok=True)
     monkeypatch.chdir(tmp_path)
-    assert replay() == 0
     return tmp_path
 
 

@@ -24,9 +24,9 @@ from sinks.bigquery import (
     WriteToBigQueryTables,
     ensure_tables,
     rejected_row_to_dead_letter,
-    schema_json,
     storage_write_row,
 )
+from sinks.bigquery_schema import schema_json
 from sinks.duckdb_store import DuckDBStore
 
 # The API may answer with the legacy names of standard SQL types.

@@ -10,9 +10,12 @@ from __future__ import annotations
 import os
 import sys
 
+import pytest
+
 from tests.support import REPO_ROOT, readme_block, run_shell_line
 
 
+@pytest.mark.long
 def test_the_trainer_docs_test_and_benchmark_commands_run():
     tests, bench = readme_block("## Tests and benchmark", "docs/trainer.md")
     assert tests.startswith(".venv/bin/python -m pytest tests/trainguard -q") and "bench_publisher.py --quick" in bench

@@ -112,6 +112,7 @@ def messages(draw) -> bytes:
 
 @settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(messages())
+@pytest.mark.long
 def test_both_paths_give_the_same_outcome(payload):
     check(payload)
 

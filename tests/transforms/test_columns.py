@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 
 import apache_beam as beam
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -68,6 +69,7 @@ def by_side(found):
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.lists(run, min_size=1, max_size=3, unique_by=lambda r: r[0]))
+@pytest.mark.long
 def test_both_encodings_give_identical_rows(runs):
     v1, v1_1 = messages(runs, wire.SCHEMA), messages(runs, wire.SCHEMA_V1_1)
     assert all(b'"columns"' in raw.payload or b'"points"' not in raw.payload for raw in v1_1)

@@ -6,6 +6,7 @@ import json
 import math
 
 import apache_beam as beam
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -56,6 +57,7 @@ message = st.fixed_dictionaries({"test": st.sampled_from(["t", "t" * 256]), "run
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.lists(message, min_size=1, max_size=8))
+@pytest.mark.long
 def test_hostile_valid_messages_are_all_accounted_for(bodies):
     payloads = [json.dumps(dict(body, schema=wire.SCHEMA, id=f"m{i}")).encode() for i, body in enumerate(bodies)]
     rejected, with_data = 0, []

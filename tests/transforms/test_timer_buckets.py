@@ -199,6 +199,7 @@ def pipeline_outputs(bucket_seconds, check, collect=False):
     return {name: sorted(rows) for name, rows in collected.items()}
 
 
+@pytest.mark.long
 def test_every_output_is_the_same_with_timers_in_buckets_or_at_each_event_time():
     def check(unbucketed):
         alerts = sorted((a["kind"], a["run_id"]) for a in map(json.loads, unbucketed["alerts"]))

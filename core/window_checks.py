@@ -420,6 +420,15 @@ def _alert(window: WindowResult, check: WindowCheck, value: float, bounds: Bound
 NUMERIC_AGGREGATIONS = ("last", "mean", "min", "max", "sum", "stddev", "p50", "p90", "p99")
 
 
+def window_from_row(row: Sequence[Any]) -> WindowResult:
+    """A stored window read back (the report's and the dashboard's queries): ``row`` holds its first 11 fields in
+    ``WindowResult``'s order (its times in epoch seconds), then one value per ``NUMERIC_AGGREGATIONS``, NULL where
+    the window did not compute it."""
+    (test, run, tag, kind, index, start_time, end_time, start_step, end_step, n, partial) = row[:11]
+    return WindowResult(test, run, tag, kind, index, start_time, end_time, start_step, end_step, n, partial,
+                        {a: v for a, v in zip(NUMERIC_AGGREGATIONS, row[11:]) if v is not None})
+
+
 def runs_compared(config: TagWindowConfig) -> int:
     """How many finished runs the step-aligned checks of one tag look back at (what its history keeps)."""
     return max((c.history_runs for c in config.checks), default=0)

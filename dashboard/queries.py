@@ -32,7 +32,7 @@ from core.config import ConfigSet
 from core.schema import ALERTS, DEAD_LETTER, JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS, RANK_METRICS, TRIAGE, Table
 from core.triage import AlertFacts, TriageItem
 from core.vocabulary import AlertKind, RunStatus
-from core.window_checks import NUMERIC_AGGREGATIONS
+from core.window_checks import NUMERIC_AGGREGATIONS, window_from_row
 from core.windows import WindowResult
 from dashboard.store import Reader, in_list
 from report.source import JobRow, MetricRow
@@ -458,8 +458,7 @@ def windows_of_runs(reader: Reader, test: str, runs: Sequence[str], span: Span =
     latest: Dict[tuple, WindowResult] = {}
     for row in rows:
         if tuple(row[1:5]) not in latest:
-            values = {a: v for a, v in zip(NUMERIC_AGGREGATIONS, row[11:-1]) if v is not None}
-            latest[tuple(row[1:5])] = WindowResult(*row[:11], values)  # type: ignore[call-arg]  # 11 fields first
+            latest[tuple(row[1:5])] = window_from_row(row[:-1])  # the revision last
     return list(latest.values())
 
 

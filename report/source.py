@@ -19,7 +19,7 @@ from core.alert_record import AlertRecord, alert_from_row
 from core.schema import ALERTS, JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS
 from core.triage import TriageItem, alert_states
 from core.vocabulary import AlertState, RunStatus
-from core.window_checks import NUMERIC_AGGREGATIONS
+from core.window_checks import NUMERIC_AGGREGATIONS, window_from_row
 from core.windows import WindowResult
 from sinks.seed import SqlDialect, read_triage_actions
 from sinks.stores import TOOL_TIMEOUT_SECONDS, bigquery_client, bigquery_dialect, bounded_query
@@ -136,9 +136,7 @@ class SqlReportSource:
             f"SELECT {key}, {epoch(q('start_time'))}, {epoch(q('end_time'))}, {q('start_step')}, {q('end_step')}, "
             f"{q('n')}, {q('partial')}, {values} FROM {self._sql.table(METRIC_WINDOWS)} {self._where('end_time')} "
             f"QUALIFY {q('revision')} = max({q('revision')}) OVER (PARTITION BY {key})")
-        return [WindowResult(*row[:11], {a: v for a, v in zip(NUMERIC_AGGREGATIONS, row[11:])  # type: ignore[call-arg]
-                                         if v is not None})  # (the first 11 columns are its fields)
-                for row in rows]
+        return [window_from_row(row) for row in rows]
 
     def alerts(self) -> List[AlertRecord]:
         q, epoch = self._sql.quote, self._sql.epoch_seconds

@@ -196,9 +196,12 @@ def demo_replay(tmp_path_factory):
 
 
 def checkout_view(where) -> None:
-    """Links the checkout's top-level entries into ``where`` (``.venv``: this Python's environment)."""
+    """Links the checkout's top-level entries into ``where`` (``.venv``: this Python's environment), but none of
+    a local store's files: a demo replay in the checkout (``.ci/run`` runs one first) leaves
+    ``trainguard.duckdb.lock``, and linked, every scratch's replay took that one lock, so two blocks running at
+    once in two workers stopped each other."""
     for name in os.listdir(REPO_ROOT):
-        if name not in NOT_IN_SCRATCH:
+        if name not in NOT_IN_SCRATCH and not name.startswith("trainguard.duckdb"):
             os.symlink(os.path.join(REPO_ROOT, name), where / name)
     os.symlink(sys.prefix, where / ".venv")
 
@@ -217,6 +220,17 @@ def scratch(demo_replay, tmp_path):
     shutil.copy(os.path.join(REPO_ROOT, "notifier", "example-config.json"), tmp_path / "email.json")
     return tmp_path
 
+
+
+def test_a_scratch_links_no_file_of_a_store_the_checkout_holds(tmp_path, monkeypatch):
+    checkout, scratch = tmp_path / "checkout", tmp_path / "scratch"
+    checkout.mkdir()
+    scratch.mkdir()
+    for name in ("README.md", "trainguard.duckdb", "trainguard.duckdb.lock", "trainguard.duckdb.wal", "alerts.jsonl"):
+        (checkout / name).write_text("")
+    monkeypatch.setattr(sys.modules[__name__], "REPO_ROOT", str(checkout))
+    checkout_view(scratch)
+    assert sorted(os.listdir(scratch)) == [".venv", "README.md"]
 
 def run_python_block(block: DocBlock, cwd) -> subprocess.CompletedProcess:
     script = cwd / f"doc_block_{block.line}.py"

@@ -16,6 +16,7 @@ from core.window_checks import (
     near_windows,
     seed_window_history,
     step_aligned_history,
+    window_from_row,
 )
 from core.windows import WindowResult, WindowSpec
 from tests.support import T0
@@ -308,3 +309,12 @@ def test_windows_of_a_second_machine_type_stop_alerting_once_it_is_a_mode_of_the
             alerts = finished_run(state, f"r{run:02d}", [level * (1 + rng.gauss(0, 0.02)) for _ in range(5)], cfg)
             late += alerts if run >= 30 else 0
     assert late <= 8
+
+
+def test_a_stored_window_read_back_keeps_the_aggregations_it_computed():
+    row = ("t", "r", "loss", "count", 3, 10.0, 20.0, 30, 39, 10, False,
+           2.0, None, 1.0, 4.0, None, None, None, 3.5, None)
+    window = window_from_row(row)
+    assert window == WindowResult("t", "r", "loss", "count", 3, 10.0, 20.0, 30, 39, 10, False,
+                                  {"last": 2.0, "min": 1.0, "max": 4.0, "p90": 3.5})
+    assert window.rank is None and window.world_size is None and window.host is None

@@ -27,7 +27,7 @@ from pipeline.runners import local_batch_runner
 from sinks.bigquery import BigQueryStore, BigQueryTarget, ReadSeedFromBigQuery, SeedPolicy, check_seed, ensure_tables
 from sinks.dataflow_job import JOB_ID_VARIABLE, DataflowJob
 from sinks.seed import SeedReadError
-from tests.sinks.test_seed_reads import _BlackHole, _FlakyProxy, ended_row
+from tests.sinks.test_seed_reads import BlackHole, FlakyProxy, ended_row
 
 CONFIGS = load_config_dir(DEFAULT_CONFIG_DIR)
 
@@ -100,7 +100,7 @@ def test_a_launch_against_a_table_the_seed_cannot_query_stops_with_one_line_befo
 
 def test_a_seed_that_never_answers_cancels_its_dataflow_job_after_its_attempts(monkeypatch, caplog):
     monkeypatch.setenv(JOB_ID_VARIABLE, "2026-11-26_04_00_00-123")
-    with _DataflowApi() as api, _BlackHole() as hole:
+    with _DataflowApi() as api, BlackHole() as hole:
         policy = SeedPolicy(timeout_seconds=1.0, attempts=2, retry_wait_seconds=0.25,
                             job=DataflowJob("my-project", "us-central1", api.endpoint))
         with pytest.raises(Exception) as raised, beam.Pipeline(runner=local_batch_runner()) as pipeline:
@@ -119,7 +119,7 @@ def test_a_seed_that_never_answers_cancels_its_dataflow_job_after_its_attempts(m
 
 def test_off_dataflow_the_seed_step_fails_with_the_reason_and_cancels_nothing(monkeypatch):
     monkeypatch.delenv(JOB_ID_VARIABLE, raising=False)
-    with _DataflowApi() as api, _BlackHole() as hole:
+    with _DataflowApi() as api, BlackHole() as hole:
         policy = SeedPolicy(timeout_seconds=1.0, attempts=1, job=DataflowJob("p", "r", api.endpoint))
         with pytest.raises(Exception) as raised, beam.Pipeline(runner=local_batch_runner()) as pipeline:
             _ = pipeline | ReadSeedFromBigQuery(BigQueryTarget("test-project", "silent", hole.endpoint), CONFIGS,
@@ -135,7 +135,7 @@ def test_a_failed_attempt_is_tried_again_and_gives_the_same_seed(bigquery_emulat
     rows = [ended_row("t", "a", "success", 1), ended_row("t", "b", "failure", 2)]
     assert bigquery_emulator.client().insert_rows_json(target.table_id(JOB_HISTORY), rows) == []
     direct = BigQueryStore(target).read_seed(CONFIGS)
-    proxy = _FlakyProxy(bigquery_emulator.endpoint, failures=1, status=400)  # not retried by the client
+    proxy = FlakyProxy(bigquery_emulator.endpoint, failures=1, status=400)  # not retried by the client
     threading.Thread(target=proxy.serve_forever, daemon=True).start()
     try:
         with _DataflowApi() as api:

@@ -73,7 +73,7 @@ def test_interrupted_runs_come_back_as_open_runs_until_a_job_ends_them(bigquery_
     assert seed.jobs["t"].last_status == "success"
 
 
-class _BlackHole:
+class BlackHole:
     """A TCP port that accepts connections (the kernel's backlog) and never answers."""
 
     def __enter__(self):
@@ -88,7 +88,7 @@ class _BlackHole:
 
 
 def test_a_seed_query_that_never_answers_fails_within_its_bound_naming_the_table():
-    with _BlackHole() as hole:
+    with BlackHole() as hole:
         target = BigQueryTarget("test-project", "silent", hole.endpoint)
         started = time.monotonic()
         with pytest.raises(SeedReadError) as raised:
@@ -106,7 +106,7 @@ def test_a_seed_query_that_never_answers_fails_within_its_bound_naming_the_table
 
 def test_the_streaming_jobs_seed_step_fails_with_that_line():
     # pytest.raises(Exception): whatever the runner wraps the seed step's error in
-    with _BlackHole() as hole, pytest.raises(Exception) as raised, beam.Pipeline(runner=local_batch_runner()) as p:
+    with BlackHole() as hole, pytest.raises(Exception) as raised, beam.Pipeline(runner=local_batch_runner()) as p:
         _ = p | ReadSeedFromBigQuery(BigQueryTarget("test-project", "silent", hole.endpoint), CONFIGS,
                                      SeedPolicy(timeout_seconds=1.0, attempts=1))
     assert "cannot read the history seed: the query of test-project.silent." in str(raised.value)
@@ -125,7 +125,7 @@ def test_a_table_bigquery_does_not_have_fails_at_once_with_its_error(bigquery_em
     assert " failed: " in str(raised.value)
 
 
-class _FlakyProxy(http.server.ThreadingHTTPServer):
+class FlakyProxy(http.server.ThreadingHTTPServer):
     """Forwards requests to ``upstream``, but answers the first ``failures`` with ``status`` (503 Service
     Unavailable, which the client retries; 400 Bad Request, which it does not)."""
 
@@ -182,7 +182,7 @@ def test_transient_errors_are_retried_and_the_seed_is_the_same(bigquery_emulator
     rows = [ended_row("t", "a", "success", 1), ended_row("t", "b", "failure", 2)]
     assert bigquery_emulator.client().insert_rows_json(target.table_id(JOB_HISTORY), rows) == []
     direct = BigQueryStore(target).read_seed(CONFIGS)
-    proxy = _FlakyProxy(bigquery_emulator.endpoint, failures=3)
+    proxy = FlakyProxy(bigquery_emulator.endpoint, failures=3)
     serving = threading.Thread(target=proxy.serve_forever, daemon=True)
     serving.start()
     try:

@@ -1,6 +1,6 @@
 """BigQuery: the production store, with the same tables as the local DuckDB store.
 
-Every table comes from ``sinks/schema.py`` (one definition for both stores):
+Every table comes from ``core/schema.py`` (one definition for both stores):
 created if missing with its explicit schema, partitioned by day on its time
 column and clustered by its ``cluster_by`` columns. Rows are written with
 Beam's ``WriteToBigQuery`` (streaming inserts, the portable default, or the

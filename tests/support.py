@@ -55,6 +55,18 @@ def readme_block(heading: str, document: str = "README.md") -> list:
     return [line for line in block[:block.index("```")].splitlines() if line.strip()]
 
 
+HEAVY_IMPORTS = ("apache_beam", "duckdb", "google.cloud.bigquery")
+
+
+def heavy_imports_of(module: str) -> list:
+    """Which of ``HEAVY_IMPORTS`` importing ``module`` loads, in a fresh interpreter (for the commands that must
+    start without them)."""
+    done = subprocess.run([sys.executable, "-c", f"import sys, {module}; print(' '.join(m for m in {HEAVY_IMPORTS!r} "
+                           "if m in sys.modules))"], capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
 def run_shell_line(line: str, cwd: str) -> subprocess.CompletedProcess:
     """One documented shell command, with this Python's scripts (the console scripts) first on the PATH."""
     env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))

@@ -59,8 +59,9 @@ MARK_TEXT = {
     "output": "tests/test_docs.py compares this block with the output of the block above",
 }
 FENCE = re.compile(r"^( *)```(\S*)\s*$")
-NOT_IN_SCRATCH = {".git", ".venv", "trainguard.duckdb", "alerts.jsonl", "trainguard.triage.jsonl", "triage.jsonl",
+NOT_IN_SCRATCH = {".git", ".venv", "alerts.jsonl", "trainguard.triage.jsonl", "triage.jsonl",
                   "trainguard-report", "email-dry-run", "email-state.sqlite", "metrics.jsonl", "runs", "train.py", "email.json"}
+STORE_FILES = "trainguard.duckdb"  # the store and what DuckDB and the store lock keep beside it (.wal, .lock)
 RUNNING = "Ctrl-C stops it"
 PUBSUB_NAME = re.compile(r"projects/[\w.-]+/(?:topics|subscriptions)/[\w.~%+-]+")
 COMMAND_TIMEOUT_S = 300
@@ -201,7 +202,7 @@ def checkout_view(where) -> None:
     ``trainguard.duckdb.lock``, and linked, every scratch's replay took that one lock, so two blocks running at
     once in two workers stopped each other."""
     for name in os.listdir(REPO_ROOT):
-        if name not in NOT_IN_SCRATCH and not name.startswith("trainguard.duckdb"):
+        if name not in NOT_IN_SCRATCH and not name.startswith(STORE_FILES):
             os.symlink(os.path.join(REPO_ROOT, name), where / name)
     os.symlink(sys.prefix, where / ".venv")
 
@@ -221,7 +222,6 @@ def scratch(demo_replay, tmp_path):
     return tmp_path
 
 
-
 def test_a_scratch_links_no_file_of_a_store_the_checkout_holds(tmp_path, monkeypatch):
     checkout, scratch = tmp_path / "checkout", tmp_path / "scratch"
     checkout.mkdir()
@@ -231,6 +231,7 @@ def test_a_scratch_links_no_file_of_a_store_the_checkout_holds(tmp_path, monkeyp
     monkeypatch.setattr(sys.modules[__name__], "REPO_ROOT", str(checkout))
     checkout_view(scratch)
     assert sorted(os.listdir(scratch)) == [".venv", "README.md"]
+
 
 def run_python_block(block: DocBlock, cwd) -> subprocess.CompletedProcess:
     script = cwd / f"doc_block_{block.line}.py"

@@ -90,12 +90,13 @@ def register_record_coders() -> None:
     beam.coders.registry.register_coder(_AnyRecordConstraint, RecordCoder)
 
 
-also_load(*TRANSFORM_RECORD_MODULES)
-register_record_coders()
-
-
 def outputs_any(dofn_class):
     """Declares a DoFn's outputs ``Any``: what Beam finds anyway, by reading the bytecode of its methods, for
     a DoFn that emits several kinds of record (or tagged ones). Declared, every graph built skips that
     inference: 5 to 20 ms per DoFn, a tenth of a small replay's CPU. The coders are the same."""
     return beam.typehints.with_output_types(Any)(dofn_class)
+
+
+also_load(*TRANSFORM_RECORD_MODULES)
+register_record_coders()
+

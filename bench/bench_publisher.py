@@ -3,7 +3,7 @@
 Runs against the in-process Pub/Sub server of the test suite (real
 google-cloud-pubsub client, real gRPC on loopback)::
 
-    .venv/bin/python bench/bench_publisher.py            # ~3 minutes
+    .venv/bin/python bench/bench_publisher.py            # ~6 minutes
     .venv/bin/python bench/bench_publisher.py --quick    # smoke run
 
 Reports (and writes to bench/out/publisher.json):
@@ -21,8 +21,11 @@ Reports (and writes to bench/out/publisher.json):
    steady load shaped like a training loop: each step releases the GIL (as
    CUDA/NCCL calls and numpy do) and then logs a few metrics. The same load
    goes through an empty function, the real torchelastic into its
-   NullMetricHandler (when torch is importable) and trainguard's compatible
-   path into a NullMetricHandler, for comparison. Every call is
+   NullMetricHandler (when torch is importable; its held stream and its
+   ``put_metric``) and trainguard's compatible path into a NullMetricHandler,
+   for comparison; trainguard publishes through a held stream and through
+   ``put_metric``. At 100,000 points/s the rows run ``--rounds`` times in
+   turn and each gives its median round. Every call is
    timed (``perf_counter_ns``, its own overhead subtracted): mean (the
    amortized cost), p50/p99/p99.9/max, and the process CPU spent per point
    including the background thread's encoding and publishing. The lateness
@@ -91,6 +94,38 @@ def torchelastic_null_stream(metrics):
     """A real torchelastic stream whose group is configured with torchelastic's NullMetricHandler."""
     metrics.configure(metrics.NullMetricHandler(), "g")
     return metrics.getStream("g")
+
+
+def torchelastic_null_put_metric(metrics):
+    """``add_value`` through torchelastic's ``put_metric`` into its NullMetricHandler."""
+    metrics.configure(metrics.NullMetricHandler(), "g")
+    return put_metric_adder(metrics.put_metric, "g", False)
+
+
+def put_metric_adder(put_metric, group: str, with_step: bool):
+    """``add_value(name, value[, step])`` through ``put_metric(name, value, group[, step])``: the module-level
+    call, which looks the group's stream up at each value (torchelastic's takes no step)."""
+    if with_step:
+        def add_value(metric_name, metric_value, step=None):
+            put_metric(metric_name, metric_value, group, step)
+    else:
+        def add_value(metric_name, metric_value, step=None):
+            put_metric(metric_name, metric_value, group)
+    return add_value
+
+
+def install() -> Dict[str, Any]:
+    """What this process runs on: where trainguard is imported from, and the optional writers it finds (the
+    trainer install, ``pip install ./trainer``, brings orjson and numpy; the pipeline's brings Beam too)."""
+    import importlib.util
+
+    from trainguard import encoding
+
+    found = {name: importlib.util.find_spec(name) is not None
+             for name in ("numpy", "orjson", "msgspec", "apache_beam", "torch")}
+    return {"trainguard": os.path.dirname(tg.__file__), "python": sys.executable, "importable": found,
+            "compiled_number_writer": getattr(encoding.compiled_dumps, "__module__", None),
+            "float32_writer": encoding.float32_dumps is not None}
 
 
 SERVER_SCRIPT = """
@@ -238,34 +273,58 @@ def steady_load(add_value, rate: int, seconds: float, per_step: int, overhead: f
 
 
 def steady_load_comparison(server: ServerProcess, topic: str, rate: int, per_step: int, seconds: float,
-                           overhead: float, torchelastic) -> Dict[str, Any]:
-    """The same load through an empty function, the real torchelastic into its
-    NullMetricHandler (if torch is importable), trainguard's compatible path
-    into a NullMetricHandler, and PubSubMetricHandler (publishing)."""
+                           overhead: float, torchelastic, rounds: int = 1) -> Dict[str, Any]:
+    """The same load through an empty function, the real torchelastic into its NullMetricHandler (held stream
+    and ``put_metric``, if torch is importable), trainguard's compatible path into a NullMetricHandler, and
+    PubSubMetricHandler publishing (held stream and ``put_metric``), ``rounds`` times in turn: each row is its
+    median round by process CPU (the CPU of one round moves by 20% and more on this shared machine, the same
+    for every row of that round), with every round's figure beside it."""
 
     def noop(metric_name, metric_value, step=None):
         pass
 
-    out: Dict[str, Any] = {"rate_per_s": rate, "per_step": per_step}
-    out["empty_function"] = steady_load(noop, rate, seconds, per_step, overhead)
+    def publishing(name: str, through_put_metric: bool):
+        handler = tg.PubSubMetricHandler(topic, "bench", name)  # its thread creates the client now
+        handler.flush(timeout=30)
+        if not through_put_metric:
+            return handler, MetricStream("train", handler).add_value
+        tg.configure(handler, "bench-steady")
+        return handler, put_metric_adder(tg.put_metric, "bench-steady", True)
+
+    rows: Dict[str, Any] = {"empty_function": lambda r: (None, noop, True)}
     if torchelastic is not None:
-        out["torchelastic_null_handler"] = steady_load(torchelastic_null_stream(torchelastic).add_value,
-                                                       rate, seconds, per_step, overhead, with_step=False)
-    out["trainguard_compat_path_null_handler"] = steady_load(MetricStream("g", NullMetricHandler()).add_value,
-                                                             rate, seconds, per_step, overhead)
-    handler = tg.PubSubMetricHandler(topic, "bench", f"steady-{rate}")  # its thread creates the client now
-    handler.flush(timeout=30)
-    result = steady_load(MetricStream("train", handler).add_value, rate, seconds, per_step, overhead)
-    cpu0 = time.process_time()
-    result["all_delivered"] = handler.flush(timeout=60)
-    result["flush_cpu_ms"] = round((time.process_time() - cpu0) * 1000, 1)
-    stats = handler.stats()
-    handler.close()
-    result.update(points_delivered=stats.points_delivered, points_dropped=stats.points_dropped,
-                  messages=stats.messages_delivered)
-    result["added_process_cpu_us_per_point"] = round(
-        result["process_cpu_us_per_call"] - out["empty_function"]["process_cpu_us_per_call"], 3)
-    out["trainguard_pubsub_handler"] = result
+        rows["torchelastic_null_handler"] = lambda r: (None, torchelastic_null_stream(torchelastic).add_value, False)
+        rows["torchelastic_put_metric_null_handler"] = lambda r: (None, torchelastic_null_put_metric(torchelastic),
+                                                                  False)
+    rows["trainguard_compat_path_null_handler"] = lambda r: (None, MetricStream("g", NullMetricHandler()).add_value,
+                                                             True)
+    rows["trainguard_pubsub_handler"] = lambda r: (*publishing(f"steady-{rate}-{r}", False), True)
+    rows["trainguard_put_metric_pubsub_handler"] = lambda r: (*publishing(f"steady-put-{rate}-{r}", True), True)
+
+    measured: Dict[str, List[Dict[str, Any]]] = {name: [] for name in rows}
+    for r in range(rounds):
+        for name, make in rows.items():
+            handler, add_value, with_step = make(r)
+            result = steady_load(add_value, rate, seconds, per_step, overhead, with_step=with_step)
+            if handler is not None:
+                cpu0 = time.process_time()
+                result["all_delivered"] = handler.flush(timeout=60)
+                result["flush_cpu_ms"] = round((time.process_time() - cpu0) * 1000, 1)
+                stats = handler.stats()
+                handler.close()
+                result.update(points_delivered=stats.points_delivered, points_dropped=stats.points_dropped,
+                              messages=stats.messages_delivered)
+            measured[name].append(result)
+    out: Dict[str, Any] = {"rate_per_s": rate, "per_step": per_step, "rounds": rounds}
+    for name, results in measured.items():
+        ordered = sorted(results, key=lambda result: result["process_cpu_us_per_call"])
+        row = dict(ordered[(len(ordered) - 1) // 2])
+        row["process_cpu_us_per_call_rounds"] = [result["process_cpu_us_per_call"] for result in results]
+        out[name] = row
+    empty = out["empty_function"]["process_cpu_us_per_call"]
+    for name in rows:
+        if name != "empty_function":
+            out[name]["added_process_cpu_us_per_point"] = round(out[name]["process_cpu_us_per_call"] - empty, 3)
     return out
 
 
@@ -420,11 +479,14 @@ def wire_efficiency(server: ServerProcess, topic: str, rate: int, points: int) -
 def main() -> None:
     parser = StrictArgumentParser(description=__doc__.split("\n")[0], epilog=DASHES_NOTE)
     parser.add_argument("--quick", action="store_true", help="short run (smoke test)")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="rounds of the 100,000 points/s comparison, its rows in turn (default: 5; --quick: 1)")
     args = parser.parse_args()
+    rounds = args.rounds or (1 if args.quick else 5)
     scale = 0.1 if args.quick else 1.0
     results: Dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                                            "platform": platform.platform()},
-                               "date": time.strftime("%Y-%m-%d")}
+                               "date": time.strftime("%Y-%m-%d"), "install": install()}
     overhead = timer_overhead_ns()
     results["timer_overhead_ns"] = overhead
 
@@ -464,7 +526,8 @@ def main() -> None:
         pubsub_v1.PublisherClient().create_topic(name=topic)
 
         results["steady_load"] = [
-            steady_load_comparison(server, topic, rate, per_step, seconds * scale, overhead, torchelastic)
+            steady_load_comparison(server, topic, rate, per_step, seconds * scale, overhead, torchelastic,
+                                   rounds if rate == 100_000 else 1)
             for rate, per_step, seconds in ((1_000, 10, 15.0), (20_000, 20, 10.0), (100_000, 50, 10.0))]
         results["first_batch"] = first_batch(server, topic, 3 if args.quick else 10)
         results["saturation"] = saturation(server, topic, int(2_000_000 * scale))

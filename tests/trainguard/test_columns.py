@@ -7,6 +7,7 @@ import importlib
 import json
 import math
 import struct
+from array import array
 
 import pytest
 from hypothesis import given, settings
@@ -110,7 +111,16 @@ def test_the_encoder_writes_what_wire_encode_message_writes(batch, max_points):
         dicts = [wire.point_dict(tag, value, time, step) for tag, value, step, time in parsed.points]
         reference = wire.encode_message("t", "r", dicts, message_id=parsed.id, rank=1, world_size=2,
                                         schema=wire.SCHEMA_V1_1)
-        assert json.loads(message.payload) == json.loads(reference)
+        assert as_float32(json.loads(message.payload)) == as_float32(json.loads(reference))
+
+
+def as_float32(message):
+    """The message with each ``f32`` column's values as the float32 they stand for: a float32 may be written
+    in its shortest text (numpy and orjson) or to 9 digits (%-formatting, the reference's)."""
+    for column in message.get("columns", []):
+        if column.get("f32"):
+            column["values"] = array("f", column["values"]).tolist()
+    return message
 
 
 def test_a_training_loop_costs_under_20_bytes_a_point_at_1000_points_a_message():
@@ -194,6 +204,61 @@ def test_the_compiled_number_writer_is_used_where_installed():
     assert b'"values":[0.00001,0.00002,0.00003,' in message.payload
     [plain], _ = encode_with_writer(None, batch, 1000)
     assert b'"values":[1e-05,2e-05,3e-05,' in plain.payload
+
+
+def encode_with_float32_writer(write, batch, max_points=1000):
+    """The messages of ``batch`` with float32 values written by ``write`` (None: %-formatting to 9 digits)."""
+    saved = encoding.float32_dumps
+    encoding.float32_dumps = write
+    try:
+        ids = iter(f"m{i}" for i in range(10_000))
+        return MessageEncoder("t", "r", max_points=max_points, schema=wire.SCHEMA_V1_1).encode(
+            batch, next_id=lambda: next(ids))
+    finally:
+        encoding.float32_dumps = saved
+
+
+needs_float32_writer = pytest.mark.skipif(encoding.float32_dumps is None, reason="numpy or orjson is not importable")
+any_float32 = st.integers(0, (1 << 32) - 1).map(lambda bits: struct.unpack("<f", struct.pack("<I", bits))[0]).filter(
+    math.isfinite)
+
+
+@needs_float32_writer
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(st.one_of(any_float32, float32s), min_size=1, max_size=60),
+       max_points=st.sampled_from([1, 7, 1000]))
+def test_float32_values_in_their_shortest_text_read_back_bit_for_bit(values, max_points):
+    batch = [("loss", value, i, T0 + i * 0.001) for i, value in enumerate(values)]
+    shortest = encode_with_float32_writer(encoding.float32_dumps, batch, max_points)
+    nine_digits = encode_with_float32_writer(None, batch, max_points)
+    for messages in (shortest, nine_digits):
+        assert [struct.pack("<f", p[1]) for p in parsed_points(messages)] == [struct.pack("<f", v) for v in values]
+    assert [(m.points, m.attributes) for m in shortest] == [(m.points, m.attributes) for m in nine_digits]
+
+
+@needs_float32_writer
+def test_a_million_float32_values_and_every_binade_edge_read_back_from_their_shortest_text():
+    """The reader's rule (``_columns``: the text read as a float64, then rounded to the nearest float32) gives
+    back every float32 the writer wrote, near each power of two (where a float32's interval is lopsided) too."""
+    import numpy as np
+
+    bits = np.random.default_rng(7).integers(0, 1 << 32, size=1_000_000, dtype=np.uint64).astype(np.uint32)
+    edges = (np.arange(255, dtype=np.uint32)[:, None] << 23) + np.array([0, 1, 2, 0x7FFFFE, 0x7FFFFF], np.uint32)
+    floats = np.concatenate([bits, edges.ravel(), edges.ravel() | 0x80000000]).view(np.float32)
+    floats = floats[np.isfinite(floats)]
+    text = encoding.float32_dumps(array("f", floats.tobytes()))
+    back = array("f", json.loads(text))
+    assert back.tobytes() == floats.tobytes()
+
+
+def test_float32_values_are_written_shortest_where_numpy_is_importable():
+    batch = [("loss", struct.unpack("<f", struct.pack("<f", v))[0], i, T0) for i, v in enumerate([3.91, 0.1, 2.5])]
+    [plain] = encode_with_float32_writer(None, batch)
+    assert b'"f32":true,"values":[3.91000009,0.100000001,2.5]' in plain.payload
+    if encoding.float32_dumps is None:
+        pytest.skip("numpy or orjson is not importable")
+    [shortest] = encode_with_float32_writer(encoding.float32_dumps, batch)
+    assert b'"f32":true,"values":[3.91,0.1,2.5]' in shortest.payload
 
 
 bad_points = st.sampled_from([("", 1.0, None, T0), ("loss", float("nan"), 3, T0), ("loss", "1.5", None, T0),

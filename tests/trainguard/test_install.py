@@ -43,8 +43,9 @@ def test_its_dependencies_are_light_and_the_shipper_is_a_console_script(wheel):
         scripts = z.read("trainguard-0.1.0.dist-info/entry_points.txt").decode()
     requires = metadata.get_all("Requires-Dist")
     assert metadata["Name"] == "trainguard"
-    # orjson: the fast path of the trainer's encoder (trainguard/encoding.py), which a training job must get
-    assert [r for r in requires if "extra ==" not in r] == ["google-cloud-pubsub<3,>=2.18", "orjson<4,>=3.9.7"]
+    # orjson and numpy: the fast paths of the trainer's encoder (trainguard/encoding.py), which a training job must get
+    assert [r for r in requires if "extra ==" not in r] == ["google-cloud-pubsub<3,>=2.18", "orjson<4,>=3.9.7",
+                                                            "numpy>=1.21"]
     assert not [r for r in requires if "beam" in r or "duckdb" in r or "sendgrid" in r]
     assert set(metadata.get_all("Provides-Extra")) == {"shipper", "system"}
     assert "trainguard-ship = trainguard.shipper:main" in scripts
@@ -77,6 +78,6 @@ def test_the_pipeline_sdist_takes_the_trainers_dependencies_from_the_trainers_on
     subprocess.run([sys.executable, "setup.py", "-q", "egg_info", "-e", str(tmp_path)], cwd=unpacked, check=True,
                    capture_output=True)
     requires = (tmp_path / "trainguard_pipeline.egg-info" / "requires.txt").read_text().split("\n\n")[0].split()
-    assert {"google-cloud-pubsub<3,>=2.18", "orjson<4,>=3.9.7"} <= set(requires)
+    assert {"google-cloud-pubsub<3,>=2.18", "orjson<4,>=3.9.7", "numpy>=1.21"} <= set(requires)
     scripts = (tmp_path / "trainguard_pipeline.egg-info" / "entry_points.txt").read_text()
     assert "trainguard-ship = trainguard.shipper:main" in scripts

@@ -29,7 +29,7 @@ from tests.trainguard.support import (
     wait_until,
 )
 from tests.trainguard.tb_files import TF2Writer
-from trainguard import wire
+from trainguard import outbox, wire
 from trainguard.encoding import EncodedMessage
 from trainguard.pubsub_handler import PubSubTransport
 from trainguard.shipper import Shipper, ShipperConfig
@@ -115,17 +115,18 @@ def test_several_messages_go_in_one_publish_request_intact_and_in_order(pubsub_s
     handler = handlers.add(tg.PubSubMetricHandler(topic, "t", "r", tg.PublisherConfig(
         max_points_per_message=100, linger_ms=60_000, max_latency_ms=60_000), client_factory=client_factory))
     stream = tg.MetricStream("train", handler)
-    for step in range(1000):  # ten full messages: one send's worth
+    sent = outbox.MESSAGES_PER_SEND  # full messages of 100 points: one send's worth (10)
+    for step in range(100 * sent):
         stream.add_value("loss" if step % 2 else "lr", step / 8, step=step)
-    wait_until(lambda: handler.stats().points_delivered == 1000)  # no flush: the send was due
-    assert counter.requests == [10]
+    wait_until(lambda: handler.stats().points_delivered == 100 * sent)  # no flush: the send was due
+    assert counter.requests == [sent]
     messages = received(pubsub_server, topic)
     # in the order they were logged: message i holds steps 100 i to 100 i + 99, each tag's in order
     assert [sorted(p.step for p in points_of([m])) for m in messages] == [
-        list(range(100 * i, 100 * i + 100)) for i in range(10)]
-    assert [p.step for p in points_of(messages) if p.tag == "loss"] == list(range(1, 1000, 2))
+        list(range(100 * i, 100 * i + 100)) for i in range(sent)]
+    assert [p.step for p in points_of(messages) if p.tag == "loss"] == list(range(1, 100 * sent, 2))
     assert [p.value for p in points_of(messages)] == [p.step / 8 for p in points_of(messages)]
-    assert handler.stats().messages_delivered == 10
+    assert handler.stats().messages_delivered == sent
 
 
 def test_the_transport_raises_what_the_gapic_client_raises(pubsub_server):

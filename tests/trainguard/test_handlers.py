@@ -6,6 +6,7 @@ import logging
 import os
 import textwrap
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -81,6 +82,19 @@ def test_a_lingering_message_still_goes_within_the_latency(handlers):
         stream.add_value("loss", float(i), step=i)
     wait_until(lambda: transport.sends)  # no flush: the linger is capped by max_latency_ms
     assert [p.step for p in points_of(parse_all(transport.payloads))] == list(range(10))
+
+
+def test_a_lone_full_message_goes_once_its_linger_is_over(handlers):
+    transport = ScriptedTransport()
+    handler = handlers.scripted(transport, max_points_per_message=10, linger_ms=300, max_latency_ms=FAR)
+    stream = tg.MetricStream("g", handler)
+    logged = time.monotonic()
+    for i in range(15):  # a full message and half of the next
+        stream.add_value("loss", float(i), step=i)
+    wait_until(lambda: transport.sends)  # no flush, no second message: the linger ends it
+    assert time.monotonic() - logged >= 0.3 and transport.sends == [1]
+    assert [p.step for p in points_of(parse_all(transport.payloads))] == list(range(10))
+    assert handler.intake.point_count() == 5
 
 
 def test_without_linger_a_full_message_is_not_held_back(handlers):
@@ -210,8 +224,8 @@ def test_training_code_never_sees_an_exception(handlers, tmp_path):
 def test_a_point_with_a_non_finite_time_is_counted_invalid_and_the_thread_goes_on(handlers, tmp_path, schema):
     path = str(tmp_path / "m.jsonl")
     handler = handlers.jsonl(path, max_latency_ms=FAR, schema=schema)
-    for step, time in enumerate((float("nan"), float("inf"), 1_790_000_000.0)):
-        handler.add_point("loss", 1.0 + step, step, time)
+    for step, at in enumerate((float("nan"), float("inf"), 1_790_000_000.0)):
+        handler.add_point("loss", 1.0 + step, step, at)
     assert handler.flush(timeout=20)
     handler.add_point("loss", 5.0, 5, 1_790_000_001.0)
     assert handler.flush(timeout=20)  # the background thread is still there

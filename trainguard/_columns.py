@@ -12,10 +12,12 @@ since the epoch (``ms / 1000`` seconds). Each delta is an integer from
 -(2**63 - 1) to 2**63 - 1 (``MAX_DELTA``), so a reader can sum them in int64.
 A ``null`` step is a point without a step (the running sum goes on from the
 last step). ``steps`` is left out when no point has one. ``f32: true`` says
-every value is a float32 written to 9 significant digits (what a float32
-needs to round-trip), and the reader rounds each to the nearest float32: the
-value a trainer logged from a float32 tensor (``loss.item()``) comes back bit
-for bit, in 10 or 11 characters instead of 17 to 19. At 1,000 points per
+every value is a float32 written in at most 9 significant digits (what a
+float32 needs to round-trip: the trainer writes its shortest text that reads
+back to it where numpy is importable, all 9 otherwise), and the reader rounds
+each to the nearest float32: the value a trainer logged from a float32 tensor
+(``loss.item()``) comes back bit for bit, in 11 characters or fewer instead of
+17 to 19. At 1,000 points per
 message a point costs about 17 bytes, against about 70 as a v1 point object.
 
 Validation is v1's, point by point (``wire.parse_point``'s rules on the

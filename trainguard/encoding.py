@@ -23,9 +23,11 @@ each column's milliseconds are written from where they change, found by
 bisection, rather than a product, a truncation and a difference a point;
 columns with the same steps (every tag logged once a step) share their text.
 About 0.12-0.15 us a point with orjson for the 100,000 points/s load of
-bench/bench_publisher.py (0.3 us with %-formatting alone, 0.4 us for float32
-values, which are written to 9 digits either way) against 1.1 us for v1 on
-the project machine, and about 17 bytes a point instead of about 70. The
+bench/bench_publisher.py (0.3 us with %-formatting alone) against 1.1 us for
+v1 on the project machine, and about 17 bytes a point instead of about 70.
+Float32 values (``loss.item()`` of a float32 tensor) go in their shortest
+float32 text through numpy and orjson (``float32_writer``), or to 9 digits by
+%-formatting without them, at three times the CPU: the same float32. The
 output is the JSON object ``wire.encode_message(..., schema=wire.SCHEMA_V1_1)``
 builds. ``encode_flat`` takes the points as the handler's intake holds them
 (flat, four entries a point) and slices the columns out without a tuple per

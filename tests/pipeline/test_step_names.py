@@ -82,6 +82,20 @@ def names(graph):
     return step_names(graph)
 
 
+@pytest.fixture(scope="module")
+def coders(graph):
+    return step_coders(graph)
+
+
+def committed(path: str, regenerate: str, current: List[str]) -> List[str]:
+    """The committed lines of ``path``, written from ``current`` first when the variable ``regenerate`` is set."""
+    if os.environ.get(regenerate):
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("".join(line + "\n" for line in current))
+    with open(path, encoding="utf-8") as f:
+        return f.read().splitlines()
+
+
 def test_no_step_is_named_after_a_lambda_or_a_line_number(names):
     generated = [name for name in names if GENERATED.search(name)]
     assert not generated, "label these steps (a lambda's or a function's name moves with the code):\n" + "\n".join(
@@ -89,14 +103,10 @@ def test_no_step_is_named_after_a_lambda_or_a_line_number(names):
 
 
 def test_the_step_names_are_the_committed_ones(names):
-    if os.environ.get("TRAINGUARD_WRITE_STEP_NAMES"):
-        with open(NAMES_FILE, "w", encoding="utf-8") as f:
-            f.write("".join(name + "\n" for name in names))
-    with open(NAMES_FILE, encoding="utf-8") as f:
-        committed = f.read().splitlines()
+    listed = committed(NAMES_FILE, "TRAINGUARD_WRITE_STEP_NAMES", names)
     with open(MAPPING_FILE, encoding="utf-8") as f:
         mapping = json.load(f)
-    gone, new = sorted(set(committed) - set(names)), sorted(set(names) - set(committed))
+    gone, new = sorted(set(listed) - set(names)), sorted(set(names) - set(listed))
     unmapped = [name for name in gone if not any(name == old or name.startswith(old + "/") for old in mapping)]
     assert not unmapped, ("steps renamed without an entry in pipeline/transform_name_mapping.json (--update would "
                           "not find their state):\n" + "\n".join(unmapped))
@@ -106,24 +116,18 @@ def test_the_step_names_are_the_committed_ones(names):
         "(TRAINGUARD_WRITE_STEP_NAMES=1)\nnew:\n" + "\n".join(new) + "\ngone:\n" + "\n".join(gone))
 
 
-def test_the_coders_are_the_committed_ones(graph):
-    coders = step_coders(graph)
-    if os.environ.get("TRAINGUARD_WRITE_CODERS"):
-        with open(CODERS_FILE, "w", encoding="utf-8") as f:
-            f.write("".join(line + "\n" for line in coders))
-    with open(CODERS_FILE, encoding="utf-8") as f:
-        committed = f.read().splitlines()
-    changed = sorted(set(committed) ^ set(coders))
+def test_the_coders_are_the_committed_ones(coders):
+    changed = sorted(set(committed(CODERS_FILE, "TRAINGUARD_WRITE_CODERS", coders)) ^ set(coders))
     assert not changed, (
         "the streaming job's coders changed, which --update refuses or, for a coder that reads the same bytes "
         "otherwise, corrupts what is in flight; if that is deliberate, regenerate tests/pipeline/coders.txt "
         "(TRAINGUARD_WRITE_CODERS=1) and say how a running job moves over\n" + "\n".join(changed))
 
 
-def test_the_coders_name_no_pickled_class_of_the_project_but_the_record_coder(graph):
+def test_the_coders_name_no_pickled_class_of_the_project_but_the_record_coder(coders):
     """State and shuffles are a file format: a pickle of one of our classes would not survive a refactor."""
     ours = ("core.", "transforms.", "sinks.", "pipeline.", "trainguard.")
-    pickled = {line.split(" = ", 1)[1] for line in step_coders(graph)}
+    pickled = {line.split(" = ", 1)[1] for line in coders}
     classes = {part.strip("()[], ") for coder in pickled for part in coder.replace("(", " ").split()}
     assert {c for c in classes if c.startswith(ours)} == {"transforms.coders.RecordCoder"}
 

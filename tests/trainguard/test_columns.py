@@ -8,6 +8,7 @@ import json
 import math
 import struct
 from array import array
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
@@ -144,16 +145,13 @@ def test_non_finite_and_invalid_values_are_refused_as_in_v1():
     assert (encoder.counters.nonfinite_points, encoder.counters.invalid_points) == (1, 4)
 
 
-def encode_with_writer(dumps, batch, max_points, schema=wire.SCHEMA_V1_1):
-    """The messages of ``batch`` with the number lists written by ``dumps`` (None: %-formatting)."""
-    saved = encoding.compiled_dumps
-    encoding.compiled_dumps = dumps
-    try:
+def encode_with_writer(dumps, batch, max_points, schema=wire.SCHEMA_V1_1, writer="compiled_dumps"):
+    """The messages of ``batch`` and the encoder's counters, with ``encoding``'s ``writer`` swapped for ``dumps``
+    (None: %-formatting; for ``float32_dumps``, to 9 digits)."""
+    with mock.patch.object(encoding, writer, dumps):
         ids = iter(f"m{i}" for i in range(10_000))
         encoder = MessageEncoder("t", "r", max_points=max_points, schema=schema)
         return encoder.encode(batch, next_id=lambda: next(ids)), encoder.counters
-    finally:
-        encoding.compiled_dumps = saved
 
 
 # float64 values whose repr and orjson spell differently (1e-05 / 0.00001, 2.5e-07 / 2.5e-7), alongside the rest
@@ -206,18 +204,6 @@ def test_the_compiled_number_writer_is_used_where_installed():
     assert b'"values":[1e-05,2e-05,3e-05,' in plain.payload
 
 
-def encode_with_float32_writer(write, batch, max_points=1000):
-    """The messages of ``batch`` with float32 values written by ``write`` (None: %-formatting to 9 digits)."""
-    saved = encoding.float32_dumps
-    encoding.float32_dumps = write
-    try:
-        ids = iter(f"m{i}" for i in range(10_000))
-        return MessageEncoder("t", "r", max_points=max_points, schema=wire.SCHEMA_V1_1).encode(
-            batch, next_id=lambda: next(ids))
-    finally:
-        encoding.float32_dumps = saved
-
-
 needs_float32_writer = pytest.mark.skipif(encoding.float32_dumps is None, reason="numpy or orjson is not importable")
 any_float32 = st.integers(0, (1 << 32) - 1).map(lambda bits: struct.unpack("<f", struct.pack("<I", bits))[0]).filter(
     math.isfinite)
@@ -229,8 +215,8 @@ any_float32 = st.integers(0, (1 << 32) - 1).map(lambda bits: struct.unpack("<f",
        max_points=st.sampled_from([1, 7, 1000]))
 def test_float32_values_in_their_shortest_text_read_back_bit_for_bit(values, max_points):
     batch = [("loss", value, i, T0 + i * 0.001) for i, value in enumerate(values)]
-    shortest = encode_with_float32_writer(encoding.float32_dumps, batch, max_points)
-    nine_digits = encode_with_float32_writer(None, batch, max_points)
+    shortest, _ = encode_with_writer(encoding.float32_dumps, batch, max_points, writer="float32_dumps")
+    nine_digits, _ = encode_with_writer(None, batch, max_points, writer="float32_dumps")
     for messages in (shortest, nine_digits):
         assert [struct.pack("<f", p[1]) for p in parsed_points(messages)] == [struct.pack("<f", v) for v in values]
     assert [(m.points, m.attributes) for m in shortest] == [(m.points, m.attributes) for m in nine_digits]
@@ -253,11 +239,11 @@ def test_a_million_float32_values_and_every_binade_edge_read_back_from_their_sho
 
 def test_float32_values_are_written_shortest_where_numpy_is_importable():
     batch = [("loss", struct.unpack("<f", struct.pack("<f", v))[0], i, T0) for i, v in enumerate([3.91, 0.1, 2.5])]
-    [plain] = encode_with_float32_writer(None, batch)
+    [plain], _ = encode_with_writer(None, batch, 1000, writer="float32_dumps")
     assert b'"f32":true,"values":[3.91000009,0.100000001,2.5]' in plain.payload
     if encoding.float32_dumps is None:
         pytest.skip("numpy or orjson is not importable")
-    [shortest] = encode_with_float32_writer(encoding.float32_dumps, batch)
+    [shortest], _ = encode_with_writer(encoding.float32_dumps, batch, 1000, writer="float32_dumps")
     assert b'"f32":true,"values":[3.91,0.1,2.5]' in shortest.payload
 
 

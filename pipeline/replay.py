@@ -32,6 +32,7 @@ from apache_beam import PCollection
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
+from core import encoding
 from core.history import HistorySeed
 from core.locations import LEGACY_TRIAGE_FILE, triage_file_for
 from core.schema import ALERT_UPDATES, ALERTS, TABLES
@@ -54,7 +55,7 @@ from sinks.staging import StageRows
 from sinks.stores import DUCKDB_SQL
 from transforms.config_versions import read_config_dir
 from transforms.progress import LocalCounter, ProgressCounter, ReadCounts, register, unregister
-from transforms.sources import LineGroup, ReadReplayFiles, is_local_text, plan_line_groups
+from transforms.sources import MIN_RUN_BYTES, LineGroup, ReadReplayFiles, count_runs, is_local_text, plan_line_groups
 
 EXAMPLE_EMAIL_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "notifier",
                                     "example-config.json")
@@ -284,13 +285,51 @@ def start_up_objects_frozen() -> Iterator[None]:
     yield
 
 
-def line_groups(files: List[str], group_mib: float, streaming: bool) -> List[Optional[LineGroup]]:
+def line_groups(files: List[str], group_mib: float, streaming: bool,
+                group_runs: int = 0) -> List[Optional[LineGroup]]:
     """The groups a replay reads its files in: one (None: every line) unless the files, all local text, are
-    over ``group_mib`` MiB; then about that much each, a test's lines all in one (``plan_line_groups``)."""
-    if streaming or group_mib <= 0 or not all(is_local_text(f) for f in files):
+    over ``group_mib`` MiB or hold more than ``group_runs`` runs; then about that much each, a test's lines all
+    in one (``plan_line_groups``). The runs are counted (``count_runs``: a pass over the files) only where the
+    files are large enough to hold that many (``MIN_RUN_BYTES`` a run)."""
+    if streaming or not all(is_local_text(f) for f in files):
         return [None]
-    count = math.ceil(sum(os.path.getsize(f) for f in files) / (group_mib * 2 ** 20))
+    size = sum(os.path.getsize(f) for f in files)
+    count = math.ceil(size / (group_mib * 2 ** 20)) if group_mib > 0 else 1
+    if group_runs > 0 and size > group_runs * MIN_RUN_BYTES:
+        count = max(count, math.ceil(count_runs(files) / group_runs))
     return [None] if count <= 1 else list(plan_line_groups(files, count))
+
+
+SEED_FILE = "seed.bin"  # in a group's staging directory: the seed it reads, encoded (``core.encoding``)
+
+
+def write_seed_file(seed: HistorySeed, staging_dir: str) -> str:
+    """Writes ``seed`` where a group's pipeline reads it (``SeedFromFile``); its path."""
+    path = os.path.join(staging_dir, SEED_FILE)
+    with open(path, "wb") as f:
+        f.write(encoding.encode(seed))
+    return path
+
+
+def read_seed_file(path: str) -> HistorySeed:
+    with open(path, "rb") as f:
+        return encoding.decode(f.read())
+
+
+class SeedFromFile(beam.PTransform[beam.pvalue.PBegin, PCollection[HistorySeed]]):
+    """The seed a replay's group wrote beside its staged rows -> a one-element PCollection of it.
+
+    Not a ``Create`` of the seed: Beam pickles and compresses a ``Create``'s values into the graph, which for a
+    store of 10,000 tests was a third of a rerun's time; the graph holds the file's path instead, and the
+    workers of a local replay, which write the rows beside it, read it."""
+
+    def __init__(self, path: str):
+        super().__init__()
+        self.path = path
+
+    def expand(self, pbegin):
+        return (pbegin | "Path" >> beam.Create([self.path])
+                | "Read" >> beam.Map(read_seed_file).with_output_types(HistorySeed))
 
 
 def _run_group(options: PipelineOptions, patterns: List[str], group: Optional[LineGroup], settings: GraphSettings,
@@ -299,7 +338,8 @@ def _run_group(options: PipelineOptions, patterns: List[str], group: Optional[Li
     pipeline = beam.Pipeline(runner=runner_for(options), options=options)
     outputs = (pipeline
                | "ReadFiles" >> ReadReplayFiles(patterns, settings.progress_id, group)
-               | "DetectRegressions" >> DetectRegressions(settings, pipeline | "Seed" >> beam.Create([seed])))
+               | "DetectRegressions" >> DetectRegressions(settings, pipeline | "Seed" >> SeedFromFile(
+                   write_seed_file(seed, staging_dir))))
     outputs | "WriteLocal" >> WriteLocal(staging_dir)
     with start_up_objects_frozen():
         result = pipeline.run()
@@ -344,7 +384,7 @@ def run(argv: Optional[List[str]] = None) -> ReplaySummary:
         kinds_before = _alert_kinds(store)
         seed = store.read_seed(configs.latest)
         store.close()  # no step writes the store: the rows are committed after each pipeline run
-        groups = line_groups(files, local.replay_group_mib, streaming)
+        groups = line_groups(files, local.replay_group_mib, streaming, local.replay_group_runs)
         with showing_progress(show_progress, len(files), started) as progress_id:
             settings = GraphSettings(configs, lifecycle_from(local), streaming, progress_id)
             for number, group in enumerate(groups):

@@ -183,7 +183,18 @@ def run(argv: List[str]) -> None:
               f"stop it with 'gcloud dataflow jobs drain {job_id}'")
         return
     print("trainguard: streaming job running on the local runner; Ctrl-C stops it", flush=True)
+    wait_until_interrupted(result)
+
+
+def wait_until_interrupted(result) -> None:
+    """Waits for a local runner's job; Ctrl-C cancels it."""
     try:
         result.wait_until_finish()
     except KeyboardInterrupt:
+        result.cancel()
+    except RuntimeError as error:
+        if not isinstance(error.__context__, KeyboardInterrupt):
+            raise
+        # Ctrl-C inside a condition's wait: the lock's release in its `with` then fails ("release unlocked
+        # lock"), and that RuntimeError, not the KeyboardInterrupt, comes out of the runner's queue
         result.cancel()

@@ -1,7 +1,8 @@
 """Run assembly's DoFn: the messages of one (test, run) -> one ``RunResult`` when the run ends.
 
-The streaming job's back-fills (``transforms.backfills``) and a replay's run parts (``transforms.run_parts``)
-are subclasses; ``transforms.runs.AssembleRuns`` chooses one. Each DoFn method hands the state cells and
+The streaming job's back-fills (``transforms.backfills``) are a subclass; a replay's run parts
+(``transforms.run_parts``) end their runs through ``AssembleRunFn.run_ended``; ``transforms.runs.AssembleRuns``
+chooses one. Each DoFn method hands the state cells and
 timers Beam gave it to its helpers as one ``RunCells``; what can be computed without them is a pure function
 (``join_resumed``).
 """
@@ -60,7 +61,6 @@ class RunCells:
     finalized: Any  # FINALIZED: the run's tombstone
     resumed: Any = None  # RESUMED: the digest of the stored state the run was resumed from
     backfill: Any = None  # BACKFILL: whether the run is a back-fill (None: a DoFn without back-fills)
-    run_part: Any = None  # AssembleRunPartsFn.RUN_PART: a replay's run, its parts merged
     finalize_timer: Any = None  # FINALIZE
     finalize_backfill_timer: Any = None  # AssembleRunOrBackfillFn.FINALIZE_BACKFILL
     expire_timer: Any = None  # EXPIRE, or AssembleRunOrBackfillFn.EXPIRE_BACKFILL
@@ -224,6 +224,12 @@ class AssembleRunFn(beam.DoFn):
         its quiet period ends."""
         cells.accumulator.clear()
         cells.finalized.write(True)
+        yield from self.run_ended(key, accumulator, at, out_of_order, timer_at)
+
+    def run_ended(self, key: RunKey, accumulator: RunAccumulator, at: float, out_of_order: bool = False,
+               timer_at: Optional[float] = None):
+        """What a run ending at event time ``at`` gives (``_finalize``, less its state): its ``RunResult``, to
+        the ``interrupted`` output if a drain cut it short, or its dead letter."""
         try:
             result = accumulator.result(self.configs.for_test(key[0], at), self.lifecycle)
             if out_of_order:

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import Any, Dict, Optional, Union
+from typing import Any, Callable, Dict, Optional, Union
 
 import apache_beam as beam
-from apache_beam.transforms.timeutil import TimeDomain
-from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
-from apache_beam.utils.timestamp import Duration, Timestamp
+from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
 from core.config import Configs
@@ -20,8 +18,15 @@ from core.run_parts import Failures, RunPart, SummaryOf
 from core.runs import RunAccumulator, RunLifecycle
 from core.schema import DEAD_LETTER
 from trainguard import wire
-from transforms.coders import RecordCoder
-from transforms.run_assembly import AssembleRunFn, RunCells, RunKey, assembly_failure, events_over_the_limit
+from transforms.coders import AnyRecord, outputs_any
+from transforms.ordered import at_time
+from transforms.run_assembly import (
+    INTERRUPTED,
+    AssembleRunFn,
+    RunKey,
+    assembly_failure,
+    events_over_the_limit,
+)
 
 
 @dataclasses.dataclass
@@ -116,75 +121,80 @@ def with_element(held: Optional[RunPart], resumed: Optional[RunAccumulator], val
     return RunSoFar(held, resumed, failed, whole_run(held, resumed).finalize_at(lifecycle))
 
 
-class AssembleRunPartsFn(AssembleRunFn):
-    """``AssembleRunFn`` of a bounded replay: its input is ``RunPart``s (``PreAssembleRunsFn``), and it is where
-    the replay de-duplicates messages, by id within their run.
+def with_time(element, timestamp=beam.DoFn.TimestampParam):
+    """(run, part or resumed state) -> (run, (it, its timestamp in µs)): what ``AssembleRunPartsFn`` needs to know
+    of each element once the shuffle has grouped them."""
+    key, value = element
+    return key, (value, timestamp.micros)
 
-    The run's parts are merged into one, kept in state (``RUN_PART``): its accumulator and, per message taken,
-    where to read it again. A part that brings an id the run took is merged by ``RunPart.merged``: the same
-    bytes count once, and of different bytes the copy that sorts first counts, whichever came first (the part
-    that took the other is taken again without it, its other messages read again from their files). So a
-    replay keeps where to read each message of its runs (tens of bytes a message; a batch runner finalizes
-    runs once the input is read, then the job ends) instead of a keyed state per message, and the rows are
+
+@outputs_any
+class AssembleRunPartsFn(beam.DoFn):
+    """A bounded replay's run assembly: ((test, run), each ``RunPart`` of it and the state of it a drained job
+    left open, with their times (``with_time``), grouped) -> its ``RunResult`` (or ``interrupted``, as
+    ``AssembleRunFn`` decides), and dead-letter rows. It is where the replay de-duplicates messages, by id
+    within their run.
+
+    The run's parts are merged into one: its accumulator and, per message taken, where to read it again. A
+    part that brings an id the run took is merged by ``RunPart.merged``: the same bytes count once, and of
+    different bytes the copy that sorts first counts, whichever came first (the part that took the other is
+    taken again without it, its other messages read again from their files). So a replay keeps where to read
+    each message of its runs (tens of bytes a message) instead of a keyed state per message, and the rows are
     those of de-duplicating first. When the run ends, the copies not taken are dead letters (reason
     ``core.parse.DIFFERENT_COPY``, naming the copy taken), and so, if the run is at its events' limit, are the
-    events it does not keep, each once (``RunPart.events_over_the_limit``). A run a drained job left open
-    (a ``RunAccumulator`` from the seed) is kept apart in ``ACCUMULATOR`` and joins the run when it ends.
+    events it does not keep, each once (``RunPart.events_over_the_limit``). A run a drained job left open (a
+    ``RunAccumulator`` from the seed) joins the run.
+
+    A batch runner reads the whole input before any run can end, so the shuffle hands over a run's parts
+    together, and the run ends in the same call, at the time its timer would fire: no state, no timer, where a
+    stateful DoFn cost a state read and write and a timer per run (a third of a replay of many one-run tests).
+    Each output carries the time it would have had: an element's dead letters its time, the run's end its end.
     """
 
-    RUN_PART = ReadModifyWriteStateSpec("run_part", RecordCoder())
-    # The base class's timer, with this class's callback (a timer spec takes one): the same name.
-    FINALIZE = TimerSpec(AssembleRunFn.FINALIZE.name, TimeDomain.WATERMARK)
+    def __init__(self, configs: Configs, lifecycle: RunLifecycle, interruptions: bool = False,
+                 clock: Optional[Callable[[], float]] = None):
+        self.configs = configs
+        self.lifecycle = lifecycle
+        self.runs = AssembleRunFn(configs, lifecycle, interruptions, clock)  # what a run's end gives
 
-    def process(self, element, timestamp=beam.DoFn.TimestampParam,
-                run_part=beam.DoFn.StateParam(RUN_PART),
-                resumed_state=beam.DoFn.StateParam(AssembleRunFn.ACCUMULATOR),
-                finalized=beam.DoFn.StateParam(AssembleRunFn.FINALIZED),
-                finalize_timer=beam.DoFn.TimerParam(FINALIZE)):
-        cells = RunCells(resumed_state, finalized, run_part=run_part, finalize_timer=finalize_timer)
-        (test, run), value = element
-        at = float(timestamp) if isinstance(value, RunPart) else None  # (a resumed run comes at the start of time)
-        if cells.finalized.read():  # cannot happen: a bounded input is read whole before any timer fires
-            yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
-                "late: run already finalized", record_payload(value.to_state()), f"run:{test}/{run}", at))
+    def process(self, element):
+        key, values = element
+        test, run = key
+        held: Optional[RunPart] = None
+        resumed: Optional[RunAccumulator] = None
+        finalize_at: Optional[float] = None
+        for value, micros in values:
+            timestamp = Timestamp(micros=micros)
+            at = float(timestamp) if isinstance(value, RunPart) else None  # (a resumed run comes at the start of time)
+            try:
+                run_so_far = with_element(held, resumed, value, lambda source: summarize_again(source, self.configs),
+                                          self.lifecycle)
+            except Exception as error:  # noqa: BLE001 - what cannot be merged is a dead letter, not a crash
+                yield at_time(beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
+                    failure_reason("assemble run", error), record_payload(value.to_state()), f"run:{test}/{run}",
+                    at)), timestamp)
+                continue
+            for output in _taken_again_failures(run_so_far.taken_again_failures, test, run, at):
+                yield at_time(output, timestamp)
+            held, resumed, finalize_at = run_so_far.held, run_so_far.resumed, run_so_far.finalize_at
+            if not isinstance(value, RunPart):
+                self.runs.runs_resumed.inc()
+        if finalize_at is None:  # no element could be taken
             return
-        held, resumed = cells.run_part.read(), cells.accumulator.read()
-        try:
-            run_so_far = with_element(held, resumed, value, lambda source: summarize_again(source, self.configs),
-                                      self.lifecycle)
-        except Exception as error:  # noqa: BLE001 - what cannot be merged is a dead letter, not a crash
-            yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
-                failure_reason("assemble run", error), record_payload(value.to_state()), f"run:{test}/{run}", at))
-            return
-        yield from _taken_again_failures(run_so_far.taken_again_failures, test, run, at)
-        if isinstance(value, RunPart):
-            cells.run_part.write(run_so_far.held)
-        else:
-            cells.accumulator.write(run_so_far.resumed)
-            self.runs_resumed.inc()
-        cells.finalize_timer.set(Timestamp.of(run_so_far.finalize_at))
+        ends = Timestamp.of(finalize_at)  # as a timer set at it fires
+        for output in self._ended(key, held, resumed, float(ends)):
+            yield at_time(output, ends)
 
-    @on_timer(FINALIZE)
-    def finalize(self, key=beam.DoFn.KeyParam, fired_at=beam.DoFn.TimestampParam,
-                 run_part=beam.DoFn.StateParam(RUN_PART),
-                 resumed_state=beam.DoFn.StateParam(AssembleRunFn.ACCUMULATOR),
-                 finalized=beam.DoFn.StateParam(AssembleRunFn.FINALIZED),
-                 expire_timer=beam.DoFn.TimerParam(AssembleRunFn.EXPIRE)):
-        cells = RunCells(resumed_state, finalized, run_part=run_part, expire_timer=expire_timer)
-        held, resumed = cells.run_part.read(), cells.accumulator.read()
-        if held is None and resumed is None:  # the runner fired a timer for a run whose state is gone
-            return
-        cells.expire_timer.set(fired_at + Duration(seconds=self.lifecycle.retention_seconds))
-        at, source = float(fired_at), f"run:{key[0]}/{key[1]}"
+    def _ended(self, key: RunKey, held: Optional[RunPart], resumed: Optional[RunAccumulator], at: float):
         accumulator = whole_run(held, resumed)
-        cells.run_part.clear()
+        source = f"run:{key[0]}/{key[1]}"
         if held is not None:
             yield from self._copies_not_taken(held, source)
             if accumulator.at_event_limit():
                 over, failed = held.events_over_the_limit(resumed.events if resumed is not None else ())
                 yield from events_over_the_limit(over, source)
                 yield from _taken_again_failures(failed, key[0], key[1], at)
-        yield from self._finalize(key, accumulator, cells, at)
+        yield from self.runs.run_ended(key, accumulator, at)
 
     @staticmethod
     def _copies_not_taken(held: RunPart, source: str):
@@ -197,3 +207,19 @@ class AssembleRunPartsFn(AssembleRunFn):
                 at = None
             yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
                 different_copy_reason(taken), payload, source, at))
+
+
+class GroupedRunAssembly(beam.PTransform):
+    """((test, run), ``RunPart`` or resumed ``RunAccumulator``) -> ``AssembleRunPartsFn``'s outputs (``runs``,
+    dead letters, ``interrupted``): each element with its time, grouped by run, assembled."""
+
+    def __init__(self, fn: AssembleRunPartsFn):
+        super().__init__()
+        self.fn = fn
+
+    def expand(self, parts):
+        return (parts
+                | "WithTime" >> beam.Map(with_time).with_output_types(
+                    beam.typehints.KV[beam.typehints.Tuple[str, str], beam.typehints.Tuple[AnyRecord, int]])
+                | "GroupByRun" >> beam.GroupByKey()
+                | "AssembleRuns" >> beam.ParDo(self.fn).with_outputs(DEAD_LETTER.name, INTERRUPTED, main="runs"))

@@ -18,7 +18,7 @@ from core.schema import DEAD_LETTER
 from transforms.backfills import AssembleRunOrBackfillFn
 from transforms.coders import AnyRecord, outputs_any
 from transforms.run_assembly import INTERRUPTED, AssembleRunFn
-from transforms.run_parts import AssembleRunPartsFn, PreAssembleRunsFn
+from transforms.run_parts import AssembleRunPartsFn, GroupedRunAssembly, PreAssembleRunsFn
 
 __all__ = ["INTERRUPTED", "AssembleRuns", "SkipStoredRuns", "stored_run_reason"]
 
@@ -118,7 +118,9 @@ class AssembleRuns(beam.PTransform[PCollection[MessageSummary],
         if self.seed is not None:
             resumed = self.seed | "OpenRuns" >> beam.FlatMap(_open_runs).with_output_types(keyed)
             inputs = (inputs, resumed) | "MessagesAndOpenRuns" >> beam.Flatten().with_output_types(keyed)
-        outputs = inputs | "Assemble" >> beam.ParDo(self.fn).with_outputs(DEAD_LETTER.name, INTERRUPTED, main="runs")
+        assemble = (GroupedRunAssembly(self.fn) if self.bounded
+                    else beam.ParDo(self.fn).with_outputs(DEAD_LETTER.name, INTERRUPTED, main="runs"))
+        outputs = inputs | "Assemble" >> assemble
         dead_letters = outputs[DEAD_LETTER.name]
         if early_dead_letters is not None:
             dead_letters = (early_dead_letters, dead_letters) | "AssemblyDeadLetters" >> beam.Flatten()

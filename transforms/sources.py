@@ -140,6 +140,31 @@ def line_test_name(line: bytes) -> Optional[str]:
     return test if isinstance(test, str) else None
 
 
+class _RunOnly(msgspec.Struct):
+    test: Any = None
+    run: Any = None
+
+
+_RUN_ONLY = msgspec.json.Decoder(_RunOnly)
+MIN_RUN_BYTES = 100  # no run's lines are shorter: schema, id, test, run and a point or an event take more
+
+
+def count_runs(filenames: Sequence[str]) -> int:
+    """How many (test, run) the lines of local text files name (a line that is not strict JSON, or names no
+    string run, is not counted: this sizes replay groups, it decides nothing about a line)."""
+    runs = set()
+    for filename in filenames:
+        with open(filename, "rb") as lines:
+            for _, line in file_lines(lines):
+                try:
+                    names = _RUN_ONLY.decode(line)
+                except msgspec.DecodeError:
+                    continue
+                if isinstance(names.run, str):
+                    runs.add((names.test, names.run))
+    return len(runs)
+
+
 def group_of_test(test: Optional[str], groups: int) -> int:
     """Which of ``groups`` replay groups a test's messages go to (a line without a test: the first)."""
     return 0 if test is None else zlib.crc32(test.encode("utf-8", "surrogatepass")) % groups

@@ -21,9 +21,17 @@ from tests.support import T0
 from tests.trainguard.test_fast_points import messages
 from tests.transforms.test_ranks import straggler_messages
 from trainguard import wire
-from transforms.sources import file_lines, group_of_test, line_test_name, lines_in_ranges, plan_line_groups
+from transforms.sources import (
+    count_runs,
+    file_lines,
+    group_of_test,
+    line_test_name,
+    lines_in_ranges,
+    plan_line_groups,
+)
 
 TINY_GROUPS = "--replay_group_mib=0.02"  # ~20 KB of input a group: every test of the input below in a group of its own
+TWO_RUN_GROUPS = "--replay_group_runs=2"  # about two runs a group
 
 
 def messy_input(tmp_path, name: str, lines_of_runs) -> str:
@@ -49,20 +57,41 @@ def messy_input(tmp_path, name: str, lines_of_runs) -> str:
 
 
 @pytest.mark.long
-def test_a_replay_in_groups_gives_the_same_store_and_alerts_file_as_one_group(tmp_path):
+@pytest.mark.parametrize("grouping", [(TINY_GROUPS,), ("--replay_group_mib=0", TWO_RUN_GROUPS)],
+                         ids=["by size", "by runs"])
+def test_a_replay_in_groups_gives_the_same_store_and_alerts_file_as_one_group(tmp_path, grouping):
     runs = cifar_lines()
     first, second = messy_input(tmp_path, "first", runs[:8]), messy_input(tmp_path, "second", runs[8:])
-    assert len(line_groups([first], 0.02, False)) >= 5  # not one group after all
+    assert len(line_groups([first], 0.02, False)) >= 5 and len(line_groups([first], 0, False, 2)) >= 3
     for path in (first, second):  # the second invocation continues from the stored histories (the seed)
-        assert replay(tmp_path, path, store="one.duckdb", alerts="one.jsonl", extra=("--report_dir=",
-                                                                                     "--replay_group_mib=0")) == 0
+        assert replay(tmp_path, path, store="one.duckdb", alerts="one.jsonl",
+                      extra=("--report_dir=", "--replay_group_mib=0", "--replay_group_runs=0")) == 0
         assert replay(tmp_path, path, store="groups.duckdb", alerts="groups.jsonl",
-                      extra=("--report_dir=", TINY_GROUPS)) == 0
+                      extra=("--report_dir=", *grouping)) == 0
         assert table_contents(tmp_path / "groups.duckdb") == table_contents(tmp_path / "one.duckdb")
         assert (tmp_path / "groups.jsonl").read_text() == (tmp_path / "one.jsonl").read_text()
     contents = table_contents(tmp_path / "one.duckdb")
     assert len(contents["dead_letter"]) >= 8 and contents["triage"] and contents["rank_metrics"]
     assert len(contents["alerts"]) >= 10
+
+
+def test_runs_are_counted_as_the_lines_name_them(tmp_path):
+    lines = [wire.encode_message(f"test-{i % 3}", f"r{i % 4}", [], [wire.event_dict("run_started", T0, {})],
+                                 message_id=f"m{i}") for i in range(40)]
+    lines += [b"not json", b'{"test": "t"}', b'{"test": "t", "run": 5}', b"  "]
+    files = [write_lines(tmp_path / f"{n}.jsonl", lines[n::2]) for n in range(2)]
+    assert count_runs(files) == 12  # (test-i, rj) with i = k mod 3, j = k mod 4: all 12 pairs
+
+
+def test_small_inputs_are_not_counted_and_many_runs_make_groups(tmp_path):
+    lines = [wire.encode_message(f"test-{i}", "r", [], [wire.event_dict("run_started", T0, {})], message_id=f"m{i}")
+             for i in range(60)]
+    path = write_lines(tmp_path / "many.jsonl", lines)
+    assert line_groups([path], 0, False, 0) == [None]
+    assert line_groups([path], 0, False, 1000) == [None]  # 60 lines cannot hold 1,000 runs: not even counted
+    groups = line_groups([path], 0, False, 20)
+    assert [group.count for group in groups] == [3, 3, 3]
+    assert line_groups([path], 0, True, 20) == [None]  # a stream is never grouped
 
 
 def read_bytes(path: str) -> bytes:

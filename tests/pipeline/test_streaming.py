@@ -37,7 +37,7 @@ from core.parse import RawMessage
 from core.schema import ALERTS, DEAD_LETTER, TABLES
 from pipeline.main import main
 from pipeline.options import DEFAULT_CONFIG_DIR
-from pipeline.streaming import StreamingJobConfig, UsageError, start_streaming
+from pipeline.streaming import StreamingJobConfig, UsageError, start_streaming, wait_until_interrupted
 from scripts.publish_demo import publish
 from sinks.alerts_file import alert_json
 from sinks.bigquery import BigQueryStore, BigQueryTarget, bigquery_dialect
@@ -365,6 +365,48 @@ def test_python_m_pipeline_runs_the_streaming_job_until_interrupted(pubsub_serve
     assert process.returncode == 0, stderr
     # at the start, what the configs check that no stored run has reported (an empty dataset: every test)
     assert "trainguard: warning: pt-cifar-tpu-v3-8: no stored run of this test (a misspelled file name?)" in stderr
+
+
+class InterruptedJob:
+    """A local runner's ``PipelineResult`` whose wait ends in ``ending`` (a function that raises)."""
+
+    def __init__(self, ending):
+        self.ending, self.cancelled = ending, False
+
+    def wait_until_finish(self):
+        self.ending()
+
+    def cancel(self):
+        self.cancelled = True
+
+
+def ctrl_c():
+    raise KeyboardInterrupt
+
+
+def ctrl_c_inside_a_lock():
+    try:
+        raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        raise RuntimeError("release unlocked lock")  # noqa: B904 - implicitly chained, as CPython raises it
+
+
+def a_step_failed():
+    raise RuntimeError("a step failed")
+
+
+@pytest.mark.parametrize("ending", [ctrl_c, ctrl_c_inside_a_lock])
+def test_ctrl_c_cancels_the_local_job_wherever_it_lands(ending):
+    job = InterruptedJob(ending)
+    wait_until_interrupted(job)
+    assert job.cancelled
+
+
+def test_another_runtime_error_of_the_local_job_is_raised():
+    job = InterruptedJob(a_step_failed)
+    with pytest.raises(RuntimeError, match="a step failed"):
+        wait_until_interrupted(job)
+    assert not job.cancelled
 
 
 def test_help_lists_the_streaming_options(capsys):

@@ -25,7 +25,6 @@ from transforms.ordered import in_event_time_order
 from transforms.parse import FirstPerKeyFn
 from transforms.rank_windows import RankWindowMachine
 from transforms.run_assembly import AssembleRunFn
-from transforms.run_parts import AssembleRunPartsFn
 from transforms.triage import LedgerMachine
 from transforms.window_checks import WindowCheckMachine
 from transforms.windows import WindowRunFn
@@ -134,8 +133,8 @@ class Detect(beam.PTransform):
 def stateful_dofns(configs: Configs, lifecycle: RunLifecycle,
                    clock: Callable[[], float] = time.time) -> Dict[str, Tuple[beam.DoFn, Any]]:
     """Every stateful DoFn of the graph (those with timers), by name, with a key of the kind it is keyed by: as
-    the graph makes them (the streaming job's, and a replay's run assembly), on ``configs`` and ``lifecycle``,
-    those that read the wall clock on ``clock``. ``tests/transforms/test_timers_without_state.py`` checks that
+    the streaming graph makes them (a replay's run assembly and ordered checks group each key instead), on
+    ``configs`` and ``lifecycle``, those that read the wall clock on ``clock``. ``tests/transforms/test_timers_without_state.py`` checks that
     a new one in ``transforms/`` joins it."""
     return {
         "ordered metric check": (in_event_time_order(MetricMachine(configs), "metric", True), ("t", "m")),
@@ -149,6 +148,5 @@ def stateful_dofns(configs: Configs, lifecycle: RunLifecycle,
         "run assembly": (AssembleRunFn(configs, lifecycle, interruptions=True, clock=clock), ("t", "r")),
         "run assembly with back-fills": (AssembleRunOrBackfillFn(configs, lifecycle, interruptions=True,
                                                                  clock=clock), ("t", "r")),
-        "run assembly of a replay's parts": (AssembleRunPartsFn(configs, lifecycle), ("t", "r")),
         "live windows": (WindowRunFn(configs, lifecycle, streaming=True, clock=clock), ("t", "r", 0)),
     }

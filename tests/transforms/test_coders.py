@@ -33,7 +33,7 @@ from core.runs import RunResult
 from core.triage import TriageItem
 from core.windows import WindowResult
 from pipeline.graph import DetectRegressions, GraphSettings
-from pipeline.replay import WriteLocal
+from pipeline.replay import SeedFromFile, WriteLocal
 from pipeline.streaming import StreamingJobConfig, build_streaming_pipeline
 from tests.support import REPO_ROOT, T0
 from transforms.coders import AnyRecord, RecordCoder
@@ -191,7 +191,7 @@ def replay_pipeline() -> beam.Pipeline:
     outputs = (pipeline
                | "ReadFiles" >> ReadReplayFiles([os.path.join(REPO_ROOT, "data", "demo", "*.jsonl")])
                | "DetectRegressions" >> DetectRegressions(GraphSettings(configs),
-                                                          pipeline | "Seed" >> beam.Create([HistorySeed()])))
+                                                          pipeline | "Seed" >> SeedFromFile("unused-seed")))
     outputs | "WriteLocal" >> WriteLocal("unused-staging")
     return pipeline
 
@@ -209,8 +209,11 @@ def test_the_replay_graph_pickles_nothing_it_keeps_or_shuffles():
     pipeline = replay_pipeline()
     places = list(encoded_places(pipeline.to_runner_api()))
     states = {what for _, what, _ in places if what.startswith("state ")}
-    assert {"state accumulator", "state run_windows", "state window_points", "state metric_keyed",
-            "state job_keyed", "state window_keyed", "state rank_windows_keyed", "state triage_keyed"} <= states
+    assert {"state run_windows", "state window_points"} <= states  # live windows keep state in a replay too
+    grouped = {step for step, what, _ in places if what == "grouped input"}
+    assert {"DetectRegressions/AssembleRuns/Assemble/GroupByRun",  # run assembly and the ordered checks group
+            "DetectRegressions/CheckMetrics/CheckInOrder/GroupByKey",
+            "DetectRegressions/CheckRuns/CheckInOrder/GroupByKey", "DetectRegressions/Triage/InOrder/GroupByKey"} <= grouped
     assert pickled_places(pipeline) == []
 
 

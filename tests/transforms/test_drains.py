@@ -31,8 +31,8 @@ input. What is due anyway is not: an item the watermark would pass within second
 
 Each DoFn is driven alone, on the inputs the graph gives it (what one stage's drain feeds the next: the local
 streaming runner's drain in ``tests/pipeline/test_restarts.py`` and ``tests/transforms/test_windows.py``). A
-replay's run assembly (``AssembleRunPartsFn``) is not here: a bounded replay is never drained (its input ends,
-which fires every timer too, but it reads history and does not ask: its open runs end ``missing``, tested in
+replay's run assembly (``AssembleRunPartsFn``) and ordered checks (``GroupedInOrder``) are not here: they keep no
+state, and a bounded replay is never drained (its input ends; its open runs end ``missing``, tested in
 ``tests/transforms/test_stored_and_interrupted_runs.py``).
 """
 
@@ -472,7 +472,7 @@ CHECKS: Dict[str, Callable[[str], None]] = {
     "run assembly with back-fills": check_assembly,
     "live windows": check_windows,
 }
-NOT_DRAINED = {"run assembly of a replay's parts": "a bounded replay's: never drained (see the module)"}
+NOT_DRAINED: Dict[str, str] = {}  # name -> why a stateful DoFn of the graph is never drained
 
 
 def test_every_stateful_dofn_of_the_graph_is_drained_here():

@@ -12,8 +12,10 @@ import random
 from typing import Any, List, Tuple
 
 import apache_beam as beam
+import pytest
 from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_runner_api_pb2
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.utils.timestamp import Timestamp
@@ -209,10 +211,10 @@ class CollectCheck(OrderedCheck):
 SEED = HistorySeed(jobs={"a": ["a-old"], "unused": ["never"]})
 
 
-def check_outputs(p, items):
+def check_outputs(p, items, streaming=True):
     """What ``CollectCheck`` yields is ``EXPECTED`` (in any order), and it has no dead letters."""
     seed = p | "Seed" >> beam.Create([SEED])
-    outputs = items | "Check" >> CollectCheck(None, seed, streaming=True, timer_bucket_seconds=0)
+    outputs = items | "Check" >> CollectCheck(None, seed, streaming=streaming, timer_bucket_seconds=0)
     assert_that(outputs.main, equal_to(EXPECTED), label="main")
     assert_that(outputs[DEAD_LETTER.name], equal_to([]), label="dead")
 
@@ -226,9 +228,12 @@ def keyed_items():
 EXPECTED = [("a0", 1), ("a1", 2), ("a2", 3), ("b0", 0), ("b1", 1), ("b2", 2)]
 
 
-def test_seeds_reach_their_keys_as_elements_in_a_replay():
+@pytest.mark.parametrize("as_a_replay_runs_it", [False, True])
+def test_seeds_reach_their_keys_as_elements_in_a_replay(as_a_replay_runs_it):
+    """Also as a replay runs it (grouped, the seeds kept only for keys with items): a seeded key starts from it."""
     with batch_pipeline() as p:
-        check_outputs(p, p | "Items" >> beam.Create(keyed_items()).with_output_types(beam.typehints.KV[str, RunEnded]))
+        check_outputs(p, p | "Items" >> beam.Create(keyed_items()).with_output_types(beam.typehints.KV[str, RunEnded]),
+                      streaming=not as_a_replay_runs_it)
 
 
 def test_seeds_reach_their_keys_as_elements_in_a_stream():
@@ -253,9 +258,14 @@ def test_the_only_broadcast_of_the_seed_is_the_index_of_stored_ids():
         if t.spec.urn == common_urns.primitives.PAR_DO.urn:
             payload = beam_runner_api_pb2.ParDoPayload.FromString(t.spec.payload)
             side_inputs |= {(t.unique_name, producers[t.inputs[tag]]) for tag in payload.side_inputs}
-    assert {step for step, _ in side_inputs} == {"DetectRegressions/SkipStoredActions/NotStored",
-                                                  "DetectRegressions/SkipStoredRuns/NotStored/ParDo(_SkipStoredRunsFn)"}
-    assert {producer for _, producer in side_inputs} == {"DetectRegressions/StoredIndex"}
+    of_seed = {(step, producer) for step, producer in side_inputs if "/WithSeeds/" not in producer}
+    assert {step for step, _ in of_seed} == {"DetectRegressions/SkipStoredActions/NotStored",
+                                             "DetectRegressions/SkipStoredRuns/NotStored/ParDo(_SkipStoredRunsFn)"}
+    assert {producer for _, producer in of_seed} == {"DetectRegressions/StoredIndex"}
+    # and, a replay's, the keys with items, so that only their seeds are shuffled (WithSeeds)
+    assert {step for step, _ in side_inputs - of_seed} == {
+        f"DetectRegressions/{check}/WithSeeds/OfKeysWithItems"
+        for check in ("CheckMetrics", "CheckRuns", "LiveWindows/Checks", "Triage")}
     seeds = [t.unique_name for t in components.transforms.values() if t.unique_name.endswith("/WithSeeds/Seeds")]
     assert sorted(seeds) == ["DetectRegressions/CheckMetrics/WithSeeds/Seeds", "DetectRegressions/CheckRuns/WithSeeds/Seeds",
                              "DetectRegressions/LiveWindows/Checks/WithSeeds/Seeds",
@@ -267,3 +277,70 @@ def test_the_benchmark_runs_and_prints_its_tables(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("| pending items |") and lines[2].startswith("| 3 |") and lines[3].startswith("| 30 |")
     assert lines[-1].startswith("| 1 runs x 5 windows")
+
+
+
+class CollectInOrder(OrderedCheck):
+    """(key, RunEnded or ``SeededState``) -> (tag, output as JSON, its timestamp in µs) of what ``Collect`` (a03 and
+    b02 poisoned) yields: as ``in_order`` runs it, or (``stateful``) with the stateful DoFn whatever the input."""
+
+    def __init__(self, streaming: bool, stateful: bool = False):
+        super().__init__(None, None, streaming=streaming, timer_bucket_seconds=0)
+        self.stateful = stateful
+
+    def expand(self, items):
+        machine = Collect(poison={"a03", "b02"})
+        in_order = (beam.ParDo(in_event_time_order(machine, "collect", self.streaming, 0)) if self.stateful
+                    else self.in_order(machine, "collect"))
+        outputs = items | "InOrder" >> in_order.with_outputs(DEAD_LETTER.name, main="main")
+
+        def stamped(tag):
+            def with_time(value, at=beam.DoFn.TimestampParam):
+                yield tag, json.dumps(value, sort_keys=True, default=str), at.micros
+            return with_time
+        return ((outputs.main | "MainAt" >> beam.ParDo(stamped("main")),
+                 outputs[DEAD_LETTER.name] | "DeadAt" >> beam.ParDo(stamped("dead")))
+                | "Stamped" >> beam.Flatten())
+
+
+FOUND: List[Any] = []
+
+
+def keep(output: Any) -> None:
+    FOUND.append(output)  # FnApiRunner runs the pipeline in this process
+
+
+def bounded_outputs(stateful: bool) -> List[Any]:
+    """What ``CollectInOrder`` gives on a bounded input: with the stateful DoFn, or as a replay runs it."""
+    items = [(key, RunEnded(key, f"{key}{i:02d}", "success", T0 + 10 * i + ord(key), "loss", "count"))
+             for key in "abc" for i in range(6)]
+    items += [("a", SeededState(["a-old"])), ("b", SeededState(["b-old"])), ("b", SeededState(["b-old"]))]
+    random.Random(3).shuffle(items)
+    FOUND.clear()
+    with batch_pipeline() as p:
+        (p | beam.Create(items).with_output_types(beam.typehints.KV[str, Any])
+         | CollectInOrder(streaming=False, stateful=stateful) | beam.Map(keep))
+    return sorted(FOUND)
+
+
+def test_a_replay_groups_each_key_and_gives_what_the_stateful_stage_gives():
+    grouped = bounded_outputs(stateful=False)
+    assert grouped == bounded_outputs(stateful=True)
+    main = [json.loads(value) for tag, value, _ in grouped if tag == "main"]
+    assert len(main) == 16 and ["a00", 1] in main and ["b00", 1] in main and ["c00", 0] in main  # seeds first
+    dead = [json.loads(value) for tag, value, _ in grouped if tag == "dead"]
+    assert sorted(row["reason"].split(":")[0] for row in dead) == [
+        "error in collect check", "error in collect check", "seed of collect check not applied"]
+    assert {at for tag, _, at in grouped if tag == "main"} == {Timestamp.of(T0 + ord(k)).micros for k in "abc"}
+
+
+def test_a_replay_keeps_no_state_in_its_ordered_stages():
+    p = beam.Pipeline(runner=FnApiRunner())
+    (p | beam.Create([("a", ended(0))]).with_output_types(beam.typehints.KV[str, RunEnded])
+     | CollectInOrder(streaming=False))
+    transforms = p.to_runner_api().components.transforms.values()
+    assert any(t.unique_name.endswith("InOrder/GroupByKey") for t in transforms)
+    for t in transforms:
+        if t.spec.urn == common_urns.primitives.PAR_DO.urn:
+            payload = beam_runner_api_pb2.ParDoPayload.FromString(t.spec.payload)
+            assert not payload.state_specs and not payload.timer_family_specs, t.unique_name

@@ -21,7 +21,7 @@ from tests.transforms.support import assert_rows, batch_pipeline, configs, finis
 from tests.transforms.test_containment import CONFIG, suite
 from trainguard import wire
 from transforms.parse import ParseMessages, SummarizeMessages
-from transforms.run_parts import AssembleRunPartsFn, PreAssembleRunsFn
+from transforms.run_parts import AssembleRunPartsFn, GroupedRunAssembly, PreAssembleRunsFn
 from transforms.runs import AssembleRuns
 
 
@@ -96,8 +96,8 @@ def assemble_parts(p, parts: list, side: str = "parts") -> dict:
     """The runs (their repr) and dead letters (JSON) ``AssembleRunPartsFn`` makes of ``parts``, as ``side``."""
     outputs = (p | f"Create_{side}" >> beam.Create(parts, reshuffle=False)
                | f"Timestamp_{side}" >> beam.Map(lambda keyed: TimestampedValue(keyed, keyed[1].accumulator.last_time))
-               | f"Assemble_{side}" >> beam.ParDo(AssembleRunPartsFn(configs(cifar=CONFIG), RunLifecycle(
-                   grace_seconds=10))).with_outputs(DEAD_LETTER.name, main="runs"))
+               | f"Assemble_{side}" >> GroupedRunAssembly(AssembleRunPartsFn(configs(cifar=CONFIG), RunLifecycle(
+                   grace_seconds=10))))
     return {f"{side}.runs": outputs.runs | f"Repr_{side}" >> beam.Map(repr),
             f"{side}.dead": outputs[DEAD_LETTER.name] | f"Json_{side}" >> beam.Map(json.dumps, sort_keys=True)}
 

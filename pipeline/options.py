@@ -26,7 +26,7 @@ DEFAULT_REPORT_DIR = locations.REPORT_DIR
 PROGRESS_QUIET_SECONDS = 2.0  # the replay's progress shows from this far into it: a short replay prints as before
 PROGRESS_LOG_SECONDS = 10.0   # between its lines when stderr is not a terminal (--progress)
 REPLAY_GROUP_MIB = 256.0      # input a bounded replay's pipeline run reads at most, about (--replay_group_mib)
-REPLAY_GROUP_RUNS = 50_000    # runs a bounded replay's pipeline run takes at most, about (--replay_group_runs)
+REPLAY_GROUP_RUNS = 25_000    # runs a bounded replay's pipeline run takes at most, about (--replay_group_runs)
 
 
 class TrainguardOptions(PipelineOptions):
@@ -43,7 +43,8 @@ class TrainguardOptions(PipelineOptions):
         source.add_argument("--replay_group_mib", type=float, default=REPLAY_GROUP_MIB,
                             help="A replay of local files larger than this many MiB reads its tests in groups of "
                                  "about this size, one pipeline run each, so that its memory follows a group, not "
-                                 "the whole input (tests share no state: the rows are the same); 0: one group.")
+                                 "the whole input (tests share no state: the rows are the same); 0: no limit by size "
+                                 "(--replay_group_runs still applies).")
         source.add_argument("--replay_group_runs", type=int, default=REPLAY_GROUP_RUNS,
                             help="A replay of local files holding more runs than this reads its tests in groups of "
                                  "about this many runs, one pipeline run each (a run holds ~10 KB while its group "

@@ -55,7 +55,7 @@ from sinks.staging import StageRows
 from sinks.stores import DUCKDB_SQL
 from transforms.config_versions import read_config_dir
 from transforms.progress import LocalCounter, ProgressCounter, ReadCounts, register, unregister
-from transforms.sources import MIN_RUN_BYTES, LineGroup, ReadReplayFiles, count_runs, is_local_text, plan_line_groups
+from transforms.sources import LineGroup, ReadReplayFiles, count_lines, count_runs, is_local_text, plan_line_groups
 
 EXAMPLE_EMAIL_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "notifier",
                                     "example-config.json")
@@ -290,12 +290,12 @@ def line_groups(files: List[str], group_mib: float, streaming: bool,
     """The groups a replay reads its files in: one (None: every line) unless the files, all local text, are
     over ``group_mib`` MiB or hold more than ``group_runs`` runs; then about that much each, a test's lines all
     in one (``plan_line_groups``). The runs are counted (``count_runs``: a pass over the files) only where the
-    files are large enough to hold that many (``MIN_RUN_BYTES`` a run)."""
+    files have more lines than that (``count_lines``, their line feeds counted)."""
     if streaming or not all(is_local_text(f) for f in files):
         return [None]
     size = sum(os.path.getsize(f) for f in files)
     count = math.ceil(size / (group_mib * 2 ** 20)) if group_mib > 0 else 1
-    if group_runs > 0 and size > group_runs * MIN_RUN_BYTES:
+    if group_runs > 0 and count_lines(files) > group_runs:
         count = max(count, math.ceil(count_runs(files) / group_runs))
     return [None] if count <= 1 else list(plan_line_groups(files, count))
 

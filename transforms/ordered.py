@@ -164,10 +164,8 @@ class WithSeeds(beam.PTransform[PCollection[Tuple[Any, Any]], PCollection[Tuple[
         keyed = items.element_type  # the seeds' keys must be encoded as the items' are
         seeds = self.seed | "Seeds" >> beam.FlatMap(seeded_states, self.field).with_output_types(keyed)
         if self.only_keys_with_items:
-            with_items = beam.typehints.KV[keyed.tuple_types[0], bool]
-            keys = (items | "ItemKeys" >> beam.Map(lambda item: (item[0], True)).with_output_types(with_items)
-                    | "DistinctKeys" >> beam.CombinePerKey(any)
-                    | "Typed" >> beam.Map(lambda key_true: key_true).with_output_types(with_items))
+            keys = items | "ItemKeys" >> beam.Map(lambda item: (item[0], True)).with_output_types(
+                beam.typehints.KV[keyed.tuple_types[0], bool])  # a key of several items: one entry of the dict
             seeds = seeds | "OfKeysWithItems" >> beam.Filter(
                 lambda seed, with_items: seed[0] in with_items, beam.pvalue.AsDict(keys))
         return (items, seeds) | "ItemsAndSeeds" >> beam.Flatten().with_output_types(keyed)

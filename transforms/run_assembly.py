@@ -2,9 +2,8 @@
 
 The streaming job's back-fills (``transforms.backfills``) are a subclass; a replay's run parts
 (``transforms.run_parts``) end their runs through ``AssembleRunFn.run_ended``; ``transforms.runs.AssembleRuns``
-chooses one. Each DoFn method hands the state cells and
-timers Beam gave it to its helpers as one ``RunCells``; what can be computed without them is a pure function
-(``join_resumed``).
+chooses one. Each DoFn method hands the state cells and timers Beam gave it to its helpers as one ``RunCells``;
+what can be computed without them is a pure function (``join_resumed``).
 """
 
 from __future__ import annotations
@@ -227,7 +226,7 @@ class AssembleRunFn(beam.DoFn):
         yield from self.run_ended(key, accumulator, at, out_of_order, timer_at)
 
     def run_ended(self, key: RunKey, accumulator: RunAccumulator, at: float, out_of_order: bool = False,
-               timer_at: Optional[float] = None):
+                  timer_at: Optional[float] = None):
         """What a run ending at event time ``at`` gives (``_finalize``, less its state): its ``RunResult``, to
         the ``interrupted`` output if a drain cut it short, or its dead letter."""
         try:

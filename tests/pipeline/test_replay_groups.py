@@ -21,6 +21,7 @@ from tests.support import T0
 from tests.trainguard.test_fast_points import messages
 from tests.transforms.test_ranks import straggler_messages
 from trainguard import wire
+from transforms import sources
 from transforms.sources import (
     count_runs,
     file_lines,
@@ -79,8 +80,11 @@ def test_runs_are_counted_as_the_lines_name_them(tmp_path):
     lines = [wire.encode_message(f"test-{i % 3}", f"r{i % 4}", [], [wire.event_dict("run_started", T0, {})],
                                  message_id=f"m{i}") for i in range(40)]
     lines += [b"not json", b'{"test": "t"}', b'{"test": "t", "run": 5}', b"  "]
+    # read by decoding (not as the encoders begin a message): one run seen above, and one new
+    lines += [b'{"run": "r0", "test": "test-0", "schema": "trainguard/v1"}', b'{"test": "t\\u00e9", "run": "r"}']
     files = [write_lines(tmp_path / f"{n}.jsonl", lines[n::2]) for n in range(2)]
-    assert count_runs(files) == 12  # (test-i, rj) with i = k mod 3, j = k mod 4: all 12 pairs
+    assert count_runs(files) == 13  # (test-i, rj) with i = k mod 3, j = k mod 4: all 12 pairs; and ("té", "r")
+    assert sources._NAMES_FIRST.match(lines[0]).groups() == (b"test-0", b"r0")  # the encoders' lines: not decoded
 
 
 def test_small_inputs_are_not_counted_and_many_runs_make_groups(tmp_path):

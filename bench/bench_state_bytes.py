@@ -75,7 +75,7 @@ from transforms.parse import FirstPerKeyFn, ParseMessageFn, SummarizeMessageFn
 from transforms.runs import INTERRUPTED, without_window_points
 from transforms.triage import LedgerMachine
 from transforms.window_checks import WindowCheckMachine
-from transforms.windows import WindowRunFn, without_payload
+from transforms.windows import WindowRunFn, _PackedRunWindows, without_payload
 
 T0 = 1763596800.0  # 2025-11-20T00:00:00Z
 RUN_LEVEL, WINDOWED = "bench-run-level", "bench-windowed"
@@ -491,6 +491,7 @@ class StreamingGraph:
         emitted windows' part is what the value keeps of them: since the bags of closed windows
         (``WindowRunFn._stash``), their index, end and last point (``kept``) and where they are (``stored``)."""
         started = time.process_time()
+        run_windows = run_windows.unpack()
         tags = list(run_windows.tags.values())
         saved = [(w.emitted, w.kept, w.open, w.open_by_index, w.pending) for w in tags]
         stored = run_windows.stored
@@ -503,14 +504,14 @@ class StreamingGraph:
                     w.open_by_index = {}
                 if part == "emitted":
                     w.kept, run_windows.stored = {}, {}
-            parts[part] += size - len(encoding.encode(run_windows))
+            parts[part] += size - len(encoding.encode(_PackedRunWindows.of(run_windows)))
             for w, (emitted, kept, open_, by_index, pending) in zip(tags, saved):
                 w.emitted, w.kept, w.open, w.open_by_index, w.pending = emitted, kept, open_, by_index, pending
             run_windows.stored = stored
         for w in tags:
             w.emitted, w.kept, w.open, w.open_by_index, w.pending = {}, {}, [], {}, []
         run_windows.stored = {}
-        parts["rest"] += len(encoding.encode(run_windows))
+        parts["rest"] += len(encoding.encode(_PackedRunWindows.of(run_windows)))
         run_windows.stored = stored
         for w, (emitted, kept, open_, by_index, pending) in zip(tags, saved):
             w.emitted, w.kept, w.open, w.open_by_index, w.pending = emitted, kept, open_, by_index, pending

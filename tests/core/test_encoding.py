@@ -41,7 +41,17 @@ from core.window_checks import (
     _Debounce,
     _OpenRun,
 )
-from core.windows import PointColumns, TagWindows, Window, WindowPoint, WindowResult, WindowSpec
+from core.windows import (
+    ClosedWindows,
+    PointColumns,
+    PointGroups,
+    TagTable,
+    TagWindows,
+    Window,
+    WindowPoint,
+    WindowResult,
+    WindowSpec,
+)
 from tests.support import REPO_ROOT, T0
 from trainguard import wire
 
@@ -141,14 +151,38 @@ run_parts = st.builds(run_part, st.builds(
                     max_size=4),
     st.lists(st.tuples(names, file_spans | st.binary(max_size=8)), max_size=2))
 
+windows = st.builds(Window, names, st.integers(0, 100), st.lists(window_points, max_size=3), floats, floats,
+                    st.integers(0, 5), st.booleans())
+window_specs = st.builds(WindowSpec, st.none() | st.integers(1, 100), optional_floats, optional_floats,
+                         st.lists(names, max_size=3).map(tuple))
+
+
+def tag_windows(spec: WindowSpec, points: List[WindowPoint], settled: int) -> TagWindows:
+    """A tag's windows after some points, the first ``settled`` of them placed (windows emitted and kept)."""
+    tag = TagWindows(spec)
+    for point in points[:settled]:
+        tag.add(point)
+    tag.settle(math.inf)
+    for point in points[settled:]:
+        tag.add(point)
+    return tag
+
+
+finite_points = st.builds(WindowPoint, st.floats(-1e12, 1e12), steps, floats)
+tag_tables = st.dictionaries(names, st.builds(
+    tag_windows, st.sampled_from([WindowSpec(count=2), WindowSpec(time_seconds=10.0, period_seconds=5.0),
+                                  WindowSpec(count=3, time_seconds=20.0)]),
+    st.lists(finite_points, max_size=8), st.integers(0, 8)), max_size=3).map(TagTable.of)
+
 STRATEGIES: Dict[type, Any] = {
     WindowPoint: window_points,
+    PointGroups: st.lists(st.lists(window_points, max_size=4), max_size=4).map(PointGroups.of),
+    ClosedWindows: st.lists(st.tuples(st.integers(0, 2**40), names, windows), max_size=4).map(ClosedWindows.of),
+    TagTable: tag_tables,
     PointColumns: st.lists(st.tuples(names, window_points), max_size=6).map(PointColumns.of),
     WindowResult: window_results,
-    WindowSpec: st.builds(WindowSpec, st.none() | st.integers(1, 100), optional_floats, optional_floats,
-                          st.lists(names, max_size=3).map(tuple)),
-    Window: st.builds(Window, names, st.integers(0, 100), st.lists(window_points, max_size=3), floats, floats,
-                      st.integers(0, 5), st.booleans()),
+    WindowSpec: window_specs,
+    Window: windows,
     TriageItem: triage_items,
     Alert: alerts,
     TagAggregate: tag_aggregates,
@@ -480,8 +514,11 @@ def test_a_name_is_one_type():
 
 def test_every_registered_type_has_a_round_trip_strategy_or_a_fixture():
     covered = {encoding.REGISTRY.by_class[cls].name for cls in STRATEGIES}
-    for name in os.listdir(FIXTURES):
-        if name.endswith(".bin"):
-            covered |= {type_name for type_name, _, _ in encoding.types_of(fixture(name[:-4]))}
+    sets = os.path.dirname(FIXTURES)
+    for directory in [os.path.join(sets, d) for d in os.listdir(sets) if d.startswith("state_v")]:
+        for name in os.listdir(directory):
+            if name.endswith(".bin"):
+                with open(os.path.join(directory, name), "rb") as f:
+                    covered |= {type_name for type_name, _, _ in encoding.types_of(f.read())}
     missing = set(encoding.load_registry().by_name) - covered
     assert not missing, f"registered types with neither a strategy here nor a fixture: {sorted(missing)}"

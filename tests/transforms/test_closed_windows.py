@@ -19,7 +19,7 @@ from tests.support import T0
 from tests.transforms.held_watermarks import END_OF_TIME, HeldStage
 from tests.transforms.support import configs, finished, raw, started
 from trainguard import wire
-from transforms.windows import WindowRunFn
+from transforms.windows import WindowRunFn, _PackedRunWindows, _read_run, _RunWindows
 
 LATENESS = 60.0
 CONFIGS = configs(cifar={"window_config": {"allowed_lateness_seconds": LATENESS, "stall_seconds": 300, "tags": {
@@ -106,7 +106,7 @@ def to_old_layout(held: HeldStage) -> None:
     """Rewrites the key's state as the code before the bags would have held it: the windows of the bags back in
     the value, written with the old types' fields; the bags empty."""
     cells, _ = held.keys[KEY]
-    run_windows = cells["run_windows"].read()
+    run_windows = _read_run(cells["run_windows"])
     WindowRunFn._load(run_windows, (cells["closed_windows_0"], cells["closed_windows_1"]))
     old_tags = {}
     for tag, windows in run_windows.tags.items():
@@ -132,7 +132,7 @@ def test_a_value_of_the_layout_before_the_bags_goes_on_as_the_new_layout_does():
     assert plain(first_half(new)) == plain(first_half(updated))
     to_old_layout(updated)
     cells, _ = updated.keys[KEY]
-    assert any(cells["run_windows"].read().tags["loss"].emitted.values())  # the old layout, decoded
+    assert any(_read_run(cells["run_windows"]).tags["loss"].emitted.values())  # the old layout, decoded
     after = plain(second_half(updated))
     assert after == plain(second_half(new))
     revised = [(value[0].tag, value[0].index, value[1]) for tag, value in after if tag == "main" and value[1]]
@@ -143,9 +143,9 @@ def test_emitted_windows_leave_the_value_and_late_points_read_them_from_a_bag():
     held = stage()
     first_half(held)
     cells, _ = held.keys[KEY]
-    run_windows = cells["run_windows"].read()
+    run_windows = _read_run(cells["run_windows"])
     assert all(not w.emitted and w.kept for w in run_windows.tags.values())
-    stored = sum(len(batch) for bag in ("closed_windows_0", "closed_windows_1") for batch in cells[bag].read())
+    stored = sum(len(batch.entries()) for bag in ("closed_windows_0", "closed_windows_1") for batch in cells[bag].read())
     assert stored >= len(run_windows.tags["loss"].kept) + len(run_windows.tags["tput"].kept)
     reads = cells["closed_windows_0"].reads + cells["closed_windows_1"].reads
     assert reads == 2  # this test's own, just now: points in order never read the bags
@@ -163,7 +163,7 @@ def test_the_bags_hold_about_the_allowed_lateness_of_windows_however_long_the_ru
     for i in range(600):
         send(held, i, T0 + 5 + i - 2)
         cells, _ = held.keys[KEY]
-        held_now = sum(len(cells[bag].coder.decode(data)) for bag in ("closed_windows_0", "closed_windows_1")
+        held_now = sum(len(cells[bag].coder.decode(data).entries()) for bag in ("closed_windows_0", "closed_windows_1")
                        for data in cells[bag].data)
         most[i >= 300] = max(most[i >= 300], held_now)
     windows_in_lateness = LATENESS / 4 + LATENESS / 20  # count windows of 4 points a second, 20 s time windows
@@ -188,3 +188,31 @@ def test_a_batch_of_points_of_the_layout_before_the_columns_is_still_placed():
     assert isinstance(cells["window_points"].read()[0], list)
     assert plain(updated.advance(T0 + 45, T0 + 45)) == plain(new.advance(T0 + 45, T0 + 45))
     assert plain(second_half(updated)) == plain(second_half(new))
+
+
+def test_a_value_written_before_the_packed_layout_goes_on_as_the_packed_one_does():
+    """Before ``_PackedRunWindows`` the cell held ``_RunWindows`` itself: an updated job reads it, gives the same
+    windows, revisions and late points, and writes the packed value next."""
+    new, updated = stage(), stage()
+    assert plain(first_half(new)) == plain(first_half(updated))
+    cells, _ = updated.keys[KEY]
+    packed = cells["run_windows"].read()
+    assert isinstance(packed, _PackedRunWindows)
+    cells["run_windows"].data = encoding.encode(packed.unpack())
+    assert isinstance(cells["run_windows"].read(), _RunWindows)
+    assert plain(send(updated, LATE[0], T0 + 46)) == plain(send(new, LATE[0], T0 + 46))  # a late point's revision
+    assert isinstance(cells["run_windows"].read(), _PackedRunWindows)
+    assert encoding.describe(_read_run(cells["run_windows"])) == encoding.describe(
+        _read_run(new.keys[KEY][0]["run_windows"]))
+
+
+def test_the_packed_value_is_the_run_windows_field_by_field():
+    held = stage()
+    first_half(held)
+    for i in LATE[:1]:
+        send(held, i, T0 + 46)
+    cells, _ = held.keys[KEY]
+    run_windows = _read_run(cells["run_windows"])
+    assert run_windows.stored and run_windows.stalls is not None and run_windows.tags
+    again = encoding.decode(encoding.encode(_PackedRunWindows.of(run_windows))).unpack()
+    assert encoding.describe(again) == encoding.describe(run_windows)

@@ -40,6 +40,7 @@ import json
 import math
 import os
 import random
+import struct
 import sys
 import time
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
@@ -75,7 +76,8 @@ from transforms.parse import FirstPerKeyFn, ParseMessageFn, SummarizeMessageFn
 from transforms.runs import INTERRUPTED, without_window_points
 from transforms.triage import LedgerMachine
 from transforms.window_checks import WindowCheckMachine
-from transforms.windows import WindowRunFn, _PackedRunWindows, without_payload
+from transforms.window_state import PackedRunWindows
+from transforms.windows import WindowRunFn, without_payload
 
 T0 = 1763596800.0  # 2025-11-20T00:00:00Z
 RUN_LEVEL, WINDOWED = "bench-run-level", "bench-windowed"
@@ -144,15 +146,22 @@ class Arrival(NamedTuple):
     points: int
 
 
-def point_value(rng: random.Random, tag_index: int, step: int) -> float:
-    """A tag's value at a step: a slow curve and noise, six significant digits."""
-    return float(f"{(1.0 + tag_index) * (1.0 + math.exp(-step / 2000.0)) + rng.gauss(0.0, 0.01):.6g}")
+SIX_DIGITS, FLOAT32 = "six_digits", "float32"
+
+
+def point_value(rng: random.Random, tag_index: int, step: int, values: str = SIX_DIGITS) -> float:
+    """A tag's value at a step: a slow curve and noise, to six significant digits (a logger's ``%.6g``) or as a
+    float32 (``loss.item()`` of a float32 tensor, TensorBoard's scalars)."""
+    value = (1.0 + tag_index) * (1.0 + math.exp(-step / 2000.0)) + rng.gauss(0.0, 0.01)
+    if values == FLOAT32:
+        return float(struct.unpack("<f", struct.pack("<f", value))[0])
+    return float(f"{value:.6g}")
 
 
 def run_messages(test: str, run: str, start: float, messages: int, points: int, tags: int,
-                 step_seconds: float, publish_delay: float, seed: int) -> List[Arrival]:
+                 step_seconds: float, publish_delay: float, seed: int, values: str = SIX_DIGITS) -> List[Arrival]:
     """One run's messages as a trainer sends them: ``points // tags`` steps each, every tag once a step, values
-    of six significant digits on slow curves, v1.1 columns; the first carries ``run_started``, a last one
+    on slow curves (``point_value``), v1.1 columns; the first carries ``run_started``, a last one
     ``run_finished``."""
     rng = random.Random(f"{seed}/{test}/{run}")
     names = tag_names(tags)
@@ -163,7 +172,7 @@ def run_messages(test: str, run: str, start: float, messages: int, points: int, 
         for step in range(m * steps, (m + 1) * steps):
             at = start + 0.5 + step * step_seconds
             for i, tag in enumerate(names):
-                batch.append(wire.point_dict(tag, point_value(rng, i, step), round(at, 3), step))
+                batch.append(wire.point_dict(tag, point_value(rng, i, step, values), round(at, 3), step))
             latest = at
         events = [wire.event_dict(wire.RUN_STARTED, start, {"host": "bench"})] if m == 0 else []
         payload = wire.encode_message(test, run, batch, events, message_id=f"{test}/{run}/{m}",
@@ -182,7 +191,7 @@ def wave(prefix: str, runs: int, start: float, args) -> List[Arrival]:
         for test in (RUN_LEVEL, WINDOWED):
             arrivals += run_messages(test, f"{prefix}-{r:03d}", start + r * STAGGER_SECONDS, args.messages,
                                      args.points, args.tags, args.step_seconds, args.publish_delay_seconds,
-                                     args.seed)
+                                     args.seed, args.values)
     return sorted(arrivals, key=lambda a: a.at)
 
 
@@ -504,14 +513,14 @@ class StreamingGraph:
                     w.open_by_index = {}
                 if part == "emitted":
                     w.kept, run_windows.stored = {}, {}
-            parts[part] += size - len(encoding.encode(_PackedRunWindows.of(run_windows)))
+            parts[part] += size - len(encoding.encode(PackedRunWindows.of(run_windows)))
             for w, (emitted, kept, open_, by_index, pending) in zip(tags, saved):
                 w.emitted, w.kept, w.open, w.open_by_index, w.pending = emitted, kept, open_, by_index, pending
             run_windows.stored = stored
         for w in tags:
             w.emitted, w.kept, w.open, w.open_by_index, w.pending = {}, {}, [], {}, []
         run_windows.stored = {}
-        parts["rest"] += len(encoding.encode(_PackedRunWindows.of(run_windows)))
+        parts["rest"] += len(encoding.encode(PackedRunWindows.of(run_windows)))
         run_windows.stored = stored
         for w, (emitted, kept, open_, by_index, pending) in zip(tags, saved):
             w.emitted, w.kept, w.open, w.open_by_index, w.pending = emitted, kept, open_, by_index, pending
@@ -629,7 +638,7 @@ def seeded_window_histories(configs: ConfigSet, args, before: float) -> Dict[Tup
             run = f"{HISTORY_RUN}-{r:03d}"
             rng = random.Random(f"{args.seed}/{WINDOWED}/{run}/{tag}")
             start = before - (args.history_runs - r) * (steps * args.step_seconds + 3600.0)
-            points = [WindowPoint(start + 0.5 + step * args.step_seconds, step, point_value(rng, index, step))
+            points = [WindowPoint(start + 0.5 + step * args.step_seconds, step, point_value(rng, index, step, args.values))
                       for step in range(steps)]
             count = tag_config.spec.points
             windows = [WindowResult(WINDOWED, run, tag, "count", i, chunk[0].time, chunk[-1].time, chunk[0].step,
@@ -946,6 +955,8 @@ def parser() -> StrictArgumentParser:
                    help="worker CPU of a work item beside the stage's code (assumed: not measured here)")
     p.add_argument("--utilization", type=float, default=0.5, help="the workers' CPU use the sizing aims at")
     p.add_argument("--seed", type=int, default=1, help="the values' random seed")
+    p.add_argument("--values", choices=[SIX_DIGITS, FLOAT32], default=SIX_DIGITS,
+                   help="the points' values: to six significant digits, or float32 values")
     p.add_argument("--quick", action="store_true", help=f"a small run for a test: {' '.join(QUICK)}")
     return p
 

@@ -22,22 +22,10 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import itertools
 import json
 import math
-import struct
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
-from core.columns import (
-    pack_floats,
-    pack_grouped_floats,
-    pack_grouped_ints,
-    pack_ints,
-    unpack_floats,
-    unpack_grouped_floats,
-    unpack_grouped_ints,
-    unpack_ints,
-)
 from core.registry import record
 from core.stats import mean_and_pstdev, percentile
 
@@ -52,74 +40,6 @@ class WindowPoint(NamedTuple):
     time: float
     step: int  # NO_STEP (-1) when the point has none
     value: float
-
-
-def _from_zigzag_varints(data: bytes) -> List[int]:
-    numbers, unsigned, shift = [], 0, 0
-    for byte in data:
-        unsigned |= (byte & 0x7F) << shift
-        shift += 7
-        if byte < 0x80:
-            numbers.append(unsigned // 2 if unsigned % 2 == 0 else -(unsigned + 1) // 2)
-            unsigned, shift = 0, 0
-    return numbers
-
-
-def _columns_v1_to_v2(fields: Dict[str, Any]) -> Dict[str, Any]:
-    """Version 1 kept each tag's columns apart: times and values as float64 bytes, steps as zigzag varints of
-    their differences."""
-    points = []
-    for times, steps, values in zip(fields["times"], fields["steps"], fields["values"]):
-        n = len(times) // 8
-        points.append(list(map(WindowPoint, struct.unpack(f"<{n}d", times),
-                               itertools.accumulate(_from_zigzag_varints(steps)), struct.unpack(f"<{n}d", values))))
-    return {"tags": fields["tags"], "points": PointGroups.of(points)}
-
-
-@record("PointGroups")
-@dataclasses.dataclass
-class PointGroups:
-    """Groups of points (a tag's, a window's) as columns over all of them, group after group (``core.columns``:
-    times and steps by their second differences, values as decimals where they are, every bit kept)."""
-    counts: bytes
-    times: bytes
-    steps: bytes
-    values: bytes
-
-    @classmethod
-    def of(cls, groups: Sequence[Sequence[WindowPoint]]) -> PointGroups:
-        return cls(pack_ints([len(group) for group in groups]),
-                   pack_grouped_floats([[p.time for p in group] for group in groups], order=2),
-                   pack_grouped_ints([[p.step for p in group] for group in groups], order=2),
-                   pack_grouped_floats([[p.value for p in group] for group in groups], order=1))
-
-    def groups(self) -> List[List[WindowPoint]]:
-        sizes = unpack_ints(self.counts)
-        return [list(map(WindowPoint, times, steps, values)) for times, steps, values in zip(
-            unpack_grouped_floats(self.times, sizes), unpack_grouped_ints(self.steps, sizes),
-            unpack_grouped_floats(self.values, sizes))]
-
-
-@record("PointColumns", version=2, upgrades={1: _columns_v1_to_v2})
-@dataclasses.dataclass
-class PointColumns:
-    """Points of several tags, as ``PointGroups`` of one group a tag. A point as a (tag, ``WindowPoint``) record
-    is ~37 bytes encoded (its tag's name, a mark and three msgpack numbers); as float64 columns (version 1) ~17;
-    on the bench's windowed test (six significant digits, a step a second) ~2.5. ``transforms.windows`` keeps
-    the points waiting for the watermark (a message's 1,000 a batch) this way."""
-    tags: List[str]
-    points: PointGroups
-
-    @classmethod
-    def of(cls, items: Sequence[Tuple[str, WindowPoint]]) -> PointColumns:
-        by_tag: Dict[str, List[WindowPoint]] = {}
-        for tag, point in items:
-            by_tag.setdefault(tag, []).append(point)
-        return cls(list(by_tag), PointGroups.of(list(by_tag.values())))
-
-    def items(self) -> List[Tuple[str, WindowPoint]]:
-        """The (tag, point) items, by tag in the order they came."""
-        return [(tag, point) for tag, points in zip(self.tags, self.points.groups()) for point in points]
 
 
 @record("WindowSpec")
@@ -221,50 +141,6 @@ class Window:
     def end_step(self) -> Optional[int]:
         steps = [p.step for p in self.points if p.step >= 0]
         return max(steps) if steps else None
-
-@record("ClosedWindows")
-@dataclasses.dataclass
-class ClosedWindows:
-    """Emitted windows, each with a seq of its keeper's, as columns (``core.columns``): how
-    ``transforms.windows`` keeps a batch of closed windows for late points. A window as its own record with its
-    points in columns took ~80 bytes besides them; here its index, seq, revision and bounds take a few."""
-    tags: List[str]      # the batch's tags, each once
-    kinds: List[str]     # their windows' kind
-    tag_of: bytes        # per window: its tag's place in ``tags``
-    seqs: bytes
-    indexes: bytes
-    revisions: bytes
-    partial: bytes
-    start_times: bytes
-    end_times: bytes
-    points: PointGroups  # a group a window
-
-    @classmethod
-    def of(cls, entries: Sequence[Tuple[int, str, Window]]) -> ClosedWindows:
-        tags: Dict[str, int] = {}
-        kinds: List[str] = []
-        for _, tag, window in entries:
-            if tag not in tags:
-                tags[tag] = len(tags)
-                kinds.append(window.kind)
-        windows = [window for _, _, window in entries]
-        return cls(list(tags), kinds, pack_ints([tags[tag] for _, tag, _ in entries], order=0),
-                   pack_ints([seq for seq, _, _ in entries], order=2),
-                   pack_ints([w.index for w in windows], order=2), pack_ints([w.revision for w in windows], order=0),
-                   pack_ints([int(w.partial) for w in windows], order=0),
-                   pack_floats([w.start_time for w in windows], order=2),
-                   pack_floats([w.end_time for w in windows], order=2),
-                   PointGroups.of([w.points for w in windows]))
-
-    def entries(self) -> List[Tuple[int, str, Window]]:
-        """The (seq, tag, window) entries, windows with their points."""
-        points = self.points.groups()
-        return [(seq, self.tags[tag], Window(self.kinds[tag], index, list(group), start, end, revision, bool(partial)))
-                for seq, tag, index, revision, partial, start, end, group in zip(
-                    unpack_ints(self.seqs), unpack_ints(self.tag_of), unpack_ints(self.indexes),
-                    unpack_ints(self.revisions), unpack_ints(self.partial), unpack_floats(self.start_times),
-                    unpack_floats(self.end_times), points)]
-
 
 @record("WindowResult")
 @dataclasses.dataclass(frozen=True)
@@ -466,81 +342,3 @@ class TagWindows:
         for index in [i for i, (end_time, _) in self.kept.items() if end_time < before]:
             del self.kept[index]
             self.emitted.pop(index, None)
-
-
-@record("TagTable")
-@dataclasses.dataclass
-class TagTable:
-    """A run's ``TagWindows`` of every tag as columns across the tags (``core.columns``): what a run's live
-    windows keep in state, read and written at every firing. As ``TagWindows`` records a tag of the bench's
-    windowed test took ~300 bytes (its spec, its open window's points and its kept windows' ends and last
-    points, each a msgpack number); as columns across 20 tags, ~50. Every field of every tag comes back as it
-    was, dicts in their order."""
-    tags: List[str]
-    specs: List[WindowSpec]       # each distinct spec once
-    spec_of: bytes                # per tag: its spec's place in ``specs``
-    open_index: bytes             # per tag
-    pending: PointGroups          # a group a tag
-    open: PointGroups             # a group a tag
-    timed_keys: bytes             # time windows not yet ended: (tag's place, index), flat
-    timed: PointGroups            # their points, a group a window
-    kept_counts: bytes            # per tag, how many windows it keeps
-    kept_indexes: bytes
-    kept_ends: bytes
-    # each kept window's last point: its time where it is not the window's end (1 in ``kept_at_end``: it is)
-    kept_at_end: bytes
-    kept_times: bytes
-    kept_steps: bytes
-    kept_values: bytes
-    emitted: Dict[str, Dict[int, Window]] = dataclasses.field(default_factory=dict)  # the tags' with any
-
-    @classmethod
-    def of(cls, tags: Dict[str, TagWindows]) -> TagTable:
-        windows = list(tags.values())
-        specs: Dict[WindowSpec, int] = {}
-        for w in windows:
-            specs.setdefault(w.spec, len(specs))
-        timed = [(place, index, points) for place, w in enumerate(windows) for index, points in w.open_by_index.items()]
-        kept = [list(w.kept.items()) for w in windows]
-        ends = [(end, last) for k in kept for _, (end, last) in k]
-        at_end = [int(_same_float(last.time, end)) for end, last in ends]
-        return cls(list(tags), list(specs), pack_ints([specs[w.spec] for w in windows], order=0),
-                   pack_ints([w.open_index for w in windows]), PointGroups.of([w.pending for w in windows]),
-                   PointGroups.of([w.open for w in windows]),
-                   pack_ints([n for place, index, _ in timed for n in (place, index)]),
-                   PointGroups.of([points for _, _, points in timed]),
-                   pack_ints([len(k) for k in kept], order=0),
-                   pack_ints([index for k in kept for index, _ in k], order=2),
-                   pack_floats([end for k in kept for _, (end, _) in k], order=2),
-                   pack_ints(at_end, order=1),
-                   pack_floats([last.time for (_, last), same in zip(ends, at_end) if not same], order=2),
-                   pack_ints([last.step for _, last in ends], order=2),
-                   pack_floats([last.value for _, last in ends]),
-                   {tag: dict(w.emitted) for tag, w in tags.items() if w.emitted})
-
-    def windows(self) -> Dict[str, TagWindows]:
-        """The tags' ``TagWindows``, as ``of`` took them."""
-        specs = [self.specs[i] for i in unpack_ints(self.spec_of)]
-        out = {tag: TagWindows(spec) for tag, spec in zip(self.tags, specs)}
-        windows = list(out.values())
-        for w, open_index, pending, open_ in zip(windows, unpack_ints(self.open_index), self.pending.groups(),
-                                                 self.open.groups()):
-            w.open_index, w.pending, w.open = open_index, pending, open_
-        keys = unpack_ints(self.timed_keys)
-        for place, index, points in zip(keys[::2], keys[1::2], self.timed.groups()):
-            windows[place].open_by_index[index] = points
-        ends = unpack_floats(self.kept_ends)
-        times = iter(unpack_floats(self.kept_times))
-        lasts = iter(map(WindowPoint, [end if same else next(times) for end, same in zip(
-            ends, unpack_ints(self.kept_at_end))], unpack_ints(self.kept_steps), unpack_floats(self.kept_values)))
-        indexes, ends_in_order = iter(unpack_ints(self.kept_indexes)), iter(ends)
-        for w, count in zip(windows, unpack_ints(self.kept_counts)):
-            w.kept = {next(indexes): [next(ends_in_order), next(lasts)] for _ in range(count)}
-        for tag, emitted in self.emitted.items():
-            out[tag].emitted = emitted
-        return out
-
-
-def _same_float(a: float, b: float) -> bool:
-    """Whether two floats are the same bits' worth (0.0 and -0.0 are not; a NaN is never taken as another)."""
-    return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)

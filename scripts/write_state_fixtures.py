@@ -16,7 +16,7 @@ a schema version bump), ``tests/transforms/test_coders.py`` finds that today's
 encoding is no longer the latest set's, byte for byte: write the next set next
 to the old ones, which stay decoded::
 
-    python scripts/write_state_fixtures.py --out tests/fixtures/state_v4
+    python scripts/write_state_fixtures.py --out tests/fixtures/state_v5
 """
 
 from __future__ import annotations
@@ -63,9 +63,9 @@ from core.window_checks import (
     take_unlogged,
     window_triage_targets,
 )
-from core.windows import ClosedWindows, PointColumns, TagWindows, Window, WindowPoint, WindowResult, window_aggregates
+from core.windows import TagWindows, Window, WindowPoint, WindowResult, window_aggregates
 from trainguard import wire
-from transforms.windows import _PackedRunWindows, _RunWindows
+from transforms.window_state import ClosedWindows, PackedRunWindows, PointColumns, RunIntake, RunWindows
 
 DEFAULT_OUT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "fixtures",
                            "state_v1")
@@ -206,17 +206,18 @@ def build() -> Dict[str, Any]:
     stalls.settle(T0 + 500)
     stalls.add(T0 + 900, T0 + 905)
     cases["tag_windows"] = loss_windows
-    cases["run_windows"] = _RunWindows({"loss": loss_windows, "throughput": throughput_windows}, stalls,
+    cases["run_windows"] = RunWindows({"loss": loss_windows, "throughput": throughput_windows}, stalls,
                                        last_time=T0 + 905, finished_time=None, watermark_floor=T0 + 6.5,
                                        scheduled=T0 + 7, rank=0, world_size=2, host="host-0")
     cases["window_points_bag"] = [("loss", WindowPoint(T0 + 8, 80, 0.1)), ("loss", WindowPoint(T0 + 9, -1, -0.0))]
     cases["stall_watch"] = stalls
     # As the state keeps them since state_v4: the run's value packed, points and closed windows as columns.
-    cases["run_windows_packed"] = _PackedRunWindows.of(copy.deepcopy(cases["run_windows"]))
+    cases["run_windows_packed"] = PackedRunWindows.of(copy.deepcopy(cases["run_windows"]))
     cases["point_columns"] = PointColumns.of(cases["window_points_bag"] + [
         ("throughput", WindowPoint(T0 + 20, -1, 2.5)), ("loss", WindowPoint(T0 + 10.125, 90, float("nan"))),
         ("loss", WindowPoint(T0 + 11, 2**70, float("inf")))])
     cases["closed_windows"] = ClosedWindows.of([(i + 1, "loss", window) for i, window in enumerate(closed)])
+    cases["run_intake"] = RunIntake(T0 + 905, None, 2, "host-0", T0 + 910, [(T0 + 900, T0 + 905)])
 
     # Window checks: three runs' windows checked and ended, a fourth still open, a dismiss applied.
     loss_config = config.windows.tags["loss"]

@@ -37,7 +37,7 @@ from core import encoding
 from core.registry import also_load, load_registry
 
 # Modules above core that register state types of their own (``core.encoding.also_load``).
-TRANSFORM_RECORD_MODULES = ("transforms.windows", "transforms.ordered")
+TRANSFORM_RECORD_MODULES = ("transforms.windows", "transforms.window_state", "transforms.ordered")
 
 
 class RecordCoder(beam.coders.Coder):

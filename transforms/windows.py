@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from time import time as wall_clock
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 import apache_beam as beam
 from apache_beam import PCollection
@@ -18,120 +18,31 @@ from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateS
 from apache_beam.utils.timestamp import Timestamp
 
 from core.aggregation import NO_STEP
-from core.columns import pack_ints, unpack_ints
 from core.config import Configs, WindowConfig, ranks_matter
 from core.parse import MessageSummary
 from core.records import Alert, dead_letter_row, failure_reason, iso_utc, window_row
-from core.registry import record
 from core.runs import RunLifecycle, RunResult, effective_rank
 from core.schema import ALERTS, DEAD_LETTER
 from core.stalls import StallWatch
 from core.triage import TriageItem
 from core.vocabulary import AlertKind
-from core.windows import (
-    ClosedWindows,
-    PointColumns,
-    TagTable,
-    TagWindows,
-    Window,
-    WindowPoint,
-    WindowResult,
-    window_aggregates,
-)
+from core.windows import TagWindows, Window, WindowPoint, WindowResult, window_aggregates
 from trainguard import wire
 from transforms.coders import RecordCoder, outputs_any
 from transforms.ordered import bucket_end
 from transforms.parse import DeduplicateMessages
 from transforms.rank_windows import CombineRankWindows
 from transforms.window_checks import CheckWindows
-
-
-@record("RunWindows")
-@dataclasses.dataclass
-class _RunWindows:
-    """Everything one run keeps for its windows."""
-    tags: Dict[str, TagWindows]
-    stalls: Optional[StallWatch] = None
-    last_time: Optional[float] = None        # latest point or event
-    finished_time: Optional[float] = None
-    watermark_floor: float = float("-inf")   # the watermark is at least this (a timer fired there)
-    scheduled: Optional[float] = None        # when the settle timer is set to fire
-    closed: bool = False
-    rank: int = 0                            # the worker of a distributed run these windows are of
-    world_size: Optional[int] = None
-    host: Optional[str] = None
-    # Where each kept emitted window is (``WindowRunFn._stash``): tag -> index -> [seq, revision, bag].
-    stored: Dict[str, Dict[int, List[int]]] = dataclasses.field(default_factory=dict)
-    stored_seq: int = 0                      # the last seq given to a stored window
-    closed_bag: int = 0                      # the bag of closed windows new ones go to (0 or 1)
-    closed_used: List[bool] = dataclasses.field(default_factory=lambda: [False, False])
-
-
-@record("RunWindowsPacked")
-@dataclasses.dataclass
-class _PackedRunWindows:
-    """``_RunWindows`` as the state keeps it: its tags' windows and where their emitted windows are stored as
-    columns across the tags (``core.windows.TagTable``). On the bench's windowed test (20 tags) the value went
-    from 6.6 KB to ~1.3; it is read and written at every message and every settle firing."""
-    tags: TagTable
-    stored_tags: bytes        # per stored window: its tag's place in ``tags.tags``
-    stored_indexes: bytes
-    stored_seqs: bytes        # each one's [seq, revision, bag]
-    stored_revisions: bytes
-    stored_bags: bytes
-    stalls: Optional[StallWatch]
-    last_time: Optional[float]
-    finished_time: Optional[float]
-    watermark_floor: float
-    scheduled: Optional[float]
-    closed: bool
-    rank: int
-    world_size: Optional[int]
-    host: Optional[str]
-    stored_seq: int
-    closed_bag: int
-    closed_used: List[bool]
-
-    @classmethod
-    def of(cls, run: _RunWindows) -> _PackedRunWindows:
-        places = {tag: place for place, tag in enumerate(run.tags)}
-        stored = [(places[tag], index, ref) for tag, refs in run.stored.items() if tag in places
-                  for index, ref in refs.items()]
-        fields = {f.name: getattr(run, f.name) for f in dataclasses.fields(_RunWindows)
-                  if f.name not in ("tags", "stored")}
-        seqs, revisions, bags = (pack_ints([ref[i] for _, _, ref in stored], order=1) for i in range(3))
-        return cls(TagTable.of(run.tags), pack_ints([place for place, _, _ in stored], order=0),
-                   pack_ints([index for _, index, _ in stored], order=2), seqs, revisions, bags, **fields)
-
-    def unpack(self) -> _RunWindows:
-        tags = self.tags.windows()
-        names = list(tags)
-        stored: Dict[str, Dict[int, List[int]]] = {}
-        for place, index, *ref in zip(unpack_ints(self.stored_tags), unpack_ints(self.stored_indexes),
-                                      unpack_ints(self.stored_seqs), unpack_ints(self.stored_revisions),
-                                      unpack_ints(self.stored_bags)):
-            stored.setdefault(names[place], {})[index] = ref
-        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(_RunWindows)
-                  if f.name not in ("tags", "stored")}
-        return _RunWindows(tags, stored=stored, **fields)
-
-
-def _read_run(state) -> Optional[_RunWindows]:
-    """The run's value (written packed; a value of the layout before, ``_RunWindows`` itself, still read)."""
-    value = state.read()
-    return value.unpack() if isinstance(value, _PackedRunWindows) else value
-
-
-def _write_run(state, run: _RunWindows) -> None:
-    state.write(_PackedRunWindows.of(run))
-
-
-def _closed_entries(batch: Any) -> List[Tuple[int, str, Window]]:
-    """(seq, tag, window) of a bag's batch of closed windows, as ``_stash`` writes it or wrote it before."""
-    if isinstance(batch, ClosedWindows):
-        return batch.entries()
-    return [(seq, tag, dataclasses.replace(window, points=[point for _, point in points.items()]))
-            for seq, tag, window, points in batch]
+from transforms.window_state import (
+    ClosedWindows,
+    PointColumns,
+    RunIntake,
+    RunWindows,
+    closed_entries,
+    read_run,
+    read_run_and_intake,
+    write_run,
+)
 
 
 @outputs_any
@@ -182,6 +93,8 @@ class WindowRunFn(beam.DoFn):
     # them, lists of (seq, tag, Window without its points, its points as ``PointColumns``): still read).
     CLOSED_0 = BagStateSpec("closed_windows_0", RecordCoder())
     CLOSED_1 = BagStateSpec("closed_windows_1", RecordCoder())
+    # What messages in order changed of ``run_windows`` since it was last written (``RunIntake``).
+    INTAKE = ReadModifyWriteStateSpec("run_intake", RecordCoder())
     SETTLE = TimerSpec("settle_windows", TimeDomain.WATERMARK)
     CLOSE = TimerSpec("close_windows", TimeDomain.WATERMARK)
     STALL = TimerSpec("stall", TimeDomain.WATERMARK)
@@ -202,20 +115,27 @@ class WindowRunFn(beam.DoFn):
     def process(self, element, timestamp=beam.DoFn.TimestampParam, state=beam.DoFn.StateParam(STATE),
                 pending=beam.DoFn.StateParam(POINTS), settle=beam.DoFn.TimerParam(SETTLE),
                 close=beam.DoFn.TimerParam(CLOSE), stall=beam.DoFn.TimerParam(STALL),
-                closed_0=beam.DoFn.StateParam(CLOSED_0), closed_1=beam.DoFn.StateParam(CLOSED_1)):
+                closed_0=beam.DoFn.StateParam(CLOSED_0), closed_1=beam.DoFn.StateParam(CLOSED_1),
+                intake=beam.DoFn.StateParam(INTAKE)):
         (test, run, rank), summary = element
-        run_windows = _read_run(state)
+        run_windows, before = read_run_and_intake(state, intake)
         if run_windows is None and self.incremental and self.lifecycle.backfilled(float(timestamp), self.clock()):
             return ()  # a back-filled run has no live windows (see the class docstring)
         config = self._windows(test, summary.last_time)
-        run_windows = run_windows or _RunWindows(
+        new = run_windows is None
+        run_windows = run_windows or RunWindows(
             {}, None if config.stall_seconds is None or rank else StallWatch(config.stall_seconds), rank=rank)
         if run_windows.closed:  # the run assembler dead-letters the whole late message
             return ()
         bags = (closed_0, closed_1)
+        tags, stored_seq = list(run_windows.tags), run_windows.stored_seq
         outputs = list(self._absorb(test, run, summary, config, run_windows, pending, settle, close, stall, bags))
         self._stash(run_windows, bags)
-        _write_run(state, run_windows)
+        if new or list(run_windows.tags) != tags or run_windows.stored_seq != stored_seq:
+            write_run(state, run_windows, intake)
+        else:  # only the fields an intake holds changed (a message in order: the usual one)
+            span = (summary.first_time, summary.last_time) if run_windows.stalls is not None else None
+            intake.write(RunIntake.after(run_windows, before, span))
         return outputs
 
     def _absorb(self, test, run, summary, config, run_windows, pending, settle, close, stall, bags):
@@ -273,7 +193,7 @@ class WindowRunFn(beam.DoFn):
                 stall.set(bucket_end(run_windows.last_time + config.stall_seconds, 0))
 
     @staticmethod
-    def _take_pending(run_windows: _RunWindows, pending, upto: float) -> List[float]:
+    def _take_pending(run_windows: RunWindows, pending, upto: float) -> List[float]:
         """Moves the buffered points at or before ``upto`` into their tag's windows.
 
         Returns when each batch left buffered is due: its latest point (a batch is one message's points,
@@ -292,7 +212,7 @@ class WindowRunFn(beam.DoFn):
         return dues
 
     @staticmethod
-    def _load(run_windows: _RunWindows, bags) -> None:
+    def _load(run_windows: RunWindows, bags) -> None:
         """Puts every kept emitted window back into its tag's ``emitted``, from the bags of closed windows.
 
         Read only for a point behind a tag's open window (``TagWindows.needs_emitted``): a late point."""
@@ -300,14 +220,14 @@ class WindowRunFn(beam.DoFn):
             if not used:
                 continue
             for batch in bag.read():
-                for seq, tag, window in _closed_entries(batch):
+                for seq, tag, window in closed_entries(batch):
                     ref = run_windows.stored.get(tag, {}).get(window.index)
                     windows = run_windows.tags.get(tag)
                     if ref is not None and ref[0] == seq and windows is not None and window.index in windows.kept:
                         windows.emitted.setdefault(window.index, window)
 
     @staticmethod
-    def _stash(run_windows: _RunWindows, bags) -> None:
+    def _stash(run_windows: RunWindows, bags) -> None:
         """Moves the emitted windows out of ``run_windows`` into a bag of closed windows, those new or revised.
 
         31 KB of the run's 36 KB value were emitted windows kept only for late points (bench, 20 tags,
@@ -357,7 +277,7 @@ class WindowRunFn(beam.DoFn):
                 "time": point.time}}, sort_keys=True),
             f"run:{test}/{run}", point.time))
 
-    def _advance(self, key, run_windows: _RunWindows, closing: bool, watermark: float, at: float):
+    def _advance(self, key, run_windows: RunWindows, closing: bool, watermark: float, at: float):
         """Settles (or, at the run's end, closes) every tag's windows and yields their results.
 
         A tag whose windows were removed from the config is closed now. A tag
@@ -382,11 +302,11 @@ class WindowRunFn(beam.DoFn):
                 continue
             yield from self._results(test, run, tag, closed, windows.spec.aggregations, run_windows)
 
-    def _finalized_at(self, run_windows: _RunWindows) -> float:
+    def _finalized_at(self, run_windows: RunWindows) -> float:
         assert run_windows.last_time is not None  # a run's windows start with its first point or event
         return self.lifecycle.finalization_time(run_windows.finished_time, run_windows.last_time)
 
-    def _stall_alerts(self, key, run_windows: _RunWindows, gap_starts):
+    def _stall_alerts(self, key, run_windows: RunWindows, gap_starts):
         test, run = key[:2]
         stalls = run_windows.stalls
         assert stalls is not None  # the gaps come from it
@@ -402,7 +322,7 @@ class WindowRunFn(beam.DoFn):
                         f"after {iso_utc(gap_start)}",
                 details={"silent_since": iso_utc(gap_start), "stall_seconds": stalls.stall_seconds}))
 
-    def _schedule(self, run_windows: _RunWindows, settle, buffered_dues: List[float]) -> None:
+    def _schedule(self, run_windows: RunWindows, settle, buffered_dues: List[float]) -> None:
         dues = [d for d in (w.next_due() for w in run_windows.tags.values()) if d is not None]
         dues += buffered_dues
         if run_windows.stalls is not None and run_windows.stalls.pending:
@@ -412,14 +332,14 @@ class WindowRunFn(beam.DoFn):
         else:
             run_windows.scheduled = None
 
-    def _set_settle(self, run_windows: _RunWindows, settle, due: float) -> None:
+    def _set_settle(self, run_windows: RunWindows, settle, due: float) -> None:
         """Sets the settle timer at the end of ``due``'s bucket (``scheduled`` keeps when it fires)."""
         fires = bucket_end(due, self.lifecycle.timer_bucket_seconds)
         run_windows.scheduled = float(fires)
         settle.set(fires)
 
     def _results(self, test: str, run: str, tag: str, windows: List[Window], aggregations: Tuple[str, ...],
-                 run_windows: _RunWindows):
+                 run_windows: RunWindows):
         """(WindowResult, revision) of each window; a window whose aggregates raise is dead-lettered.
 
         A tag whose windows need every rank gives each rank's windows, with the rank, for
@@ -443,8 +363,8 @@ class WindowRunFn(beam.DoFn):
     def on_settle(self, key=beam.DoFn.KeyParam, fired_at=beam.DoFn.TimestampParam,
                   state=beam.DoFn.StateParam(STATE), pending=beam.DoFn.StateParam(POINTS),
                   settle=beam.DoFn.TimerParam(SETTLE), closed_0=beam.DoFn.StateParam(CLOSED_0),
-                  closed_1=beam.DoFn.StateParam(CLOSED_1)):
-        run_windows = _read_run(state)
+                  closed_1=beam.DoFn.StateParam(CLOSED_1), intake=beam.DoFn.StateParam(INTAKE)):
+        run_windows = read_run(state, intake)
         if run_windows is None or run_windows.closed:
             return
         watermark = float(fired_at)
@@ -455,14 +375,14 @@ class WindowRunFn(beam.DoFn):
             yield from self._stall_alerts(key, run_windows, run_windows.stalls.settle(watermark))
         self._schedule(run_windows, settle, buffered_dues)
         self._stash(run_windows, (closed_0, closed_1))
-        _write_run(state, run_windows)
+        write_run(state, run_windows, intake)
 
     @on_timer(CLOSE)
     def on_close(self, key=beam.DoFn.KeyParam, fired_at=beam.DoFn.TimestampParam,
                  state=beam.DoFn.StateParam(STATE), pending=beam.DoFn.StateParam(POINTS),
                  expire=beam.DoFn.TimerParam(EXPIRE), closed_0=beam.DoFn.StateParam(CLOSED_0),
-                 closed_1=beam.DoFn.StateParam(CLOSED_1)):
-        run_windows = _read_run(state)
+                 closed_1=beam.DoFn.StateParam(CLOSED_1), intake=beam.DoFn.StateParam(INTAKE)):
+        run_windows = read_run(state, intake)
         if run_windows is None or run_windows.closed:
             return
         self._take_pending(run_windows, pending, float("inf"))
@@ -474,23 +394,24 @@ class WindowRunFn(beam.DoFn):
         # Keep only the fact that the run is closed (its windows can no longer change) for a while.
         closed_0.clear()
         closed_1.clear()
-        _write_run(state, _RunWindows({}, closed=True))
+        write_run(state, RunWindows({}, closed=True), intake)
         expire.set(fired_at + self.lifecycle.retention_seconds)
 
     @on_timer(EXPIRE)
-    def on_expire(self, state=beam.DoFn.StateParam(STATE)):
+    def on_expire(self, state=beam.DoFn.StateParam(STATE), intake=beam.DoFn.StateParam(INTAKE)):
         state.clear()
+        intake.clear()
 
     @on_timer(STALL)
     def on_stall(self, key=beam.DoFn.KeyParam, fired_at=beam.DoFn.TimestampParam,
-                 state=beam.DoFn.StateParam(STATE)):
-        run_windows = _read_run(state)
+                 state=beam.DoFn.StateParam(STATE), intake=beam.DoFn.StateParam(INTAKE)):
+        run_windows = read_run(state, intake)
         if run_windows is None or run_windows.closed:
             return
         now = float(fired_at)
         run_windows.watermark_floor = max(run_windows.watermark_floor, now)
         gaps = run_windows.stalls.ongoing(now, run_windows.last_time)
-        _write_run(state, run_windows)
+        write_run(state, run_windows, intake)
         yield from self._stall_alerts(key, run_windows, gaps)
 
 

@@ -41,17 +41,7 @@ from core.window_checks import (
     _Debounce,
     _OpenRun,
 )
-from core.windows import (
-    ClosedWindows,
-    PointColumns,
-    PointGroups,
-    TagTable,
-    TagWindows,
-    Window,
-    WindowPoint,
-    WindowResult,
-    WindowSpec,
-)
+from core.windows import TagWindows, Window, WindowPoint, WindowResult, WindowSpec
 from tests.support import REPO_ROOT, T0
 from trainguard import wire
 
@@ -157,29 +147,8 @@ window_specs = st.builds(WindowSpec, st.none() | st.integers(1, 100), optional_f
                          st.lists(names, max_size=3).map(tuple))
 
 
-def tag_windows(spec: WindowSpec, points: List[WindowPoint], settled: int) -> TagWindows:
-    """A tag's windows after some points, the first ``settled`` of them placed (windows emitted and kept)."""
-    tag = TagWindows(spec)
-    for point in points[:settled]:
-        tag.add(point)
-    tag.settle(math.inf)
-    for point in points[settled:]:
-        tag.add(point)
-    return tag
-
-
-finite_points = st.builds(WindowPoint, st.floats(-1e12, 1e12), steps, floats)
-tag_tables = st.dictionaries(names, st.builds(
-    tag_windows, st.sampled_from([WindowSpec(count=2), WindowSpec(time_seconds=10.0, period_seconds=5.0),
-                                  WindowSpec(count=3, time_seconds=20.0)]),
-    st.lists(finite_points, max_size=8), st.integers(0, 8)), max_size=3).map(TagTable.of)
-
 STRATEGIES: Dict[type, Any] = {
     WindowPoint: window_points,
-    PointGroups: st.lists(st.lists(window_points, max_size=4), max_size=4).map(PointGroups.of),
-    ClosedWindows: st.lists(st.tuples(st.integers(0, 2**40), names, windows), max_size=4).map(ClosedWindows.of),
-    TagTable: tag_tables,
-    PointColumns: st.lists(st.tuples(names, window_points), max_size=6).map(PointColumns.of),
     WindowResult: window_results,
     WindowSpec: window_specs,
     Window: windows,

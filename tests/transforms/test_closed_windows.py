@@ -19,7 +19,8 @@ from tests.support import T0
 from tests.transforms.held_watermarks import END_OF_TIME, HeldStage
 from tests.transforms.support import configs, finished, raw, started
 from trainguard import wire
-from transforms.windows import WindowRunFn, _PackedRunWindows, _read_run, _RunWindows
+from transforms.window_state import PackedRunWindows, RunWindows, read_run
+from transforms.windows import WindowRunFn
 
 LATENESS = 60.0
 CONFIGS = configs(cifar={"window_config": {"allowed_lateness_seconds": LATENESS, "stall_seconds": 300, "tags": {
@@ -75,7 +76,7 @@ def plain(outputs) -> List[Any]:
 
 @dataclasses.dataclass
 class OldRunWindows:
-    """``_RunWindows`` as it was before the bags of closed windows: the emitted windows in its tags'."""
+    """``RunWindows`` as it was before the bags of closed windows: the emitted windows in its tags'."""
     tags: Dict[str, Any]
     stalls: Optional[StallWatch] = None
     last_time: Optional[float] = None
@@ -106,7 +107,7 @@ def to_old_layout(held: HeldStage) -> None:
     """Rewrites the key's state as the code before the bags would have held it: the windows of the bags back in
     the value, written with the old types' fields; the bags empty."""
     cells, _ = held.keys[KEY]
-    run_windows = _read_run(cells["run_windows"])
+    run_windows = read_run(cells["run_windows"])
     WindowRunFn._load(run_windows, (cells["closed_windows_0"], cells["closed_windows_1"]))
     old_tags = {}
     for tag, windows in run_windows.tags.items():
@@ -132,7 +133,7 @@ def test_a_value_of_the_layout_before_the_bags_goes_on_as_the_new_layout_does():
     assert plain(first_half(new)) == plain(first_half(updated))
     to_old_layout(updated)
     cells, _ = updated.keys[KEY]
-    assert any(_read_run(cells["run_windows"]).tags["loss"].emitted.values())  # the old layout, decoded
+    assert any(read_run(cells["run_windows"]).tags["loss"].emitted.values())  # the old layout, decoded
     after = plain(second_half(updated))
     assert after == plain(second_half(new))
     revised = [(value[0].tag, value[0].index, value[1]) for tag, value in after if tag == "main" and value[1]]
@@ -143,7 +144,7 @@ def test_emitted_windows_leave_the_value_and_late_points_read_them_from_a_bag():
     held = stage()
     first_half(held)
     cells, _ = held.keys[KEY]
-    run_windows = _read_run(cells["run_windows"])
+    run_windows = read_run(cells["run_windows"])
     assert all(not w.emitted and w.kept for w in run_windows.tags.values())
     stored = sum(len(batch.entries()) for bag in ("closed_windows_0", "closed_windows_1") for batch in cells[bag].read())
     assert stored >= len(run_windows.tags["loss"].kept) + len(run_windows.tags["tput"].kept)
@@ -191,19 +192,19 @@ def test_a_batch_of_points_of_the_layout_before_the_columns_is_still_placed():
 
 
 def test_a_value_written_before_the_packed_layout_goes_on_as_the_packed_one_does():
-    """Before ``_PackedRunWindows`` the cell held ``_RunWindows`` itself: an updated job reads it, gives the same
+    """Before ``PackedRunWindows`` the cell held ``RunWindows`` itself: an updated job reads it, gives the same
     windows, revisions and late points, and writes the packed value next."""
     new, updated = stage(), stage()
     assert plain(first_half(new)) == plain(first_half(updated))
     cells, _ = updated.keys[KEY]
     packed = cells["run_windows"].read()
-    assert isinstance(packed, _PackedRunWindows)
+    assert isinstance(packed, PackedRunWindows)
     cells["run_windows"].data = encoding.encode(packed.unpack())
-    assert isinstance(cells["run_windows"].read(), _RunWindows)
+    assert isinstance(cells["run_windows"].read(), RunWindows)
     assert plain(send(updated, LATE[0], T0 + 46)) == plain(send(new, LATE[0], T0 + 46))  # a late point's revision
-    assert isinstance(cells["run_windows"].read(), _PackedRunWindows)
-    assert encoding.describe(_read_run(cells["run_windows"])) == encoding.describe(
-        _read_run(new.keys[KEY][0]["run_windows"]))
+    assert isinstance(cells["run_windows"].read(), PackedRunWindows)
+    assert encoding.describe(read_run(cells["run_windows"])) == encoding.describe(
+        read_run(new.keys[KEY][0]["run_windows"]))
 
 
 def test_the_packed_value_is_the_run_windows_field_by_field():
@@ -212,7 +213,7 @@ def test_the_packed_value_is_the_run_windows_field_by_field():
     for i in LATE[:1]:
         send(held, i, T0 + 46)
     cells, _ = held.keys[KEY]
-    run_windows = _read_run(cells["run_windows"])
+    run_windows = read_run(cells["run_windows"])
     assert run_windows.stored and run_windows.stalls is not None and run_windows.tags
-    again = encoding.decode(encoding.encode(_PackedRunWindows.of(run_windows))).unpack()
+    again = encoding.decode(encoding.encode(PackedRunWindows.of(run_windows))).unpack()
     assert encoding.describe(again) == encoding.describe(run_windows)

@@ -25,6 +25,7 @@ numbers of any size, through plain Python.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import operator
@@ -35,6 +36,7 @@ import numpy as np
 
 MAX_DECIMALS = 9
 _WIDTHS = ((0, ""), (1, "B"), (2, "H"), (4, "I"), (8, "Q"))
+_FORMATS = dict(_WIDTHS)
 _EXCEPTION_COST = 6  # bytes an exception takes, about: how many a narrower width may leave
 _F64, _F32, _DECIMAL, _F32_BITS = 0, 1, 2, 3
 FAST_SIZE = 64           # numpy pays from about this many numbers
@@ -129,11 +131,16 @@ def _pack_coded(coded: Union[List[int], np.ndarray], out: bytearray) -> None:
             out += np.where(misfit, np.uint64(0), array).astype(f"<u{width}").tobytes()
         return
     numbers = coded
-    width, limit = _width(len(numbers), lambda limit: len(numbers) - sum(map(limit.__gt__, numbers)))
-    misfits = [i for i, number in enumerate(numbers) if number >= limit]
-    _pack_misfits(width, misfits, [numbers[i] for i in misfits], out)
+    ordered = sorted(numbers)
+    width, limit = _width(len(numbers), lambda limit: len(ordered) - bisect.bisect_left(ordered, limit))
+    if ordered and ordered[-1] >= limit:
+        misfits = [i for i, number in enumerate(numbers) if number >= limit]
+        _pack_misfits(width, misfits, [numbers[i] for i in misfits], out)
+        numbers = [n if n < limit else 0 for n in numbers]
+    else:
+        _pack_misfits(width, [], [], out)
     if width:
-        out += struct.pack(f"<{len(numbers)}{dict(_WIDTHS)[width]}", *(n if n < limit else 0 for n in numbers))
+        out += struct.pack(f"<{len(numbers)}{_FORMATS[width]}", *numbers)
 
 
 def _width(count: int, misfits_at: Callable[[int], int]) -> Tuple[int, int]:
@@ -200,7 +207,7 @@ def _unpack_ints(data: bytes, at: int) -> Tuple[Union[List[int], np.ndarray], in
             array = np.concatenate((np.array([seed], dtype=np.int64), array)).cumsum()
         return array, at
     if width:
-        coded = list(struct.unpack_from(f"<{size}{dict(_WIDTHS)[width]}", data, at))
+        coded = list(struct.unpack_from(f"<{size}{_FORMATS[width]}", data, at))
         at += width * size
     else:
         coded = [0] * size

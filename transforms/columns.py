@@ -232,6 +232,8 @@ def _grouped_differences(values: Any, sizes: Sequence[int], order: int) -> Tuple
     differences of ``order`` within it, group after group)."""
     seeds = []
     sizes = list(sizes)
+    if isinstance(values, np.ndarray) and len(values) < FAST_SIZE:
+        values = values.tolist()
     if isinstance(values, np.ndarray):
         for _ in range(order):
             ends = np.cumsum(sizes, dtype=np.int64)
@@ -377,7 +379,12 @@ def _binary_floats(values: List[float]) -> bytes:
         differences = bytes((_F32_BITS,)) + pack_ints(keys if len(keys) >= FAST_SIZE else keys.tolist(), order=1)
         raw = single.tobytes()
         return differences if len(differences) < len(raw) else bytes((_F32,)) + raw
-    return bytes((_F64,)) + array.astype("<f8").tobytes()
+    return float64_column(values)
+
+
+def float64_column(values: Sequence[float]) -> bytes:
+    """Floats as float64 bytes, as ``pack_floats`` writes those it cannot make smaller: quick to write and read."""
+    return bytes((_F64,)) + struct.pack(f"<{len(values)}d", *values) if len(values) else b""
 
 
 def pack_floats(values: Sequence[float], order: int = 1) -> bytes:

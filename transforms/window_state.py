@@ -22,6 +22,7 @@ from core.registry import record
 from core.stalls import StallWatch
 from core.windows import TagWindows, Window, WindowPoint, WindowSpec
 from transforms.columns import (
+    float64_column,
     pack_floats,
     pack_grouped_floats,
     pack_grouped_ints,
@@ -67,10 +68,15 @@ class PointGroups:
     values: bytes
 
     @classmethod
-    def of(cls, groups: Sequence[Sequence[WindowPoint]]) -> PointGroups:
+    def of(cls, groups: Sequence[Sequence[WindowPoint]], compact: bool = True) -> PointGroups:
+        """``compact``: as small as the columns go; else quick to write and read (float64 bytes, steps at one
+        width), for state read once."""
         sizes = [len(group) for group in groups]
         points = [point for group in groups for point in group]
         times, steps, values = zip(*points) if points else ((), (), ())
+        if not compact:
+            return cls(pack_ints(sizes), float64_column(times), pack_grouped_ints(steps, sizes, order=0),
+                       float64_column(values))
         return cls(pack_ints(sizes), pack_grouped_floats(times, sizes, order=2),
                    pack_grouped_ints(steps, sizes, order=2), pack_grouped_floats(values, sizes, order=1))
 
@@ -98,11 +104,11 @@ class PointColumns:
     points: PointGroups
 
     @classmethod
-    def of(cls, items: Sequence[Tuple[str, WindowPoint]]) -> PointColumns:
+    def of(cls, items: Sequence[Tuple[str, WindowPoint]], compact: bool = True) -> PointColumns:
         by_tag: Dict[str, List[WindowPoint]] = {}
         for tag, point in items:
             by_tag.setdefault(tag, []).append(point)
-        return cls(list(by_tag), PointGroups.of(list(by_tag.values())))
+        return cls(list(by_tag), PointGroups.of(list(by_tag.values()), compact))
 
     def items(self) -> List[Tuple[str, WindowPoint]]:
         """The (tag, point) items, by tag in the order they came."""
@@ -343,8 +349,9 @@ def read_run_and_intake(state, intake) -> Tuple[Optional[RunWindows], Optional[R
     return run, delta
 
 
-def write_run(state, run: RunWindows, intake=None) -> None:
-    state.write(PackedRunWindows.of(run))
+def write_run(state, run: RunWindows, intake=None, packed: bool = True) -> None:
+    """Writes the run's value (``packed``: as columns, else as it is) and clears the intake merged into it."""
+    state.write(PackedRunWindows.of(run) if packed else run)
     if intake is not None:
         intake.clear()
 

@@ -108,6 +108,9 @@ class WindowRunFn(beam.DoFn):
         # A bounded replay has all its input before any timer fires: settling as the
         # watermark advances would only re-read state, so the run's close does it all.
         self.incremental = streaming
+        # State as small as its columns go where its bytes are billed and read at every firing (a streaming
+        # job); a bounded replay reads it once, at the run's end: there, quick to write and read.
+        self.compact = streaming
 
     def _windows(self, test: str, at: float) -> WindowConfig:
         return self.configs.for_test(test, at).windows
@@ -132,7 +135,7 @@ class WindowRunFn(beam.DoFn):
         outputs = list(self._absorb(test, run, summary, config, run_windows, pending, settle, close, stall, bags))
         self._stash(run_windows, bags)
         if new or list(run_windows.tags) != tags or run_windows.stored_seq != stored_seq:
-            write_run(state, run_windows, intake)
+            write_run(state, run_windows, intake, self.compact)
         else:  # only the fields an intake holds changed (a message in order: the usual one)
             span = (summary.first_time, summary.last_time) if run_windows.stalls is not None else None
             intake.write(RunIntake.after(run_windows, before, span))
@@ -170,7 +173,7 @@ class WindowRunFn(beam.DoFn):
             else:
                 yield from self._results(test, run, tag, [updated], windows.spec.aggregations, run_windows)
         if waiting:
-            pending.add(PointColumns.of(waiting))
+            pending.add(PointColumns.of(waiting, self.compact))
         if run_windows.stalls is not None:
             run_windows.stalls.add(summary.first_time, summary.last_time)
         for event in summary.events:
@@ -192,8 +195,7 @@ class WindowRunFn(beam.DoFn):
                 # not truncated below a microsecond (``bucket_end``): a firing before it would see no stall yet
                 stall.set(bucket_end(run_windows.last_time + config.stall_seconds, 0))
 
-    @staticmethod
-    def _take_pending(run_windows: RunWindows, pending, upto: float) -> List[float]:
+    def _take_pending(self, run_windows: RunWindows, pending, upto: float) -> List[float]:
         """Moves the buffered points at or before ``upto`` into their tag's windows.
 
         Returns when each batch left buffered is due: its latest point (a batch is one message's points,
@@ -204,7 +206,7 @@ class WindowRunFn(beam.DoFn):
         for batch in batches:
             later = [item for item in batch if item[1].time > upto]
             if later:
-                pending.add(PointColumns.of(later))
+                pending.add(PointColumns.of(later, self.compact))
                 dues.append(max(point.time for _, point in later))
             for tag, point in batch:
                 if point.time <= upto and tag in run_windows.tags:
@@ -375,7 +377,7 @@ class WindowRunFn(beam.DoFn):
             yield from self._stall_alerts(key, run_windows, run_windows.stalls.settle(watermark))
         self._schedule(run_windows, settle, buffered_dues)
         self._stash(run_windows, (closed_0, closed_1))
-        write_run(state, run_windows, intake)
+        write_run(state, run_windows, intake, self.compact)
 
     @on_timer(CLOSE)
     def on_close(self, key=beam.DoFn.KeyParam, fired_at=beam.DoFn.TimestampParam,
@@ -394,7 +396,7 @@ class WindowRunFn(beam.DoFn):
         # Keep only the fact that the run is closed (its windows can no longer change) for a while.
         closed_0.clear()
         closed_1.clear()
-        write_run(state, RunWindows({}, closed=True), intake)
+        write_run(state, RunWindows({}, closed=True), intake, self.compact)
         expire.set(fired_at + self.lifecycle.retention_seconds)
 
     @on_timer(EXPIRE)
@@ -411,7 +413,7 @@ class WindowRunFn(beam.DoFn):
         now = float(fired_at)
         run_windows.watermark_floor = max(run_windows.watermark_floor, now)
         gaps = run_windows.stalls.ongoing(now, run_windows.last_time)
-        write_run(state, run_windows, intake)
+        write_run(state, run_windows, intake, self.compact)
         yield from self._stall_alerts(key, run_windows, gaps)
 
 

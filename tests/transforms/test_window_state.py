@@ -20,12 +20,13 @@ def _bits(items):
 @given(st.lists(st.tuples(st.sampled_from(["loss", "acc", "a/b"]),
                           st.floats(allow_nan=True, allow_infinity=True),
                           st.integers(min_value=-1, max_value=2 ** 80) | st.just(-1),
-                          st.floats(allow_nan=True, allow_infinity=True)), max_size=40))
+                          st.floats(allow_nan=True, allow_infinity=True)), max_size=150), st.booleans())
 @settings(max_examples=200, deadline=None)
-def test_point_columns_give_back_every_point_bit_for_bit(raw_items):
-    """NaNs, -0.0, steps of any size and NO_STEP: the bag's columns lose nothing, and keep each tag's order."""
+def test_point_columns_give_back_every_point_bit_for_bit(raw_items, compact):
+    """NaNs, -0.0, steps of any size and NO_STEP, compact (a streaming job's) or quick (a replay's): the bag's
+    columns lose nothing, and keep each tag's order."""
     items = [(tag, WindowPoint(time, step, value)) for tag, time, step, value in raw_items]
-    back = encoding.decode(encoding.encode(PointColumns.of(items))).items()
+    back = encoding.decode(encoding.encode(PointColumns.of(items, compact))).items()
     assert _bits(back) == _bits(items)
     for tag in {tag for tag, _ in items}:
         assert [p.step for t, p in back if t == tag] == [p.step for t, p in items if t == tag]

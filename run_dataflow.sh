@@ -61,6 +61,9 @@ multi-word options may also be spelled with dashes, --job-name for --job_name):
                             pipeline/transform_name_mapping.json (passed as --transform_name_mapping
                             when it is not empty); when the running job has another Beam SDK version
                             than the one installed, --update_compatibility_version=<its version>.
+  --unchecked_update        with --update and --write_method=storage_write_api: update although that graph's
+                            Java-expanded steps are not checked against the pinned step names (without it,
+                            such an --update is refused) (off)
   --dry_run                 print every command instead of running it (only the schema files are
                             written, to a temporary directory; the config and Java checks still run)
   -h, --help                this help
@@ -110,6 +113,7 @@ DEFAULT_PYTHON=python3
 [[ ! -x $REPO/.venv/bin/python ]] || DEFAULT_PYTHON=$REPO/.venv/bin/python
 PYTHON=${PYTHON:-$DEFAULT_PYTHON}
 UPDATE=false
+UNCHECKED_UPDATE=false
 RATE=
 
 while [[ $# -gt 0 ]]; do
@@ -144,6 +148,7 @@ while [[ $# -gt 0 ]]; do
     --python) PYTHON=$value ;;
     --rate) RATE=$value ;;
     --update) UPDATE=true; takes_value=false ;;
+    --unchecked_update) UNCHECKED_UPDATE=true; takes_value=false ;;
     --dry_run) DRY_RUN=true; takes_value=false ;;
     -h|--help) usage; exit 0 ;;
     *) die "unknown option $given (see --help)" ;;
@@ -162,6 +167,10 @@ done
 [[ $WRITE_METHOD == storage_write_api || $WRITE_METHOD == streaming_inserts ]] \
   || die "--write_method must be storage_write_api or streaming_inserts, not $WRITE_METHOD"
 [[ $MAX_WORKERS =~ ^[1-9][0-9]*$ ]] || die "--max_workers must be a positive integer, not $MAX_WORKERS"
+[[ $UPDATE == false || $WRITE_METHOD == streaming_inserts || $UNCHECKED_UPDATE == true ]] \
+  || die "an --update with --write_method=storage_write_api is not checked against the running job's graph (Java \
+expands its steps at launch; tests/pipeline/step_names.txt pins the streaming_inserts graph): pass \
+--unchecked_update to update anyway, or drain the job and deploy it again"
 BUCKET=${BUCKET:-$PROJECT-trainguard}
 JOB_NAME=${JOB_NAME:-$PREFIX-streaming}
 CONFIG_GCS=${CONFIG_GCS:-gs://$BUCKET/$JOB_NAME/configs}

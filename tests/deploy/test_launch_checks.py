@@ -145,3 +145,17 @@ def test_help_and_readme_say_what_the_checks_need_and_how_to_fix_it(tmp_path):
                  "https://cloud.google.com/dataflow/docs/concepts/streaming-with-cloud-pubsub"):
         assert text in section, text
     assert pathlib.Path(SCRIPT).exists()
+
+
+def test_an_update_through_the_storage_write_api_is_refused_unless_asked_for_unchecked(tmp_path):
+    """Its Java-expanded steps are not among the pinned step names, so such an --update could break the running
+    job's state unchecked: refused in one line before any command, and launched with --unchecked_update."""
+    result, called = run_script(tmp_path, "--update", "--dry_run", "--project=proj", STORAGE_WRITE, java="17\n")
+    assert result.returncode != 0 and result.stdout == "" and called == ""
+    assert len(result.stderr.splitlines()) == 1 and "pass --unchecked_update to update anyway" in result.stderr
+    result, called = run_script(tmp_path, "--update", "--dry_run", "--project=proj", STORAGE_WRITE,
+                                "--unchecked_update", java='openjdk version "17.0.9" 2023-10-17\n')
+    assert result.returncode == 0 and called == "", result.stderr
+    assert "--update" in launch(result) and STORAGE_WRITE in launch(result)
+    result, _ = run_script(tmp_path, "--update", "--dry_run", "--project=proj", "--write_method=streaming_inserts")
+    assert result.returncode == 0, result.stderr  # the pinned graph needs no such flag

@@ -265,7 +265,8 @@ class PackedRunWindows:
     columns across the tags (``core.windows.TagTable``). On the bench's windowed test (20 tags) the value went
     from 6.6 KB to ~1.3; it is read and written at every message and every settle firing."""
     tags: TagTable
-    stored_tags: bytes        # per stored window: its tag's place in ``tags.tags``
+    stored_tags: bytes        # each tag of ``stored``, in its order: its place in ``tags.tags``
+    stored_counts: bytes      # how many windows each has stored
     stored_indexes: bytes
     stored_seqs: bytes        # each one's [seq, revision, bag]
     stored_revisions: bytes
@@ -286,22 +287,24 @@ class PackedRunWindows:
     @classmethod
     def of(cls, run: RunWindows) -> PackedRunWindows:
         places = {tag: place for place, tag in enumerate(run.tags)}
-        stored = [(places[tag], index, ref) for tag, refs in run.stored.items() if tag in places
-                  for index, ref in refs.items()]
+        stored_tags = [tag for tag in run.stored if tag in places]  # ``_stash`` drops the others before a write
+        stored = [(index, ref) for tag in stored_tags for index, ref in run.stored[tag].items()]
         fields = {f.name: getattr(run, f.name) for f in dataclasses.fields(RunWindows)
                   if f.name not in ("tags", "stored")}
-        seqs, revisions, bags = (pack_ints([ref[i] for _, _, ref in stored], order=1) for i in range(3))
-        return cls(TagTable.of(run.tags), pack_ints([place for place, _, _ in stored], order=0),
-                   pack_ints([index for _, index, _ in stored], order=2), seqs, revisions, bags, **fields)
+        seqs, revisions, bags = (pack_ints([ref[i] for _, ref in stored], order=1) for i in range(3))
+        return cls(TagTable.of(run.tags), pack_ints([places[tag] for tag in stored_tags], order=0),
+                   pack_ints([len(run.stored[tag]) for tag in stored_tags], order=0),
+                   pack_ints([index for index, _ in stored], order=2), seqs, revisions, bags, **fields)
 
     def unpack(self) -> RunWindows:
         tags = self.tags.windows()
         names = list(tags)
+        refs = iter(zip(unpack_ints(self.stored_indexes), unpack_ints(self.stored_seqs),
+                        unpack_ints(self.stored_revisions), unpack_ints(self.stored_bags)))
         stored: Dict[str, Dict[int, List[int]]] = {}
-        for place, index, *ref in zip(unpack_ints(self.stored_tags), unpack_ints(self.stored_indexes),
-                                      unpack_ints(self.stored_seqs), unpack_ints(self.stored_revisions),
-                                      unpack_ints(self.stored_bags)):
-            stored.setdefault(names[place], {})[index] = ref
+        for place, count in zip(unpack_ints(self.stored_tags), unpack_ints(self.stored_counts)):
+            stored[names[place]] = {index: [seq, revision, bag] for index, seq, revision, bag in
+                                    itertools.islice(refs, count)}
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(RunWindows)
                   if f.name not in ("tags", "stored")}
         return RunWindows(tags, stored=stored, **fields)

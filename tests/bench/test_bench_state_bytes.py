@@ -131,7 +131,7 @@ def test_the_readme_command_runs_in_its_quick_form():
 
 def test_live_windows_read_and_write_at_most_16_kib_a_message(quick):
     """Issue 30's budget for the 20-tag example (the default workload measures 13.8 KiB; this one's four messages
-    a run carry more of each run's start and end: 15.3 KiB)."""
+    a run carry more of each run's start and end: 15.4 KiB)."""
     m, _ = quick
     row = {(r.stage, r.test): r for r in bench.stage_rows(m)}[("LiveWindows", WINDOWED)]
     assert row.read_per_message + row.written_per_message <= 16 * 1024

@@ -1,4 +1,4 @@
-"""Columns of numbers as compact bytes, every bit kept: what live windows keep in state (``core.windows``).
+"""Columns of numbers as compact bytes, every bit kept: what live windows keep in state (``transforms.window_state``).
 
 A run's windows keep points (time, step, value) in Dataflow state, which is
 billed by the byte and read and written at every firing. As float64 bytes a

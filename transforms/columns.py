@@ -39,7 +39,7 @@ _WIDTHS = ((0, ""), (1, "B"), (2, "H"), (4, "I"), (8, "Q"))
 _FORMATS = dict(_WIDTHS)
 _EXCEPTION_COST = 6  # bytes an exception takes, about: how many a narrower width may leave
 _F64, _F32, _DECIMAL, _F32_BITS = 0, 1, 2, 3
-FAST_SIZE = 64           # numpy pays from about this many numbers
+FAST_SIZE = 200          # numpy pays from about this many numbers (measured: 20-35 µs a call against ~0.15 µs a number)
 _FAST_LIMIT = 1 << 60    # numbers within this go through int64 arrays without overflowing a difference
 _EXACT = float(1 << 53)  # integers within this are exact as float64
 _U64 = 1 << 64
@@ -231,19 +231,19 @@ def _grouped_differences(values: Any, sizes: Sequence[int], order: int) -> Tuple
     """(per level k < ``order``, the k-th differences' first value of each group long enough; every group's
     differences of ``order`` within it, group after group)."""
     seeds = []
-    sizes = list(sizes)
     if isinstance(values, np.ndarray) and len(values) < FAST_SIZE:
         values = values.tolist()
     if isinstance(values, np.ndarray):
+        counts = np.asarray(sizes, dtype=np.int64)
         for _ in range(order):
-            ends = np.cumsum(sizes, dtype=np.int64)
-            filled = np.asarray(sizes) > 0
-            seeds.append(values[(ends - sizes)[filled]])
+            ends = np.cumsum(counts)
+            filled = counts > 0
+            seeds.append(values[(ends - counts)[filled]])
             keep = np.ones(max(len(values) - 1, 0), dtype=bool)
             inner = ends[filled]
             keep[inner[inner < len(values)] - 1] = False
             values = np.diff(values)[keep] if len(values) else values
-            sizes = [max(size - 1, 0) for size in sizes]
+            counts = np.maximum(counts - 1, 0)
         return seeds, values
     groups = _split(list(values), sizes)
     levels: List[List[int]] = [[] for _ in range(order)]
@@ -367,7 +367,7 @@ def _fast_as_decimals(array: np.ndarray) -> Optional[Tuple[int, Union[List[int],
     return -1, []
 
 
-def _binary_floats(values: List[float]) -> bytes:
+def _binary_floats(values: Union[List[float], np.ndarray]) -> bytes:
     """Float32 where every value is one (as is, or its bits' differences where those are smaller: values of
     one metric close to each other), else float64; with the mode byte."""
     array = np.asarray(values, dtype=np.float64)
@@ -379,7 +379,7 @@ def _binary_floats(values: List[float]) -> bytes:
         differences = bytes((_F32_BITS,)) + pack_ints(keys if len(keys) >= FAST_SIZE else keys.tolist(), order=1)
         raw = single.tobytes()
         return differences if len(differences) < len(raw) else bytes((_F32,)) + raw
-    return float64_column(values)
+    return bytes((_F64,)) + array.astype("<f8").tobytes()
 
 
 def float64_column(values: Sequence[float]) -> bytes:
@@ -400,10 +400,16 @@ def unpack_floats(data: bytes) -> List[float]:
 def pack_grouped_floats(values: Sequence[float], sizes: Sequence[int], order: int = 1) -> bytes:
     """Groups of floats, one after the other (``pack_grouped_ints``), as bytes, every bit kept: decimal integers
     by ``pack_grouped_ints``, float32 (its bits' differences or as is) or float64."""
-    values = [float(value) for value in values]
-    if not values:
+    if not len(values):
         return b""
-    places, integers = _as_decimals(values)
+    if len(values) >= FAST_SIZE:
+        array = np.asarray(values, dtype=np.float64)
+        found = _fast_as_decimals(array)
+        places, integers = found if found is not None else _as_decimals(array.tolist())
+        values = array
+    else:
+        values = [float(value) for value in values]
+        places, integers = _as_decimals(values)
     decimal = None
     if places >= 0:
         decimal = bytes((_DECIMAL, places)) + pack_grouped_ints(integers, sizes, order)

@@ -402,20 +402,20 @@ def pack_grouped_floats(values: Sequence[float], sizes: Sequence[int], order: in
     by ``pack_grouped_ints``, float32 (its bits' differences or as is) or float64."""
     if not len(values):
         return b""
+    column: Union[List[float], np.ndarray]
     if len(values) >= FAST_SIZE:
-        array = np.asarray(values, dtype=np.float64)
-        found = _fast_as_decimals(array)
-        places, integers = found if found is not None else _as_decimals(array.tolist())
-        values = array
+        column = np.asarray(values, dtype=np.float64)
+        found = _fast_as_decimals(column)
+        places, integers = found if found is not None else _as_decimals(column.tolist())
     else:
-        values = [float(value) for value in values]
-        places, integers = _as_decimals(values)
+        column = [float(value) for value in values]
+        places, integers = _as_decimals(column)
     decimal = None
     if places >= 0:
         decimal = bytes((_DECIMAL, places)) + pack_grouped_ints(integers, sizes, order)
-        if len(decimal) <= 4 * len(values):
+        if len(decimal) <= 4 * len(column):
             return decimal
-    binary = _binary_floats(values)
+    binary = _binary_floats(column)
     return decimal if decimal is not None and len(decimal) < len(binary) else binary
 
 

@@ -63,6 +63,15 @@ def _read_varint(data: bytes, at: int) -> Tuple[int, int]:
         shift += 7
 
 
+def zigzag_varints(data: bytes) -> List[int]:
+    """Integers written as zigzag varints one after the other (``PointColumns`` version 1's steps)."""
+    numbers, at = [], 0
+    while at < len(data):
+        number, at = _read_varint(data, at)
+        numbers.append(number)
+    return _unzigzag(numbers)
+
+
 def _zigzag(numbers: Sequence[int]) -> List[int]:
     return [n << 1 if n >= 0 else (-n << 1) - 1 for n in numbers]
 
@@ -98,19 +107,10 @@ def _fast_zigzag(array: np.ndarray) -> np.ndarray:
 def pack_ints(numbers: Union[Sequence[int], np.ndarray], order: int = 1) -> bytes:
     """Integers of any size as bytes: differences of ``order`` (0-2), at one width with exceptions."""
     array = _int64(numbers)
-    seeds: List[int] = []
-    coded: Union[List[int], np.ndarray]
-    if array is None:
-        rest = [int(number) for number in numbers]
-        for _ in range(min(order, len(rest))):
-            seeds.append(rest[0])
-            rest = _differences(rest)
-        coded = _zigzag(rest)
-    else:
-        for _ in range(min(order, len(array))):
-            seeds.append(int(array[0]))
-            array = np.diff(array)
-        coded = _fast_zigzag(array)
+    levels, rest = _grouped_differences(array if array is not None else [int(n) for n in numbers],
+                                        [len(numbers)], order)
+    seeds = [int(level[0]) for level in levels if len(level)]
+    coded = _fast_zigzag(rest) if isinstance(rest, np.ndarray) else _zigzag(rest)
     out = bytearray((order,))
     _varint(len(numbers), out)
     for seed in _zigzag(seeds):
@@ -213,13 +213,19 @@ def _unpack_ints(data: bytes, at: int) -> Tuple[Union[List[int], np.ndarray], in
         coded = [0] * size
     for position, number in exceptions:
         coded[position] = number
-    numbers = _unzigzag(coded)
+    return _undifferenced(seeds, _unzigzag(coded)), at
+
+
+def _undifferenced(seeds: Sequence[int], differences: List[int]) -> List[int]:
+    """The numbers whose differences of order ``len(seeds)`` these are, ``seeds`` their first differences' first
+    values (``_grouped_differences`` of one group, undone)."""
     for seed in reversed(seeds):
-        numbers = list(itertools.accumulate(numbers, initial=seed))
-    return numbers, at
+        differences = list(itertools.accumulate(differences, initial=seed))
+    return differences
 
 
-def _split(values: Any, sizes: Sequence[int]) -> List[Any]:
+def split(values: Sequence[Any], sizes: Sequence[int]) -> List[Sequence[Any]]:
+    """``values`` cut into consecutive groups of these sizes."""
     groups, start = [], 0
     for size in sizes:
         groups.append(values[start:start + size])
@@ -245,7 +251,7 @@ def _grouped_differences(values: Any, sizes: Sequence[int], order: int) -> Tuple
             values = np.diff(values)[keep] if len(values) else values
             counts = np.maximum(counts - 1, 0)
         return seeds, values
-    groups = _split(list(values), sizes)
+    groups = split(list(values), sizes)
     levels: List[List[int]] = [[] for _ in range(order)]
     rest: List[int] = []
     for tail in groups:
@@ -265,8 +271,14 @@ def pack_grouped_ints(values: Union[Sequence[int], np.ndarray], sizes: Sequence[
     return bytes((order,)) + b"".join([pack_ints(column, order=1) for column in seeds] + [pack_ints(rest, order=0)])
 
 
-def unpack_grouped_ints(data: bytes, sizes: Optional[Sequence[int]] = None) -> Union[List[int], np.ndarray]:
+def unpack_grouped_ints(data: bytes, sizes: Optional[Sequence[int]] = None) -> List[int]:
     """The integers ``pack_grouped_ints`` wrote, one after the other, for groups of these sizes (None: one)."""
+    numbers = _unpack_grouped_ints(data, sizes)
+    return numbers.tolist() if isinstance(numbers, np.ndarray) else numbers
+
+
+def _unpack_grouped_ints(data: bytes, sizes: Optional[Sequence[int]]) -> Union[List[int], np.ndarray]:
+    """``unpack_grouped_ints``, as an int64 array where numpy pays and they fit."""
     if not data:
         return []
     order, at = data[0], 1
@@ -286,11 +298,8 @@ def unpack_grouped_ints(data: bytes, sizes: Optional[Sequence[int]] = None) -> U
     for size in sizes:
         depth = min(order, size)
         head = [int(next(heads[k])) for k in range(depth)]
-        group = [int(n) for n in rest[start:start + size - depth]]
+        numbers += _undifferenced(head, [int(n) for n in rest[start:start + size - depth]])
         start += size - depth
-        for seed in reversed(head):
-            group = list(itertools.accumulate(group, initial=seed))
-        numbers += group
     return numbers
 
 
@@ -426,7 +435,7 @@ def unpack_grouped_floats(data: bytes, sizes: Optional[Sequence[int]]) -> List[f
     mode = data[0]
     if mode == _DECIMAL:
         scale = 10 ** data[1]
-        integers = unpack_grouped_ints(data[2:], sizes)
+        integers = _unpack_grouped_ints(data[2:], sizes)
         if isinstance(integers, np.ndarray) and (not len(integers) or np.abs(integers).max() < _EXACT):
             return (integers.astype(np.float64) / float(scale)).tolist()
         return list(map(operator.truediv, (int(k) for k in integers), itertools.repeat(scale)))

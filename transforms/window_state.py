@@ -16,8 +16,6 @@ import math
 import struct
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-import numpy as np
-
 from core.registry import record
 from core.stalls import StallWatch
 from core.windows import TagWindows, Window, WindowPoint, WindowSpec
@@ -27,22 +25,13 @@ from transforms.columns import (
     pack_grouped_floats,
     pack_grouped_ints,
     pack_ints,
+    split,
     unpack_floats,
     unpack_grouped_floats,
     unpack_grouped_ints,
     unpack_ints,
+    zigzag_varints,
 )
-
-
-def _from_zigzag_varints(data: bytes) -> List[int]:
-    numbers, unsigned, shift = [], 0, 0
-    for byte in data:
-        unsigned |= (byte & 0x7F) << shift
-        shift += 7
-        if byte < 0x80:
-            numbers.append(unsigned // 2 if unsigned % 2 == 0 else -(unsigned + 1) // 2)
-            unsigned, shift = 0, 0
-    return numbers
 
 
 def _columns_v1_to_v2(fields: Dict[str, Any]) -> Dict[str, Any]:
@@ -52,7 +41,7 @@ def _columns_v1_to_v2(fields: Dict[str, Any]) -> Dict[str, Any]:
     for times, steps, values in zip(fields["times"], fields["steps"], fields["values"]):
         n = len(times) // 8
         points.append(list(map(WindowPoint, struct.unpack(f"<{n}d", times),
-                               itertools.accumulate(_from_zigzag_varints(steps)), struct.unpack(f"<{n}d", values))))
+                               itertools.accumulate(zigzag_varints(steps)), struct.unpack(f"<{n}d", values))))
     return {"tags": fields["tags"], "points": PointGroups.of(points)}
 
 
@@ -82,15 +71,9 @@ class PointGroups:
 
     def groups(self) -> List[List[WindowPoint]]:
         sizes = unpack_ints(self.counts)
-        steps = unpack_grouped_ints(self.steps, sizes)
-        points = list(map(WindowPoint, unpack_grouped_floats(self.times, sizes),
-                          steps.tolist() if isinstance(steps, np.ndarray) else steps,
+        points = list(map(WindowPoint, unpack_grouped_floats(self.times, sizes), unpack_grouped_ints(self.steps, sizes),
                           unpack_grouped_floats(self.values, sizes)))
-        groups, start = [], 0
-        for size in sizes:
-            groups.append(points[start:start + size])
-            start += size
-        return groups
+        return [list(group) for group in split(points, sizes)]
 
 
 @record("PointColumns", version=2, upgrades={1: _columns_v1_to_v2})
@@ -262,8 +245,8 @@ class RunWindows:
 @dataclasses.dataclass
 class PackedRunWindows:
     """``RunWindows`` as the state keeps it: its tags' windows and where their emitted windows are stored as
-    columns across the tags (``core.windows.TagTable``). On the bench's windowed test (20 tags) the value went
-    from 6.6 KB to ~1.3; it is read and written at every message and every settle firing."""
+    columns across the tags (``TagTable``). On the bench's windowed test (20 tags) the value went from 6.6 KB
+    to 1.9; it is read at every message and every settle firing, and written at every firing."""
     tags: TagTable
     stored_tags: bytes        # each tag of ``stored``, in its order: its place in ``tags.tags``
     stored_counts: bytes      # how many windows each has stored
@@ -289,12 +272,10 @@ class PackedRunWindows:
         places = {tag: place for place, tag in enumerate(run.tags)}
         stored_tags = [tag for tag in run.stored if tag in places]  # ``_stash`` drops the others before a write
         stored = [(index, ref) for tag in stored_tags for index, ref in run.stored[tag].items()]
-        fields = {f.name: getattr(run, f.name) for f in dataclasses.fields(RunWindows)
-                  if f.name not in ("tags", "stored")}
         seqs, revisions, bags = (pack_ints([ref[i] for _, ref in stored], order=1) for i in range(3))
         return cls(TagTable.of(run.tags), pack_ints([places[tag] for tag in stored_tags], order=0),
                    pack_ints([len(run.stored[tag]) for tag in stored_tags], order=0),
-                   pack_ints([index for index, _ in stored], order=2), seqs, revisions, bags, **fields)
+                   pack_ints([index for index, _ in stored], order=2), seqs, revisions, bags, **_plain_fields(run))
 
     def unpack(self) -> RunWindows:
         tags = self.tags.windows()
@@ -305,9 +286,12 @@ class PackedRunWindows:
         for place, count in zip(unpack_ints(self.stored_tags), unpack_ints(self.stored_counts)):
             stored[names[place]] = {index: [seq, revision, bag] for index, seq, revision, bag in
                                     itertools.islice(refs, count)}
-        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(RunWindows)
-                  if f.name not in ("tags", "stored")}
-        return RunWindows(tags, stored=stored, **fields)
+        return RunWindows(tags, stored=stored, **_plain_fields(self))
+
+
+def _plain_fields(run: Any) -> Dict[str, Any]:
+    """The fields of ``RunWindows`` that its packed form keeps as they are (all but its tags and ``stored``)."""
+    return {f.name: getattr(run, f.name) for f in dataclasses.fields(RunWindows) if f.name not in ("tags", "stored")}
 
 
 @record("RunIntake")
@@ -337,13 +321,9 @@ class RunIntake:
             run.stalls.pending.extend((first, last) for first, last in self.spans)
 
 
-def read_run(state, intake=None) -> Optional[RunWindows]:
-    """The run's value (written packed; a value of the layout before, ``RunWindows`` itself, still read), with
-    what ``intake`` holds of later messages merged in."""
-    return read_run_and_intake(state, intake)[0]
-
-
-def read_run_and_intake(state, intake) -> Tuple[Optional[RunWindows], Optional[RunIntake]]:
+def read_run_and_intake(state, intake=None) -> Tuple[Optional[RunWindows], Optional[RunIntake]]:
+    """(the run's value, what ``intake`` held of later messages, merged into it). The value is written packed; a
+    value of the layout before, ``RunWindows`` itself, is still read."""
     value = state.read()
     run = value.unpack() if isinstance(value, PackedRunWindows) else value
     delta = intake.read() if intake is not None and run is not None else None
@@ -352,10 +332,11 @@ def read_run_and_intake(state, intake) -> Tuple[Optional[RunWindows], Optional[R
     return run, delta
 
 
-def write_run(state, run: RunWindows, intake=None, packed: bool = True) -> None:
-    """Writes the run's value (``packed``: as columns, else as it is) and clears the intake merged into it."""
+def write_run(state, run: RunWindows, packed: bool = True, intake=None, merged: Optional[RunIntake] = None) -> None:
+    """Writes the run's value (``packed``: as columns, else as it is) and clears the ``intake`` cell when what it
+    held was ``merged`` into the value (``read_run_and_intake``); an empty cell is left alone."""
     state.write(PackedRunWindows.of(run) if packed else run)
-    if intake is not None:
+    if merged is not None:
         intake.clear()
 
 

@@ -39,7 +39,6 @@ from transforms.window_state import (
     RunIntake,
     RunWindows,
     closed_entries,
-    read_run,
     read_run_and_intake,
     write_run,
 )
@@ -135,7 +134,7 @@ class WindowRunFn(beam.DoFn):
         outputs = list(self._absorb(test, run, summary, config, run_windows, pending, settle, close, stall, bags))
         self._stash(run_windows, bags)
         if new or list(run_windows.tags) != tags or run_windows.stored_seq != stored_seq:
-            write_run(state, run_windows, intake, self.compact)
+            write_run(state, run_windows, self.compact, intake, before)
         else:  # only the fields an intake holds changed (a message in order: the usual one)
             span = (summary.first_time, summary.last_time) if run_windows.stalls is not None else None
             intake.write(RunIntake.after(run_windows, before, span))
@@ -238,7 +237,7 @@ class WindowRunFn(beam.DoFn):
         stored window has a seq (``stored``), the latest version of a window is the one whose seq is there.
         Two bags take turns, so that old windows go without being read: new windows go to ``closed_bag``;
         once no kept window is in the other bag, that one is cleared (blind) and takes the new windows.
-        Each bag then holds about the allowed lateness' worth of windows, their points as ``PointColumns``.
+        Each bag then holds about the allowed lateness' worth of windows, a batch as one ``ClosedWindows``.
         A value written before the bags (its windows in ``emitted``, none ``stored``) moves them at its next
         write."""
         for tag in [t for t in run_windows.stored if t not in run_windows.tags]:
@@ -366,7 +365,7 @@ class WindowRunFn(beam.DoFn):
                   state=beam.DoFn.StateParam(STATE), pending=beam.DoFn.StateParam(POINTS),
                   settle=beam.DoFn.TimerParam(SETTLE), closed_0=beam.DoFn.StateParam(CLOSED_0),
                   closed_1=beam.DoFn.StateParam(CLOSED_1), intake=beam.DoFn.StateParam(INTAKE)):
-        run_windows = read_run(state, intake)
+        run_windows, merged = read_run_and_intake(state, intake)
         if run_windows is None or run_windows.closed:
             return
         watermark = float(fired_at)
@@ -377,14 +376,14 @@ class WindowRunFn(beam.DoFn):
             yield from self._stall_alerts(key, run_windows, run_windows.stalls.settle(watermark))
         self._schedule(run_windows, settle, buffered_dues)
         self._stash(run_windows, (closed_0, closed_1))
-        write_run(state, run_windows, intake, self.compact)
+        write_run(state, run_windows, self.compact, intake, merged)
 
     @on_timer(CLOSE)
     def on_close(self, key=beam.DoFn.KeyParam, fired_at=beam.DoFn.TimestampParam,
                  state=beam.DoFn.StateParam(STATE), pending=beam.DoFn.StateParam(POINTS),
                  expire=beam.DoFn.TimerParam(EXPIRE), closed_0=beam.DoFn.StateParam(CLOSED_0),
                  closed_1=beam.DoFn.StateParam(CLOSED_1), intake=beam.DoFn.StateParam(INTAKE)):
-        run_windows = read_run(state, intake)
+        run_windows, merged = read_run_and_intake(state, intake)
         if run_windows is None or run_windows.closed:
             return
         self._take_pending(run_windows, pending, float("inf"))
@@ -396,7 +395,7 @@ class WindowRunFn(beam.DoFn):
         # Keep only the fact that the run is closed (its windows can no longer change) for a while.
         closed_0.clear()
         closed_1.clear()
-        write_run(state, RunWindows({}, closed=True), intake, self.compact)
+        write_run(state, RunWindows({}, closed=True), self.compact, intake, merged)
         expire.set(fired_at + self.lifecycle.retention_seconds)
 
     @on_timer(EXPIRE)
@@ -407,13 +406,13 @@ class WindowRunFn(beam.DoFn):
     @on_timer(STALL)
     def on_stall(self, key=beam.DoFn.KeyParam, fired_at=beam.DoFn.TimestampParam,
                  state=beam.DoFn.StateParam(STATE), intake=beam.DoFn.StateParam(INTAKE)):
-        run_windows = read_run(state, intake)
+        run_windows, merged = read_run_and_intake(state, intake)
         if run_windows is None or run_windows.closed:
             return
         now = float(fired_at)
         run_windows.watermark_floor = max(run_windows.watermark_floor, now)
         gaps = run_windows.stalls.ongoing(now, run_windows.last_time)
-        write_run(state, run_windows, intake, self.compact)
+        write_run(state, run_windows, self.compact, intake, merged)
         yield from self._stall_alerts(key, run_windows, gaps)
 
 

@@ -24,7 +24,7 @@ from tests.support import T0
 from tests.transforms.held_watermarks import END_OF_TIME, HeldStage
 from tests.transforms.support import configs, finished, raw, started
 from trainguard import wire
-from transforms.window_state import PackedRunWindows, RunWindows, read_run
+from transforms.window_state import PackedRunWindows, RunWindows, read_run_and_intake
 from transforms.windows import WindowRunFn
 
 LATENESS = 60.0
@@ -34,6 +34,11 @@ CONFIGS = configs(cifar={"window_config": {"allowed_lateness_seconds": LATENESS,
 LIFECYCLE = RunLifecycle(grace_seconds=10, timeout_seconds=600)
 KEY = ("cifar", "r", 0)
 LATE = (5, 9, 23)  # steps (x10) of the points that come late, within the allowed lateness
+
+
+def run_value(cell, intake=None):
+    """The run's value a cell holds, with what the intake holds merged in."""
+    return read_run_and_intake(cell, intake)[0]
 
 
 def summary(message):
@@ -112,7 +117,7 @@ def to_old_layout(held: HeldStage) -> None:
     """Rewrites the key's state as the code before the bags would have held it: the windows of the bags back in
     the value, written with the old types' fields; the bags empty."""
     cells, _ = held.keys[KEY]
-    run_windows = read_run(cells["run_windows"])
+    run_windows = run_value(cells["run_windows"])
     WindowRunFn._load(run_windows, (cells["closed_windows_0"], cells["closed_windows_1"]))
     old_tags = {}
     for tag, windows in run_windows.tags.items():
@@ -138,7 +143,7 @@ def test_a_value_of_the_layout_before_the_bags_goes_on_as_the_new_layout_does():
     assert plain(first_half(new)) == plain(first_half(updated))
     to_old_layout(updated)
     cells, _ = updated.keys[KEY]
-    assert any(read_run(cells["run_windows"]).tags["loss"].emitted.values())  # the old layout, decoded
+    assert any(run_value(cells["run_windows"]).tags["loss"].emitted.values())  # the old layout, decoded
     after = plain(second_half(updated))
     assert after == plain(second_half(new))
     revised = [(value[0].tag, value[0].index, value[1]) for tag, value in after if tag == "main" and value[1]]
@@ -149,7 +154,7 @@ def test_emitted_windows_leave_the_value_and_late_points_read_them_from_a_bag():
     held = stage()
     first_half(held)
     cells, _ = held.keys[KEY]
-    run_windows = read_run(cells["run_windows"])
+    run_windows = run_value(cells["run_windows"])
     assert all(not w.emitted and w.kept for w in run_windows.tags.values())
     stored = sum(len(batch.entries()) for bag in ("closed_windows_0", "closed_windows_1") for batch in cells[bag].read())
     assert stored >= len(run_windows.tags["loss"].kept) + len(run_windows.tags["tput"].kept)
@@ -208,8 +213,8 @@ def test_a_value_written_before_the_packed_layout_goes_on_as_the_packed_one_does
     assert isinstance(cells["run_windows"].read(), RunWindows)
     assert plain(send(updated, LATE[0], T0 + 46)) == plain(send(new, LATE[0], T0 + 46))  # a late point's revision
     assert isinstance(cells["run_windows"].read(), PackedRunWindows)
-    assert encoding.describe(read_run(cells["run_windows"])) == encoding.describe(
-        read_run(new.keys[KEY][0]["run_windows"]))
+    assert encoding.describe(run_value(cells["run_windows"])) == encoding.describe(
+        run_value(new.keys[KEY][0]["run_windows"]))
 
 
 def test_the_packed_value_is_the_run_windows_field_by_field():
@@ -218,7 +223,7 @@ def test_the_packed_value_is_the_run_windows_field_by_field():
     for i in LATE[:1]:
         send(held, i, T0 + 46)
     cells, _ = held.keys[KEY]
-    run_windows = read_run(cells["run_windows"])
+    run_windows = run_value(cells["run_windows"])
     assert run_windows.stored and run_windows.stalls is not None and run_windows.tags
     again = encoding.decode(encoding.encode(PackedRunWindows.of(run_windows))).unpack()
     assert encoding.describe(again) == encoding.describe(run_windows)
@@ -265,7 +270,7 @@ def test_the_packed_state_gives_what_the_plain_state_gives_on_any_stream(rng, me
             watermark = max(watermark, at - rng.choice([1, 5, 20]))
             fired = [held.advance(watermark, watermark + 10) for held in (compact, plain)]
             assert plain_bits(fired[0]) == plain_bits(fired[1])
-        states = [read_run(held.keys[KEY][0]["run_windows"], held.keys[KEY][0]["run_intake"])
+        states = [run_value(held.keys[KEY][0]["run_windows"], held.keys[KEY][0]["run_intake"])
                   for held in (compact, plain)]
         assert encoding.describe(states[0]) == encoding.describe(states[1])
     drained = [held.advance(END_OF_TIME, END_OF_TIME) for held in (compact, plain)]

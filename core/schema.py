@@ -151,4 +151,14 @@ ALERT_LINES = Table("alert_lines", (
     Column("created_at", "STRING", True, "the alert's created_at as written in the line"),
     Column("line", "STRING", True, "the line, without its newline"),
 ), key=("alert_id", "state"), time_column="created_at", cluster_by=("alert_id",))
-LOCAL_TABLES: Dict[str, Table] = {**TABLES, ALERT_LINES.name: ALERT_LINES}
+# The local store's record of the files replayed into it (``sinks.replayed_files``): how many of a file's bytes
+# were read, their digest, and under which configs, lifecycle and version, committed with the replay's last rows.
+# A rerun does not read those bytes again while they are unchanged. Not a BigQuery table: a streaming job reads
+# a subscription.
+REPLAYED_FILES = Table("replayed_files", (
+    Column("path", "STRING", True, "the file's real absolute path (a dead letter's source names it)"),
+    Column("identity", "STRING", True, "digest of what decides a line's fate: configs, lifecycle options, version"),
+    Column("bytes", "INT64", True, "the file's first bytes that were read, up to the end of a line"),
+    Column("sha256", "STRING", True, "their digest"),
+), key=("path", "identity", "bytes", "sha256"), time_column="", cluster_by=("path",))
+LOCAL_TABLES: Dict[str, Table] = {**TABLES, ALERT_LINES.name: ALERT_LINES, REPLAYED_FILES.name: REPLAYED_FILES}

@@ -40,6 +40,11 @@ class TrainguardOptions(PipelineOptions):
                             help="JSONL file of triage actions (trainguard-triage) replayed with the input when "
                                  "it exists. Default: the store's own, beside --local_store "
                                  "(trainguard.duckdb: trainguard.triage.jsonl); an empty value reads none.")
+        source.add_argument("--reread_files", action="store_true", default=False,
+                            help="Read every input file whole. By default a replay does not read again the bytes "
+                                 "of a local file that it read into the same store before, unchanged since, with "
+                                 "the same configs, run lifecycle options and trainguard version (they add "
+                                 "nothing): a log that grew is read from where the last replay stopped.")
         source.add_argument("--replay_group_mib", type=float, default=REPLAY_GROUP_MIB,
                             help="A replay of local files larger than this many MiB reads its tests in groups of "
                                  "about this size, one pipeline run each, so that its memory follows a group, not "

@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import gc
 import glob
+import importlib.metadata
 import importlib.util
 import json
 import math
@@ -33,9 +34,10 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from core import encoding
+from core.config_versions import LoadedConfigs
 from core.history import HistorySeed
 from core.locations import LEGACY_TRIAGE_FILE, triage_file_for
-from core.schema import ALERT_UPDATES, ALERTS, TABLES
+from core.schema import ALERT_UPDATES, ALERTS, REPLAYED_FILES, TABLES
 from pipeline import IMPORTED_AT
 from pipeline.check_configs import print_warnings, reported_metrics, unreported
 from pipeline.graph import DetectRegressions, GraphSettings
@@ -51,11 +53,20 @@ from pipeline.runners import runner_for
 from sinks.crash_points import crash_point
 from sinks.duckdb_store import DuckDBStore
 from sinks.local_outputs import LocalOutputs
+from sinks.replayed_files import ReplayedFiles, replay_identity
 from sinks.staging import StageRows
 from sinks.stores import DUCKDB_SQL
 from transforms.config_versions import read_config_dir
 from transforms.progress import LocalCounter, ProgressCounter, ReadCounts, register, unregister
-from transforms.sources import LineGroup, ReadReplayFiles, count_lines, count_runs, is_local_text, plan_line_groups
+from transforms.sources import (
+    LineGroup,
+    ReadReplayFiles,
+    Spans,
+    count_lines,
+    count_runs,
+    is_local_text,
+    plan_line_groups,
+)
 
 EXAMPLE_EMAIL_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "notifier",
                                     "example-config.json")
@@ -96,6 +107,9 @@ class ReplaySummary:
     # what the configs check that no run in the store has reported (``pipeline.check_configs.unreported``), once
     # the store holds what the replay brought
     unreported: List[str] = dataclasses.field(default_factory=list)
+    files_not_read: int = 0  # replayed into the store before, unchanged since (``sinks.replayed_files``)
+    files_read_in_part: int = 0  # logs that grew, read from where the last replay stopped
+    bytes_not_read: int = 0  # of both
 
     def render(self) -> str:
         c, rows = self.counters, self.rows_added
@@ -104,6 +118,9 @@ class ReplaySummary:
             f"trainguard: replayed {len(self.input_files)} file(s) in {self.seconds:.1f} s",
             f"  messages read     {c['messages_read']:>8}  (of runs already in the store: "
             f"{c['messages_of_stored_runs']})",
+            *([f"  not read again    {self.files_not_read:>8}  file(s), and {self.files_read_in_part} in part: "
+               f"{self.bytes_not_read / 1e6:,.1f} MB replayed into this store before (--reread_files reads them)"]
+              if self.bytes_not_read else []),
             f"  runs finalized    {c['runs_finalized']:>8}",
             "  rows written      " + ", ".join(f"{t} +{n}" for t, n in rows.items()),
             f"  alerts raised     {rows['alerts']:>8}  ({kinds})",
@@ -286,18 +303,21 @@ def start_up_objects_frozen() -> Iterator[None]:
 
 
 def line_groups(files: List[str], group_mib: float, streaming: bool,
-                group_runs: int = 0) -> List[Optional[LineGroup]]:
+                group_runs: int = 0, spans: Optional[Spans] = None) -> List[Optional[LineGroup]]:
     """The groups a replay reads its files in: one (None: every line) unless the files, all local text, are
     over ``group_mib`` MiB or hold more than ``group_runs`` runs; then about that much each, a test's lines all
     in one (``plan_line_groups``). The runs are counted (``count_runs``: a pass over the files) only where the
-    files have more lines than that (``count_lines``, their line feeds counted)."""
+    files have more lines than that (``count_lines``, their line feeds counted). With ``spans`` (by real path,
+    the bytes of each file to read: ``sinks.replayed_files``), only those are read, and the one group names them."""
     if streaming or not all(is_local_text(f) for f in files):
         return [None]
-    size = sum(os.path.getsize(f) for f in files)
+    size = sum(end - start for start, end in spans.values()) if spans else sum(os.path.getsize(f) for f in files)
     count = math.ceil(size / (group_mib * 2 ** 20)) if group_mib > 0 else 1
-    if group_runs > 0 and count_lines(files) > group_runs:
-        count = max(count, math.ceil(count_runs(files) / group_runs))
-    return [None] if count <= 1 else list(plan_line_groups(files, count))
+    if group_runs > 0 and count_lines(files, spans) > group_runs:
+        count = max(count, math.ceil(count_runs(files, spans) / group_runs))
+    if count > 1:
+        return list(plan_line_groups(files, count, spans))
+    return [None] if spans is None else [LineGroup(0, 1, {path: span for path, span in spans.items()})]
 
 
 SEED_FILE = "seed.bin"  # in a group's staging directory: the seed it reads, encoded (``core.encoding``)
@@ -347,6 +367,26 @@ def _run_group(options: PipelineOptions, patterns: List[str], group: Optional[Li
     return result
 
 
+def trainguard_version() -> str:
+    """The installed pipeline's version ("unknown" from a checkout that is not installed)."""
+    try:
+        return importlib.metadata.version("trainguard-pipeline")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _replayed_files(store: DuckDBStore, files: List[str], loaded: LoadedConfigs,
+                    local: TrainguardOptions) -> Optional[ReplayedFiles]:
+    """What of ``files`` this bounded replay reads, against what the store recorded of earlier ones under the same
+    configs, lifecycle and version (``sinks.replayed_files``); None (every file whole, nothing recorded) unless
+    every file is local and uncompressed."""
+    if not all(is_local_text(f) for f in files):
+        return None
+    identity = replay_identity(((name, check.digest) for name, check in loaded.checks.items()),
+                               lifecycle_from(local), trainguard_version())
+    return ReplayedFiles.plan(store, [os.path.realpath(f) for f in files], identity, reread=local.reread_files)
+
+
 def run(argv: Optional[List[str]] = None) -> ReplaySummary:
     """Replays wire-format files through the pipeline into the local store."""
     options = PipelineOptions(argv)
@@ -371,35 +411,48 @@ def run(argv: Optional[List[str]] = None) -> ReplaySummary:
     elif local.triage_file is None and os.path.isfile(LEGACY_TRIAGE_FILE):
         print(f"trainguard: {LEGACY_TRIAGE_FILE} here is not applied: a store's triage actions are in its own file, "
               f"{triage_file} for this one (move them there to apply them)", file=sys.stderr)
-    configs = read_config_dir(local.config_dir).strict()  # each test's dated versions, by event time
+    loaded = read_config_dir(local.config_dir)
+    configs = loaded.strict()  # each test's dated versions, by event time
     started = time.monotonic()
     show_progress = is_terminal(sys.stderr) if local.progress is None else local.progress
     streaming = options.view_as(StandardOptions).streaming
     counters = {name: 0 for name in COUNTERS}
     rows_added: Dict[str, int] = {}
-    with LocalOutputs(local.local_store, local.alerts_file) as outputs:
+    with LocalOutputs(local.local_store, local.alerts_file) as outputs, contextlib.ExitStack() as stack:
         for note in outputs.notes:
             print(f"trainguard: {note}", file=sys.stderr)
         store = outputs.store
         kinds_before = _alert_kinds(store)
-        seed = store.read_seed(configs.latest)
+        replayed = None if streaming else _replayed_files(store, files, loaded, local)
+        if replayed is not None:
+            stack.enter_context(replayed)
+        to_read = files if replayed is None else [f for f in files if os.path.realpath(f) in replayed.spans()]
+        groups = line_groups(to_read, local.replay_group_mib, streaming, local.replay_group_runs,
+                             None if replayed is None or not replayed.skipped_bytes else replayed.spans()
+                             ) if to_read else []
+        seed = store.read_seed(configs.latest) if groups else HistorySeed()
         store.close()  # no step writes the store: the rows are committed after each pipeline run
-        groups = line_groups(files, local.replay_group_mib, streaming, local.replay_group_runs)
-        with showing_progress(show_progress, len(files), started) as progress_id:
+        with showing_progress(show_progress and bool(groups), len(files), started) as progress_id:
             settings = GraphSettings(configs, lifecycle_from(local), streaming, progress_id)
             for number, group in enumerate(groups):
                 if number:  # the last group's graph and buffers go before the collector is told to skip what lives
                     gc.collect()
                     crash_point("replay.between_groups")
                 staging_dir = outputs.new_staging_dir()
-                group_seed = seed if group is None else seed.of_tests(group.holds)
+                group_seed = seed if group is None or group.count == 1 else seed.of_tests(group.holds)
                 result = _run_group(options, patterns, group, settings, group_seed, staging_dir)
-                for table, added in outputs.commit(staging_dir).items():
+                last = number == len(groups) - 1
+                also = [(REPLAYED_FILES, replayed.records())] if last and replayed is not None else []
+                for table, added in outputs.commit(staging_dir, also).items():
                     rows_added[table] = rows_added.get(table, 0) + added
                 for counter in result.metrics().query(MetricsFilter().with_namespace("trainguard"))["counters"]:
                     if counter.key.metric.name in counters:
                         counters[counter.key.metric.name] += counter.committed or 0
                 del result  # so that the next group's gc.collect frees this one's runner
+        if not groups:
+            rows_added = {table: 0 for table in TABLES}
+            if replayed is not None:
+                store.insert(REPLAYED_FILES, replayed.records())  # files of blank lines only, if any are new
         outputs.complete_alerts_file()
         kinds_after = _alert_kinds(store)
         not_reported = unreported(configs.latest, reported_metrics(store.query, DUCKDB_SQL))
@@ -408,7 +461,10 @@ def run(argv: Optional[List[str]] = None) -> ReplaySummary:
         rows_added=rows_added,
         alerts_by_kind={k: n - kinds_before.get(k, 0) for k, n in kinds_after.items() if n > kinds_before.get(k, 0)},
         seconds=time.monotonic() - started, store=local.local_store, alerts_file=local.alerts_file,
-        triage_file=applied, unreported=not_reported)
+        triage_file=applied, unreported=not_reported,
+        files_not_read=0 if replayed is None else replayed.skipped_files,
+        files_read_in_part=0 if replayed is None else replayed.files_read_in_part,
+        bytes_not_read=0 if replayed is None else replayed.skipped_bytes)
 
 
 def run_and_report(argv: List[str]) -> None:

@@ -68,7 +68,7 @@ def cut_torn_tail(path: str) -> Optional[str]:
             f.seek(max(0, size - 1))
             if f.read(1) == b"\n":
                 return None
-            keep = _end_of_last_line(f, size)
+            keep = end_of_last_line(f, size)
             f.truncate(keep)
             f.flush()
             os.fsync(f.fileno())
@@ -78,7 +78,7 @@ def cut_torn_tail(path: str) -> Optional[str]:
             "cut off; the store's copy of it is appended again")
 
 
-def _end_of_last_line(f, size: int, block: int = 1 << 16) -> int:
+def end_of_last_line(f, size: int, block: int = 1 << 16) -> int:
     """The offset just after the file's last newline (0 without one)."""
     end = size
     while end > 0:

@@ -24,8 +24,9 @@ import os
 import shutil
 import stat
 import tempfile
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
+from core.schema import Table
 from sinks.alerts_file import AlertsFileDamaged, complete_alerts_file, cut_torn_tail, read_alert_keys
 from sinks.crash_points import crash_point
 from sinks.duckdb_store import DuckDBStore
@@ -165,9 +166,9 @@ class LocalOutputs:
         self._staging_dirs.append(tempfile.mkdtemp(prefix=prefix, dir=directory))
         return self._staging_dirs[-1]
 
-    def commit(self, staging_dir: str) -> Dict[str, int]:
-        """The staged rows into the store, in one transaction; the rows inserted per table."""
-        inserted = commit_staged(staging_dir, self.store)
+    def commit(self, staging_dir: str, also: Sequence[Tuple[Table, List[dict]]] = ()) -> Dict[str, int]:
+        """The staged rows (and ``also``'s) into the store, in one transaction; the rows inserted per table."""
+        inserted = commit_staged(staging_dir, self.store, also)
         shutil.rmtree(staging_dir, ignore_errors=True)
         return inserted
 

@@ -17,12 +17,12 @@ import glob
 import json
 import os
 import uuid
-from typing import Any, Dict, List, Set
+from typing import Any, Dict, List, Sequence, Set, Tuple
 
 import apache_beam as beam
 from apache_beam import PCollection
 
-from core.schema import ALERT_LINES, ALERT_UPDATES, ALERTS, TABLES
+from core.schema import ALERT_LINES, ALERT_UPDATES, ALERTS, TABLES, Table
 from sinks.alerts_file import alert_json, line_key
 from sinks.crash_points import crash_point
 from sinks.duckdb_store import DuckDBStore
@@ -87,10 +87,11 @@ def alert_line_records(raised: List[dict], updates: List[dict]) -> List[List[dic
     return sections
 
 
-def commit_staged(directory: str, store: DuckDBStore) -> Dict[str, int]:
-    """Loads the staged rows of every table, and the record of the lines the alerts file must hold, into the
-    store in one transaction; returns the rows inserted per table. A kill before the commit leaves the store as
-    it was; after it, everything is there (``sinks.crash_points`` names the instants in between)."""
+def commit_staged(directory: str, store: DuckDBStore, also: Sequence[Tuple[Table, List[dict]]] = ()) -> Dict[str, int]:
+    """Loads the staged rows of every table, the record of the lines the alerts file must hold, and the rows of
+    ``also`` (the store's own tables: ``sinks.replayed_files``) into the store in one transaction; returns the
+    rows inserted per output table. A kill before the commit leaves the store as it was; after it, everything is
+    there (``sinks.crash_points`` names the instants in between)."""
     inserted = {}
     raised: List[dict] = []
     crash_point("commit.begin")
@@ -105,6 +106,8 @@ def commit_staged(directory: str, store: DuckDBStore) -> Dict[str, int]:
         records = alert_line_records(raised, staged_rows(directory, ALERT_UPDATES))
         for section in records:  # the raised lines first: an update never shadows them
             store.insert(ALERT_LINES, section, transaction)
+        for table, rows in also:
+            store.insert(table, rows, transaction)
         crash_point("commit.alert_lines")
     crash_point("commit.done")
     return inserted

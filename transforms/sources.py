@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import array
 import dataclasses
-import io
 import os
 import re
 import zlib
-from typing import IO, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import IO, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union, cast
 
 import apache_beam as beam
 import msgspec
@@ -113,11 +112,38 @@ def file_lines(lines: IO[bytes], base: int = 0) -> Iterator[Tuple[int, bytes]]:
             yield start, line
 
 
+class _Bounded:
+    """A binary file object's next ``size`` bytes, as ``readline`` gives them."""
+
+    def __init__(self, lines: IO[bytes], size: int):
+        self.lines, self.left = lines, size
+
+    def readline(self) -> bytes:
+        if self.left <= 0:
+            return b""
+        line = self.lines.readline(self.left)
+        self.left -= len(line)
+        return line
+
+
 def lines_in_ranges(lines: IO[bytes], ranges: Sequence[int]) -> Iterator[Tuple[int, bytes]]:
-    """``file_lines`` of the byte ranges ``ranges`` (start, end, start, end, ...) of a seekable file."""
+    """``file_lines`` of the byte ranges ``ranges`` (start, end, start, end, ...) of a seekable file, each read
+    line by line (a range may be a whole file)."""
     for i in range(0, len(ranges), 2):
         lines.seek(ranges[i])
-        yield from file_lines(io.BytesIO(lines.read(ranges[i + 1] - ranges[i])), ranges[i])
+        yield from file_lines(cast(IO[bytes], _Bounded(lines, ranges[i + 1] - ranges[i])), ranges[i])
+
+
+Spans = Mapping[str, Tuple[int, int]]
+"""By a file's real path, the bytes ``[start, end)`` of it a replay reads (``sinks.replayed_files``); a file
+that is not there is read whole."""
+
+
+def span_lines(path: str, spans: Optional[Spans]) -> Iterator[Tuple[int, bytes]]:
+    """(offset, line) of the message lines of a local file, within its span when ``spans`` names it."""
+    with open(path, "rb") as lines:
+        span = None if spans is None else spans.get(os.path.realpath(path))
+        yield from file_lines(lines) if span is None else lines_in_ranges(lines, span)
 
 
 class _TestOnly(msgspec.Struct):
@@ -152,34 +178,43 @@ _RUN_ONLY = msgspec.json.Decoder(_RunOnly)
 _NAMES_FIRST = re.compile(rb'\{"schema":"[^"\\]*","id":"(?:[^"\\]|\\.)*","test":"([^"\\]*)","run":"([^"\\]*)"')
 
 
-def count_lines(filenames: Sequence[str]) -> int:
-    """At least as many as the lines of local files: their line feeds, and one for each file's last line."""
+def count_lines(filenames: Sequence[str], spans: Optional[Spans] = None) -> int:
+    """At least as many as the lines of local files (of their spans, where ``spans`` names them): their line
+    feeds, and one for each file's last line."""
     lines = 0
     for filename in filenames:
+        start, end = (spans or {}).get(os.path.realpath(filename), (0, None))
         with open(filename, "rb") as f:
-            lines += 1 + sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+            f.seek(start)
+            left = float("inf") if end is None else end - start
+            while left > 0:
+                chunk = f.read(int(min(1 << 20, left)))
+                if not chunk:
+                    break
+                lines += chunk.count(b"\n")
+                left -= len(chunk)
+        lines += 1
     return lines
 
 
-def count_runs(filenames: Sequence[str]) -> int:
+def count_runs(filenames: Sequence[str], spans: Optional[Spans] = None) -> int:
     """How many (test, run) the lines of local text files name (a line that is not strict JSON, or names no
     string run, is not counted; a duplicate key is not looked for: this sizes replay groups, it decides nothing
     about a line)."""
     runs = set()
     for filename in filenames:
-        with open(filename, "rb") as lines:
-            for _, line in file_lines(lines):
-                first = _NAMES_FIRST.match(line)
-                if first is not None:
-                    runs.add(first.groups())
-                    continue
-                try:
-                    names = _RUN_ONLY.decode(line)
-                except msgspec.DecodeError:
-                    continue
-                if isinstance(names.run, str):
-                    runs.add((names.test.encode() if isinstance(names.test, str) else names.test,
-                              names.run.encode()))
+        for _, line in span_lines(filename, spans):
+            first = _NAMES_FIRST.match(line)
+            if first is not None:
+                runs.add(first.groups())
+                continue
+            try:
+                names = _RUN_ONLY.decode(line)
+            except msgspec.DecodeError:
+                continue
+            if isinstance(names.run, str):
+                runs.add((names.test.encode() if isinstance(names.test, str) else names.test,
+                          names.run.encode()))
     return len(runs)
 
 
@@ -200,22 +235,22 @@ class LineGroup:
         return group_of_test(test, self.count) == self.index
 
 
-def plan_line_groups(filenames: Sequence[str], groups: int) -> List[LineGroup]:
-    """Reads local text files once and puts each line in the group of its test (``group_of_test``); a group's
-    ranges join consecutive lines of it. Groups that get no line are left out."""
+def plan_line_groups(filenames: Sequence[str], groups: int, spans: Optional[Spans] = None) -> List[LineGroup]:
+    """Reads local text files (their spans, where ``spans`` names them) once and puts each line in the group of
+    its test (``group_of_test``); a group's ranges join consecutive lines of it. Groups that get no line are left
+    out."""
     ranges: List[Dict[str, array.array]] = [{} for _ in range(groups)]
     for filename in filenames:
         path = os.path.realpath(filename)
         last_group, last_end = -1, -1
-        with open(path, "rb") as lines:
-            for start, line in file_lines(lines):
-                group = group_of_test(line_test_name(line), groups)
-                spans = ranges[group].setdefault(path, array.array("q"))
-                if group == last_group and spans[-1] == last_end:
-                    spans[-1] = start + len(line)
-                else:
-                    spans.extend((start, start + len(line)))
-                last_group, last_end = group, start + len(line)
+        for start, line in span_lines(path, spans):
+            group = group_of_test(line_test_name(line), groups)
+            joined = ranges[group].setdefault(path, array.array("q"))
+            if group == last_group and joined[-1] == last_end:
+                joined[-1] = start + len(line)
+            else:
+                joined.extend((start, start + len(line)))
+            last_group, last_end = group, start + len(line)
     return [LineGroup(index, groups, by_file) for index, by_file in enumerate(ranges) if by_file]
 
 

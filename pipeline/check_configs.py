@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Dict, List, Mapping, Optional, Set
+from typing import Dict, Iterable, List, Mapping, Optional, Set
 
 from core.config import DEFAULT_CONFIG_NAME, ConfigError, ConfigSet
 from core.config_versions import BEGINNING, LoadedConfigs, load_local_versions
@@ -88,10 +88,17 @@ def unreported(configs: ConfigSet, reported: Mapping[str, Set[str]]) -> List[str
     return warnings
 
 
-def reported_metrics(query: Query, dialect: SqlDialect) -> Dict[str, Set[str]]:
-    """test -> the metric names its stored runs reported."""
+MAX_NAMED_TESTS = 10_000  # more are read whole: a query's text stays far below BigQuery's 1 MB
+
+
+def reported_metrics(query: Query, dialect: SqlDialect, tests: Optional[Iterable[str]] = None) -> Dict[str, Set[str]]:
+    """test -> the metric names its stored runs reported (of ``tests`` only, when named: what :func:`unreported`
+    looks at is the tests with a config of their own, not a fleet's every test)."""
     q = dialect.quote
-    rows = query(f"SELECT DISTINCT {q('test_name')}, {q('metric_name')} FROM {dialect.table(METRIC_HISTORY)}")
+    named = None if tests is None else sorted(tests)
+    where = "" if named is None or len(named) > MAX_NAMED_TESTS else (
+        f" WHERE {q('test_name')} IN ({', '.join(map(dialect.string, named)) or 'NULL'})")
+    rows = query(f"SELECT DISTINCT {q('test_name')}, {q('metric_name')} FROM {dialect.table(METRIC_HISTORY)}{where}")
     reported: Dict[str, Set[str]] = {}
     for test, metric in rows:
         reported.setdefault(test, set()).add(metric)
@@ -101,7 +108,7 @@ def reported_metrics(query: Query, dialect: SqlDialect) -> Dict[str, Set[str]]:
 def unreported_in_store(configs: ConfigSet, store: StoreReader) -> List[str]:
     """:func:`unreported` for the names the runs in ``store`` reported; closes the store."""
     try:
-        return unreported(configs, reported_metrics(store.query, store.dialect))
+        return unreported(configs, reported_metrics(store.query, store.dialect, configs.by_test))
     finally:
         store.close()
 

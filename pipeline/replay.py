@@ -455,7 +455,7 @@ def run(argv: Optional[List[str]] = None) -> ReplaySummary:
                 store.insert(REPLAYED_FILES, replayed.records())  # files of blank lines only, if any are new
         outputs.complete_alerts_file()
         kinds_after = _alert_kinds(store)
-        not_reported = unreported(configs.latest, reported_metrics(store.query, DUCKDB_SQL))
+        not_reported = unreported(configs.latest, reported_metrics(store.query, DUCKDB_SQL, configs.latest.by_test))
     return ReplaySummary(
         input_files=files, counters=counters,
         rows_added=rows_added,

@@ -23,7 +23,8 @@ import dataclasses
 import hashlib
 import json
 import os
-from typing import Any, Dict, Iterable, List, Mapping, Sequence, Tuple
+import threading
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from core.schema import REPLAYED_FILES
 from sinks.alerts_file import end_of_last_line
@@ -46,14 +47,15 @@ def last_line_end(path: str, size: int) -> int:
         return end_of_last_line(f, size)
 
 
-def prefix_digests(path: str, marks: Iterable[int]) -> Dict[int, str]:
-    """SHA-256 of the file's first ``mark`` bytes, for each mark the file still holds, in one pass."""
+def prefix_digests(path: str, marks: Iterable[int], stop: Optional[threading.Event] = None) -> Dict[int, str]:
+    """SHA-256 of the file's first ``mark`` bytes, for each mark the file still holds, in one pass (cut short,
+    with the marks reached so far, once ``stop`` is set)."""
     digest, position, found = hashlib.sha256(), 0, {}  # type: Tuple[Any, int, Dict[int, str]]
     with open(path, "rb") as f:
         for mark in sorted(set(marks)):
             while position < mark:
                 chunk = f.read(min(CHUNK, mark - position))
-                if not chunk:
+                if not chunk or (stop is not None and stop.is_set()):
                     return found
                 digest.update(chunk)
                 position += len(chunk)
@@ -100,7 +102,8 @@ class ReplayedFiles:
         self.identity = identity
         self._known = known  # by path: the digests already taken (at its ``end`` for the files with a record)
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="trainguard-digest")
-        self._pending = {path: self._pool.submit(prefix_digests, path, (read.end,))
+        self._stop = threading.Event()  # a replay that fails does not wait for the rest of the digests
+        self._pending = {path: self._pool.submit(prefix_digests, path, (read.end,), self._stop)
                          for path, read in self.reads.items() if read.end not in known.get(path, {})}
 
     @classmethod
@@ -159,6 +162,7 @@ class ReplayedFiles:
         return rows
 
     def close(self) -> None:
+        self._stop.set()
         self._pool.shutdown(wait=True, cancel_futures=True)
 
     def __enter__(self) -> ReplayedFiles:

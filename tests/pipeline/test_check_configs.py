@@ -4,8 +4,11 @@ that no stored run has reported, each with the nearest reported one."""
 import json
 import shutil
 
+from core.schema import METRIC_HISTORY
 from pipeline import check_configs
 from pipeline.main import main as pipeline_main
+from sinks.duckdb_store import DuckDBStore
+from sinks.stores import DUCKDB_SQL
 from tests.support import REPO_ROOT
 
 CIFAR = "pt-cifar-tpu-v3-8"
@@ -66,3 +69,19 @@ def test_the_bundled_configs_check_names_the_demo_reports_and_a_missing_store_is
     assert "every configured test, metric and tag has stored runs" in capsys.readouterr().out
     assert check_configs.main([f"--config_dir={REPO_ROOT}/configs", f"--local_store={tmp_path / 'nope.duckdb'}"]) == 2
     assert "no store at" in capsys.readouterr().err
+
+
+def test_the_names_reported_are_read_for_the_tests_named_only(tmp_path, monkeypatch):
+    store = DuckDBStore(str(tmp_path / "store.duckdb"))
+    store.ensure_schema()
+    store.insert(METRIC_HISTORY, [
+        {"run_id": f"r{i}", "test_name": test, "metric_name": metric, "metric_value": 1.0, "within_bounds": True,
+         "timestamp": "2026-11-27T00:00:00Z"}
+        for i, (test, metric) in enumerate([("a", "loss_final"), ("b'c", "loss_final"), ("b'c", "acc_max"),
+                                            ("d", "loss_final")])])
+    everything = {"a": {"loss_final"}, "b'c": {"loss_final", "acc_max"}, "d": {"loss_final"}}
+    assert check_configs.reported_metrics(store.query, DUCKDB_SQL) == everything
+    assert check_configs.reported_metrics(store.query, DUCKDB_SQL, ["b'c", "x"]) == {"b'c": everything["b'c"]}
+    assert check_configs.reported_metrics(store.query, DUCKDB_SQL, []) == {}
+    monkeypatch.setattr(check_configs, "MAX_NAMED_TESTS", 1)  # too many to name: all read, the same warnings
+    assert check_configs.reported_metrics(store.query, DUCKDB_SQL, ["a", "d"]) == everything

@@ -77,6 +77,13 @@ def test_a_log_that_grows_is_read_from_where_the_last_replay_stopped_and_gives_a
     assert nothing.files_not_read == 2 and nothing.counters["messages_read"] == 0
     assert nothing.rows_added == dict.fromkeys(nothing.rows_added, 0)
     assert "not read again           2  file(s), and 0 in part:" in nothing.render()
+
+    for name in ("skip", "whole"):  # another action: only it is read
+        append(tmp_path / f"{name}.triage.jsonl", triage_line("accept", metric="Accuracy/test_final",
+                                                               run=f"{CIFAR}-010"))
+    triaged = replay_both(tmp_path, log, extra=(grouping,))
+    assert triaged.files_not_read == 1 and triaged.files_read_in_part == 1
+    assert triaged.counters["messages_read"] == 1 and triaged.rows_added["triage"] == 1
     assert grown.files_read_in_part == 1 and grown.files_not_read == 0
 
 

@@ -84,10 +84,6 @@ class FileRead:
         """Whether anything after ``start`` is a line to read."""
         return not self.rest_blank
 
-    @property
-    def skipped(self) -> int:
-        return self.start
-
 
 class ReplayedFiles:
     """The read of each local file of one replay into one store, planned from the store's record; the rows to
@@ -135,7 +131,7 @@ class ReplayedFiles:
 
     @property
     def skipped_bytes(self) -> int:
-        return sum(read.skipped for read in self.reads.values())
+        return sum(read.start for read in self.reads.values())
 
     @property
     def skipped_files(self) -> int:

@@ -23,6 +23,7 @@ from core.config_versions import BEGINNING, LoadedConfigs, load_local_versions
 from core.locations import CONFIG_DIR
 from core.records import iso_utc
 from core.schema import METRIC_HISTORY
+from sinks import seed
 from sinks.seed import Query, SqlDialect
 from sinks.stores import StoreReader, add_store_options, open_store
 from trainguard.cli import (
@@ -88,15 +89,12 @@ def unreported(configs: ConfigSet, reported: Mapping[str, Set[str]]) -> List[str
     return warnings
 
 
-MAX_NAMED_TESTS = 10_000  # more are read whole: a query's text stays far below BigQuery's 1 MB
-
-
 def reported_metrics(query: Query, dialect: SqlDialect, tests: Optional[Iterable[str]] = None) -> Dict[str, Set[str]]:
     """test -> the metric names its stored runs reported (of ``tests`` only, when named: what :func:`unreported`
     looks at is the tests with a config of their own, not a fleet's every test)."""
     q = dialect.quote
     named = None if tests is None else sorted(tests)
-    where = "" if named is None or len(named) > MAX_NAMED_TESTS else (
+    where = "" if named is None or len(named) > seed.MAX_NAMED_TESTS else (
         f" WHERE {q('test_name')} IN ({', '.join(map(dialect.string, named)) or 'NULL'})")
     rows = query(f"SELECT DISTINCT {q('test_name')}, {q('metric_name')} FROM {dialect.table(METRIC_HISTORY)}{where}")
     reported: Dict[str, Set[str]] = {}

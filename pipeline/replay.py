@@ -34,6 +34,7 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from core import encoding
+from core.config import ConfigSet
 from core.config_versions import LoadedConfigs
 from core.history import HistorySeed
 from core.locations import LEGACY_TRIAGE_FILE, triage_file_for
@@ -54,6 +55,7 @@ from sinks.crash_points import crash_point
 from sinks.duckdb_store import DuckDBStore
 from sinks.local_outputs import LocalOutputs
 from sinks.replayed_files import ReplayedFiles, replay_identity
+from sinks.seed import MAX_NAMED_TESTS
 from sinks.staging import StageRows
 from sinks.stores import DUCKDB_SQL
 from transforms.config_versions import read_config_dir
@@ -66,6 +68,7 @@ from transforms.sources import (
     count_runs,
     is_local_text,
     plan_line_groups,
+    tests_named,
 )
 
 EXAMPLE_EMAIL_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "notifier",
@@ -387,6 +390,22 @@ def _replayed_files(store: DuckDBStore, files: List[str], loaded: LoadedConfigs,
     return ReplayedFiles.plan(store, [os.path.realpath(f) for f in files], identity, reread=local.reread_files)
 
 
+SCOPED_SEED_ABOVE_TESTS = 1_000
+"""A store with runs of more tests than this is read for the tests the input names only (found in a pass over its
+lines): a new run of one test among 200,000 read every test's history (45 s) before."""
+
+
+def _read_seed(store: DuckDBStore, configs: ConfigSet, files: List[str], spans: Optional[Spans],
+               local_text: bool) -> HistorySeed:
+    """The store's history for a bounded replay of ``files`` (``spans`` of them): of the tests their lines name
+    (``transforms.sources.tests_named``) where the store holds many tests and the lines name few, else whole."""
+    if local_text and store.stored_tests() > SCOPED_SEED_ABOVE_TESTS:
+        tests = tests_named(files, spans)
+        if len(tests) <= MAX_NAMED_TESTS:
+            return store.read_seed(configs, tests)
+    return store.read_seed(configs)
+
+
 def run(argv: Optional[List[str]] = None) -> ReplaySummary:
     """Replays wire-format files through the pipeline into the local store."""
     options = PipelineOptions(argv)
@@ -427,10 +446,10 @@ def run(argv: Optional[List[str]] = None) -> ReplaySummary:
         if replayed is not None:
             stack.enter_context(replayed)
         to_read = files if replayed is None else [f for f in files if os.path.realpath(f) in replayed.spans()]
-        groups = line_groups(to_read, local.replay_group_mib, streaming, local.replay_group_runs,
-                             None if replayed is None or not replayed.skipped_bytes else replayed.spans()
+        spans = None if replayed is None or not replayed.skipped_bytes else replayed.spans()
+        groups = line_groups(to_read, local.replay_group_mib, streaming, local.replay_group_runs, spans
                              ) if to_read else []
-        seed = store.read_seed(configs.latest) if groups else HistorySeed()
+        seed = _read_seed(store, configs.latest, to_read, spans, replayed is not None) if groups else HistorySeed()
         store.close()  # no step writes the store: the rows are committed after each pipeline run
         with showing_progress(show_progress and bool(groups), len(files), started) as progress_id:
             settings = GraphSettings(configs, lifecycle_from(local), streaming, progress_id)

@@ -11,14 +11,14 @@ import collections
 import contextlib
 import threading
 import time
-from typing import Dict, Iterable, Iterator, List, Optional
+from typing import Collection, Dict, Iterable, Iterator, List, Optional
 
 import duckdb
 import pyarrow as pa
 
 from core.config import ConfigSet
 from core.history import HistorySeed
-from core.schema import LOCAL_TABLES, TABLES, Table
+from core.schema import JOB_HISTORY, LOCAL_TABLES, TABLES, Table
 from sinks.seed import read_history_seed
 from sinks.stores import DUCKDB_SQL
 
@@ -127,7 +127,12 @@ class DuckDBStore:
         with self.connect() as connection:
             return connection.execute(sql, list(parameters)).fetchall()
 
-    def read_seed(self, configs: ConfigSet) -> HistorySeed:
-        """The history state that earlier invocations left behind (``sinks/seed.py``)."""
-        return read_history_seed(configs, self.query, DUCKDB_SQL)
+    def read_seed(self, configs: ConfigSet, tests: Optional[Collection[str]] = None) -> HistorySeed:
+        """The history state that earlier invocations left behind (``sinks/seed.py``); of ``tests`` only, when
+        named (and of the runs a drain left open)."""
+        return read_history_seed(configs, self.query, DUCKDB_SQL, tests=tests)
+
+    def stored_tests(self) -> int:
+        """How many tests have a stored run."""
+        return self.query(f'SELECT count(DISTINCT "test_name") FROM "{JOB_HISTORY.name}"')[0][0]
 

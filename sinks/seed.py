@@ -21,10 +21,11 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import dataclasses
+import functools
 import json
 import logging
 import time
-from typing import Any, Callable, Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Tuple, cast
+from typing import Any, Callable, Collection, Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Tuple, cast
 
 from core import encoding
 from core.config import ConfigSet
@@ -119,9 +120,19 @@ def _read_all(reads: Sequence[Tuple[str, Callable[[], Any]]], workers: int, time
         pool.shutdown(wait=False, cancel_futures=True)  # a read still hanging ends with its own request timeout
 
 
+MAX_NAMED_TESTS = 10_000  # more tests than this are not named in a query: its text stays far below BigQuery's 1 MB
+
+
+def tests_only(sql: SqlDialect, tests: Collection[str]) -> SqlDialect:
+    """``sql`` whose every table holds only the rows of ``tests`` (each seed table has a ``test_name``)."""
+    names = ", ".join(map(sql.string, sorted(tests))) or "NULL"
+    return dataclasses.replace(sql, table=lambda table: (
+        f"(SELECT * FROM {sql.table(table)} WHERE {sql.quote('test_name')} IN ({names}))"))
+
+
 def read_history_seed(configs: ConfigSet, query: Query, sql: SqlDialect, workers: int = 1,
                       timeout_seconds: Optional[float] = None, scoped: bool = True,
-                      stored_since: Optional[float] = None) -> HistorySeed:
+                      stored_since: Optional[float] = None, tests: Optional[Collection[str]] = None) -> HistorySeed:
     """The history state that earlier invocations left behind in a store's tables.
 
     ``stored_since`` (the streaming job's): ``stored_runs`` keeps only the runs that ended at or after it, and
@@ -135,17 +146,26 @@ def read_history_seed(configs: ConfigSet, query: Query, sql: SqlDialect, workers
     answers each in its own time). ``timeout_seconds`` bounds each of them, counted from the start (with fewer
     workers than queries, that bounds them all together); a query that fails or does not answer in time raises
     ``SeedReadError`` naming its table, with the cause.
+
+    ``tests`` (a replay's: the tests its input names): only theirs, and those of the runs a drain left open (every
+    one, since a replay ends them), which is the whole seed's ``of_tests`` of them but for ``stored_actions``,
+    which then holds the ids of their actions only.
     """
     scope = seed_scope(configs) if scoped else SeedScope(None, None)
+    rows_of, read_open = sql, functools.partial(read_open_runs, query, sql)
+    if tests is not None:
+        every_open_run = read_open()
+        rows_of = tests_only(sql, {*tests, *(test for test, _ in every_open_run)})
+        read_open = functools.partial(dict, every_open_run)
     actions, jobs, metric_rows, windows, alerts, open_runs = _read_all([
-        (_name(sql, TRIAGE), lambda: read_triage_actions(query, sql)),
-        (_name(sql, JOB_HISTORY), lambda: read_job_rows(query, sql)),
+        (_name(sql, TRIAGE), lambda: read_triage_actions(query, rows_of)),
+        (_name(sql, JOB_HISTORY), lambda: read_job_rows(query, rows_of)),
         (_name(sql, METRIC_HISTORY), lambda: _unless_empty(scope.metrics, lambda: read_metric_rows(
-            query, sql, scope.metrics))),
+            query, rows_of, scope.metrics))),
         (_name(sql, METRIC_WINDOWS), lambda: _unless_empty(scope.windows, lambda: read_latest_windows(
-            query, sql, successful_only=True, scope=scope.windows))),
-        (_name(sql, ALERTS), lambda: read_alert_rows(query, sql, MAX_RECENT_ALERTS)),
-        (f"{_name(sql, JOB_HISTORY)} (interrupted runs)", lambda: read_open_runs(query, sql)),
+            query, rows_of, successful_only=True, scope=scope.windows))),
+        (_name(sql, ALERTS), lambda: read_alert_rows(query, rows_of, MAX_RECENT_ALERTS)),
+        (f"{_name(sql, JOB_HISTORY)} (interrupted runs)", read_open),
     ], workers, timeout_seconds)
     ended = frozenset((job.test, job.run) for job in jobs)
     runs_by_test = collections.defaultdict(list)

@@ -7,7 +7,7 @@ import dataclasses
 import os
 import re
 import zlib
-from typing import IO, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union, cast
+from typing import IO, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union, cast
 
 import apache_beam as beam
 import msgspec
@@ -216,6 +216,17 @@ def count_runs(filenames: Sequence[str], spans: Optional[Spans] = None) -> int:
                 runs.add((names.test.encode() if isinstance(names.test, str) else names.test,
                           names.run.encode()))
     return len(runs)
+
+
+def tests_named(filenames: Sequence[str], spans: Optional[Spans] = None) -> Set[str]:
+    """The tests the lines of local text files (of their spans, where ``spans`` names them) name, each as the
+    wire parser reads it (``line_test_name``): a replay reads the history of these only."""
+    tests = set()
+    for filename in filenames:
+        for _, line in span_lines(filename, spans):
+            tests.add(line_test_name(line))
+    tests.discard(None)
+    return cast(Set[str], tests)
 
 
 def group_of_test(test: Optional[str], groups: int) -> int:

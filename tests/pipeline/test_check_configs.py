@@ -7,6 +7,7 @@ import shutil
 from core.schema import METRIC_HISTORY
 from pipeline import check_configs
 from pipeline.main import main as pipeline_main
+from sinks import seed
 from sinks.duckdb_store import DuckDBStore
 from sinks.stores import DUCKDB_SQL
 from tests.support import REPO_ROOT
@@ -83,5 +84,5 @@ def test_the_names_reported_are_read_for_the_tests_named_only(tmp_path, monkeypa
     assert check_configs.reported_metrics(store.query, DUCKDB_SQL) == everything
     assert check_configs.reported_metrics(store.query, DUCKDB_SQL, ["b'c", "x"]) == {"b'c": everything["b'c"]}
     assert check_configs.reported_metrics(store.query, DUCKDB_SQL, []) == {}
-    monkeypatch.setattr(check_configs, "MAX_NAMED_TESTS", 1)  # too many to name: all read, the same warnings
+    monkeypatch.setattr(seed, "MAX_NAMED_TESTS", 1)  # too many to name: all read, the same warnings
     assert check_configs.reported_metrics(store.query, DUCKDB_SQL, ["a", "d"]) == everything

@@ -400,8 +400,8 @@ def _read_seed(store: DuckDBStore, configs: ConfigSet, files: List[str], spans: 
     """The store's history for a bounded replay of ``files`` (``spans`` of them): of the tests their lines name
     (``transforms.sources.tests_named``) where the store holds many tests and the lines name few, else whole."""
     if local_text and store.stored_tests() > SCOPED_SEED_ABOVE_TESTS:
-        tests = tests_named(files, spans)
-        if len(tests) <= MAX_NAMED_TESTS:
+        tests = tests_named(files, spans, limit=MAX_NAMED_TESTS)
+        if tests is not None:
             return store.read_seed(configs, tests)
     return store.read_seed(configs)
 

@@ -218,15 +218,19 @@ def count_runs(filenames: Sequence[str], spans: Optional[Spans] = None) -> int:
     return len(runs)
 
 
-def tests_named(filenames: Sequence[str], spans: Optional[Spans] = None) -> Set[str]:
+def tests_named(filenames: Sequence[str], spans: Optional[Spans] = None,
+                limit: Optional[int] = None) -> Optional[Set[str]]:
     """The tests the lines of local text files (of their spans, where ``spans`` names them) name, each as the
-    wire parser reads it (``line_test_name``): a replay reads the history of these only."""
+    wire parser reads it (``line_test_name``): a replay reads the history of these only. None as soon as there
+    are more than ``limit``."""
     tests = set()
     for filename in filenames:
         for _, line in span_lines(filename, spans):
             tests.add(line_test_name(line))
+            if limit is not None and len(tests) > limit + 1:  # None may be one of them
+                return None
     tests.discard(None)
-    return cast(Set[str], tests)
+    return None if limit is not None and len(tests) > limit else cast(Set[str], tests)
 
 
 def group_of_test(test: Optional[str], groups: int) -> int:

@@ -445,8 +445,9 @@ def run(argv: Optional[List[str]] = None) -> ReplaySummary:
         replayed = None if streaming else _replayed_files(store, files, loaded, local)
         if replayed is not None:
             stack.enter_context(replayed)
-        to_read = files if replayed is None else [f for f in files if os.path.realpath(f) in replayed.spans()]
-        spans = None if replayed is None or not replayed.skipped_bytes else replayed.spans()
+        unread = None if replayed is None else replayed.spans()
+        to_read = files if unread is None else [f for f in files if os.path.realpath(f) in unread]
+        spans = unread if replayed is not None and replayed.skipped_bytes else None
         groups = line_groups(to_read, local.replay_group_mib, streaming, local.replay_group_runs, spans
                              ) if to_read else []
         seed = _read_seed(store, configs.latest, to_read, spans, replayed is not None) if groups else HistorySeed()

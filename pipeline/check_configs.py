@@ -93,9 +93,8 @@ def reported_metrics(query: Query, dialect: SqlDialect, tests: Optional[Iterable
     """test -> the metric names its stored runs reported (of ``tests`` only, when named: what :func:`unreported`
     looks at is the tests with a config of their own, not a fleet's every test)."""
     q = dialect.quote
-    named = None if tests is None else sorted(tests)
-    where = "" if named is None or len(named) > seed.MAX_NAMED_TESTS else (
-        f" WHERE {q('test_name')} IN ({', '.join(map(dialect.string, named)) or 'NULL'})")
+    named = None if tests is None else set(tests)
+    where = "" if named is None or len(named) > seed.MAX_NAMED_TESTS else f" WHERE {seed.test_in(dialect, named)}"
     rows = query(f"SELECT DISTINCT {q('test_name')}, {q('metric_name')} FROM {dialect.table(METRIC_HISTORY)}{where}")
     reported: Dict[str, Set[str]] = {}
     for test, metric in rows:

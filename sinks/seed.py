@@ -123,11 +123,15 @@ def _read_all(reads: Sequence[Tuple[str, Callable[[], Any]]], workers: int, time
 MAX_NAMED_TESTS = 10_000  # more tests than this are not named in a query: its text stays far below BigQuery's 1 MB
 
 
+def test_in(sql: SqlDialect, tests: Collection[str]) -> str:
+    """A condition true for the rows of ``tests`` (their ``test_name``)."""
+    return f"{sql.quote('test_name')} IN ({', '.join(map(sql.string, sorted(tests))) or 'NULL'})"
+
+
 def tests_only(sql: SqlDialect, tests: Collection[str]) -> SqlDialect:
     """``sql`` whose every table holds only the rows of ``tests`` (each seed table has a ``test_name``)."""
-    names = ", ".join(map(sql.string, sorted(tests))) or "NULL"
-    return dataclasses.replace(sql, table=lambda table: (
-        f"(SELECT * FROM {sql.table(table)} WHERE {sql.quote('test_name')} IN ({names}))"))
+    condition = test_in(sql, tests)
+    return dataclasses.replace(sql, table=lambda table: f"(SELECT * FROM {sql.table(table)} WHERE {condition})")
 
 
 def read_history_seed(configs: ConfigSet, query: Query, sql: SqlDialect, workers: int = 1,
@@ -147,9 +151,9 @@ def read_history_seed(configs: ConfigSet, query: Query, sql: SqlDialect, workers
     workers than queries, that bounds them all together); a query that fails or does not answer in time raises
     ``SeedReadError`` naming its table, with the cause.
 
-    ``tests`` (a replay's: the tests its input names): only theirs, and those of the runs a drain left open (every
-    one, since a replay ends them), which is the whole seed's ``of_tests`` of them but for ``stored_actions``,
-    which then holds the ids of their actions only.
+    ``tests`` (a replay's: the tests its input names): only theirs, and those of the runs a drain left open (all
+    of these, as the whole seed has them), which is the whole seed's ``of_tests`` of them but for
+    ``stored_actions``, which then holds the ids of their actions only.
     """
     scope = seed_scope(configs) if scoped else SeedScope(None, None)
     rows_of, read_open = sql, functools.partial(read_open_runs, query, sql)

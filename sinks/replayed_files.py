@@ -74,10 +74,13 @@ class FileRead:
     the store before, unchanged since), and ``end``, up to its last line feed, are what to record once read."""
     path: str                   # the real path
     start: int
-    size: int
     end: int
     stamp: Tuple[int, int, int]  # size, modification time and inode when planned
     rest_blank: bool             # nothing but blank lines after ``start``
+
+    @property
+    def size(self) -> int:
+        return self.stamp[0]
 
     @property
     def unread(self) -> bool:
@@ -121,7 +124,7 @@ class ReplayedFiles:
                 known[path] = prefix_digests(path, [length for length, _ in candidates] + [end])
                 start = max((length for length, digest in candidates if known[path].get(length) == digest),
                             default=0)
-            reads[path] = FileRead(path, start, size, end, stamp, _blank_after(path, start, size))
+            reads[path] = FileRead(path, start, end, stamp, _blank_after(path, start, size))
         return cls(reads, identity, known)
 
     @property

@@ -183,12 +183,12 @@ def count_lines(filenames: Sequence[str], spans: Optional[Spans] = None) -> int:
     feeds, and one for each file's last line."""
     lines = 0
     for filename in filenames:
-        start, end = (spans or {}).get(os.path.realpath(filename), (0, None))
         with open(filename, "rb") as f:
+            start, end = (spans or {}).get(os.path.realpath(filename), (0, os.fstat(f.fileno()).st_size))
             f.seek(start)
-            left = float("inf") if end is None else end - start
+            left = end - start
             while left > 0:
-                chunk = f.read(int(min(1 << 20, left)))
+                chunk = f.read(min(1 << 20, left))
                 if not chunk:
                     break
                 lines += chunk.count(b"\n")
@@ -226,11 +226,12 @@ def tests_named(filenames: Sequence[str], spans: Optional[Spans] = None,
     tests = set()
     for filename in filenames:
         for _, line in span_lines(filename, spans):
-            tests.add(line_test_name(line))
-            if limit is not None and len(tests) > limit + 1:  # None may be one of them
-                return None
-    tests.discard(None)
-    return None if limit is not None and len(tests) > limit else cast(Set[str], tests)
+            test = line_test_name(line)
+            if test is not None and test not in tests:
+                tests.add(test)
+                if limit is not None and len(tests) > limit:
+                    return None
+    return tests
 
 
 def group_of_test(test: Optional[str], groups: int) -> int:

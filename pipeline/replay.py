@@ -62,13 +62,12 @@ from transforms.config_versions import read_config_dir
 from transforms.progress import LocalCounter, ProgressCounter, ReadCounts, register, unregister
 from transforms.sources import (
     LineGroup,
+    LineSurvey,
     ReadReplayFiles,
     Spans,
     count_lines,
-    count_runs,
     is_local_text,
-    plan_line_groups,
-    tests_named,
+    survey_lines,
 )
 
 EXAMPLE_EMAIL_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "notifier",
@@ -305,21 +304,24 @@ def start_up_objects_frozen() -> Iterator[None]:
     yield
 
 
-def line_groups(files: List[str], group_mib: float, streaming: bool,
-                group_runs: int = 0, spans: Optional[Spans] = None) -> List[Optional[LineGroup]]:
+def line_groups(files: List[str], group_mib: float, streaming: bool, group_runs: int = 0,
+                spans: Optional[Spans] = None, survey: Optional[LineSurvey] = None) -> List[Optional[LineGroup]]:
     """The groups a replay reads its files in: one (None: every line) unless the files, all local text, are
     over ``group_mib`` MiB or hold more than ``group_runs`` runs; then about that much each, a test's lines all
-    in one (``plan_line_groups``). The runs are counted (``count_runs``: a pass over the files) only where the
-    files have more lines than that (``count_lines``, their line feeds counted). With ``spans`` (by real path,
-    the bytes of each file to read: ``sinks.replayed_files``), only those are read, and the one group names them."""
+    in one (``LineSurvey.groups``). The files are surveyed (``survey_lines``: one pass, which counts the runs and
+    places each line) only where they are over ``group_mib`` or have more lines than ``group_runs``
+    (``count_lines``, their line feeds counted), unless ``survey`` is that pass already made. With ``spans`` (by real
+    path, the bytes of each file to read: ``sinks.replayed_files``), only those are read, and the one group names
+    them."""
     if streaming or not all(is_local_text(f) for f in files):
         return [None]
     size = sum(end - start for start, end in spans.values()) if spans else sum(os.path.getsize(f) for f in files)
     count = math.ceil(size / (group_mib * 2 ** 20)) if group_mib > 0 else 1
-    if group_runs > 0 and count_lines(files, spans) > group_runs:
-        count = max(count, math.ceil(count_runs(files, spans) / group_runs))
+    if group_runs > 0 and (survey is not None or count > 1 or count_lines(files, spans) > group_runs):
+        survey = survey or survey_lines(files, spans)
+        count = max(count, math.ceil(survey.runs / group_runs))
     if count > 1:
-        return list(plan_line_groups(files, count, spans))
+        return list((survey or survey_lines(files, spans)).groups(count))
     return [None] if spans is None else [LineGroup(0, 1, {path: span for path, span in spans.items()})]
 
 
@@ -395,14 +397,20 @@ SCOPED_SEED_ABOVE_TESTS = 1_000
 lines): a new run of one test among 200,000 read every test's history (45 s) before."""
 
 
-def _read_seed(store: DuckDBStore, configs: ConfigSet, files: List[str], spans: Optional[Spans],
-               local_text: bool) -> HistorySeed:
-    """The store's history for a bounded replay of ``files`` (``spans`` of them): of the tests their lines name
-    (``transforms.sources.tests_named``) where the store holds many tests and the lines name few, else whole."""
-    if local_text and store.stored_tests() > SCOPED_SEED_ABOVE_TESTS:
-        tests = tests_named(files, spans, limit=MAX_NAMED_TESTS)
-        if tests is not None:
-            return store.read_seed(configs, tests)
+def _survey_for_seed(store: DuckDBStore, files: List[str], spans: Optional[Spans],
+                     local_text: bool) -> Optional[LineSurvey]:
+    """The survey of ``files`` (``spans`` of them) whose tests scope the seed, where the store holds many tests;
+    the same pass then sizes and places the replay's groups (``line_groups``)."""
+    if local_text and files and store.stored_tests() > SCOPED_SEED_ABOVE_TESTS:
+        return survey_lines(files, spans, test_limit=MAX_NAMED_TESTS)
+    return None
+
+
+def _read_seed(store: DuckDBStore, configs: ConfigSet, survey: Optional[LineSurvey]) -> HistorySeed:
+    """The store's history for a bounded replay: of the tests its lines name where they were surveyed for it
+    (``_survey_for_seed``) and name few, else whole."""
+    if survey is not None and survey.tests is not None:
+        return store.read_seed(configs, survey.tests)
     return store.read_seed(configs)
 
 
@@ -448,9 +456,10 @@ def run(argv: Optional[List[str]] = None) -> ReplaySummary:
         unread = None if replayed is None else replayed.spans()
         to_read = files if unread is None else [f for f in files if os.path.realpath(f) in unread]
         spans = unread if replayed is not None and replayed.skipped_bytes else None
-        groups = line_groups(to_read, local.replay_group_mib, streaming, local.replay_group_runs, spans
-                             ) if to_read else []
-        seed = _read_seed(store, configs.latest, to_read, spans, replayed is not None) if groups else HistorySeed()
+        survey = _survey_for_seed(store, to_read, spans, replayed is not None)
+        groups = line_groups(to_read, local.replay_group_mib, streaming, local.replay_group_runs, spans,
+                             survey) if to_read else []
+        seed = _read_seed(store, configs.latest, survey) if groups else HistorySeed()
         store.close()  # no step writes the store: the rows are committed after each pipeline run
         with showing_progress(show_progress and bool(groups), len(files), started) as progress_id:
             settings = GraphSettings(configs, lifecycle_from(local), streaming, progress_id)

@@ -23,12 +23,12 @@ from tests.transforms.test_ranks import straggler_messages
 from trainguard import wire
 from transforms import sources
 from transforms.sources import (
-    count_runs,
     file_lines,
     group_of_test,
+    line_names,
     line_test_name,
     lines_in_ranges,
-    plan_line_groups,
+    survey_lines,
 )
 
 TINY_GROUPS = "--replay_group_mib=0.02"  # ~20 KB of input a group: every test of the input below in a group of its own
@@ -82,9 +82,15 @@ def test_runs_are_counted_as_the_lines_name_them(tmp_path):
     lines += [b"not json", b'{"test": "t"}', b'{"test": "t", "run": 5}', b"  "]
     # read by decoding (not as the encoders begin a message): one run seen above, and one new
     lines += [b'{"run": "r0", "test": "test-0", "schema": "trainguard/v1"}', b'{"test": "t\\u00e9", "run": "r"}']
+    # as the encoders begin a message, but with a second test: decoded, the last one counts
+    lines += [b'{"schema":"trainguard/v1","id":"d\\"1","test":"test-0","run":"r9","test":"test-1"}']
     files = [write_lines(tmp_path / f"{n}.jsonl", lines[n::2]) for n in range(2)]
-    assert count_runs(files) == 13  # (test-i, rj) with i = k mod 3, j = k mod 4: all 12 pairs; and ("té", "r")
+    survey = survey_lines(files)
+    # (test-i, rj) with i = k mod 3, j = k mod 4: all 12 pairs; ("té", "r"); ("test-1", "r9")
+    assert (survey.lines, survey.runs, survey.tests) == (len(lines) - 1, 14, {"test-0", "test-1", "test-2", "té", "t"})
     assert sources._NAMES_FIRST.match(lines[0]).groups() == (b"test-0", b"r0")  # the encoders' lines: not decoded
+    assert line_names(lines[-1], 0, len(lines[-1])) == ("test-1", "r9")
+    assert survey_lines(files, test_limit=5).tests is not None and survey_lines(files, test_limit=4).tests is None
 
 
 def test_small_inputs_are_not_counted_and_many_runs_make_groups(tmp_path):
@@ -108,7 +114,7 @@ def test_every_line_is_in_exactly_one_group_and_every_line_of_a_test_in_the_same
     lines = [wire.encode_message(tests[(i // 5) % 12], "r", [], [wire.event_dict("run_started", T0, {})],
                                  message_id=f"m{i}") for i in range(300)] + [b"not json", b"  ", b"{}"]
     files = [write_lines(tmp_path / f"{n}.jsonl", lines[n * 101:(n + 1) * 101]) for n in range(3)]
-    groups = plan_line_groups(files, 4)
+    groups = survey_lines(files).groups(4)
     assert [group.index for group in groups] == [0, 1, 2, 3]
     for path in map(os.path.realpath, files):
         with open(path, "rb") as f:
@@ -137,7 +143,9 @@ def test_the_test_of_a_line_is_the_one_the_parser_reads(payload):
         message, _ = wire.parse_message(payload)
     except wire.InvalidMessage:
         return
-    assert line_test_name(payload.strip()) == message.test
+    line = payload.strip()
+    assert line_test_name(line) == message.test
+    assert line_names(line, 0, len(line))[0] == message.test  # as the survey reads it
 
 
 def test_a_line_without_a_usable_test_has_none():

@@ -18,7 +18,7 @@ from tests.pipeline.test_replay import CIFAR, REPO, cifar_lines, table_contents
 from tests.pipeline.test_replay_groups import TINY_GROUPS, messy_input
 from tests.support import T0
 from trainguard import wire
-from transforms.sources import count_lines, count_runs, file_lines, lines_in_ranges, plan_line_groups
+from transforms.sources import count_lines, file_lines, lines_in_ranges, survey_lines
 
 
 def replay_both(tmp_path, input_pattern, config_dir=f"{REPO}/configs", extra=()):
@@ -163,10 +163,11 @@ def test_a_span_is_counted_planned_and_read_as_a_file_of_its_bytes_alone(tmp_pat
     alone.write_bytes(rest)
     spans = {str(whole): (len(prefix), len(prefix) + len(rest))}
     assert count_lines([str(whole)], spans) == count_lines([str(alone)]) < count_lines([str(whole)])
-    assert count_runs([str(whole)], spans) == count_runs([str(alone)]) > 0
+    surveys = survey_lines([str(whole)], spans), survey_lines([str(alone)])
+    assert surveys[0].runs == surveys[1].runs > 0 and surveys[0].tests == surveys[1].tests
     shifted = [{path: [offset - len(prefix) for offset in ranges] for path, ranges in group.ranges.items()}
-               for group in plan_line_groups([str(whole)], 3, spans)]
-    assert shifted == [{str(whole): list(group.ranges[str(alone)])} for group in plan_line_groups([str(alone)], 3)]
+               for group in surveys[0].groups(3)]
+    assert shifted == [{str(whole): list(group.ranges[str(alone)])} for group in surveys[1].groups(3)]
     with open(whole, "rb") as f:
         read = [(start - len(prefix), line) for start, line in lines_in_ranges(f, spans[str(whole)])]
     with open(alone, "rb") as f:

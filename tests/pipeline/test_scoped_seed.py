@@ -39,9 +39,9 @@ def test_the_seed_of_the_named_tests_is_the_whole_seed_s_part_for_them(tmp_path)
     second = store_after_first_input(tmp_path)
     store = DuckDBStore(str(tmp_path / "first.duckdb"))
     configs = replay.read_config_dir(f"{REPO}/configs").strict().latest
-    named = sources.tests_named([second])
-    assert named is not None and sources.tests_named([second], limit=len(named)) == named
-    assert sources.tests_named([second], limit=len(named) - 1) is None
+    named = sources.survey_lines([second]).tests
+    assert named is not None and sources.survey_lines([second], test_limit=len(named)).tests == named
+    assert sources.survey_lines([second], test_limit=len(named) - 1).tests is None
     whole = store.read_seed(configs)
     assert set(whole.jobs) - named - {DRAINED}  # the store holds tests the input does not name
     scoped = store.read_seed(configs, named)

@@ -7,7 +7,6 @@ run ends in event time is set by one ``RunLifecycle``.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
@@ -293,7 +292,7 @@ class RunAccumulator:
         merged = {}
         for tag, batch in summary.tags.items():
             current = tags.get(tag)
-            merged[tag] = copy.copy(batch) if current is None else current.merged(batch)
+            merged[tag] = batch.copied() if current is None else current.merged(batch)
         new = [RankedEvent(*event, summary.rank) for event in summary.events]
         kept, over, others = self._within_limit(new)
         last = summary.last_time if self.last_time is None else max(self.last_time, summary.last_time)
@@ -314,7 +313,7 @@ class RunAccumulator:
         for rank, tags in other.ranks.items():
             mine = self.ranks.setdefault(rank, {})
             for tag, aggregate in tags.items():
-                mine[tag] = copy.copy(aggregate) if tag not in mine else mine[tag].merged(aggregate)
+                mine[tag] = aggregate.copied() if tag not in mine else mine[tag].merged(aggregate)
         new = list(other.events)
         kept, over, others = self._within_limit(new)
         self._keep(kept, new, others)

@@ -45,8 +45,9 @@ def _curves(plan: RunPlan, rng: random.Random, step: int) -> Dict[str, float]:
     }
 
 
-def run_messages(plan: RunPlan, points_per_message: int = 100, seed: int = 0) -> List[bytes]:
-    """The wire messages of one run, in publishing order."""
+def run_messages(plan: RunPlan, points_per_message: int = 100, seed: int = 0,
+                 schema: str = wire.SCHEMA) -> List[bytes]:
+    """The wire messages of one run, in publishing order (``schema``: v1 point objects, or v1.1 columns)."""
     rng = random.Random(f"{seed}/{plan.test}/{plan.run}")
     started = wire.event_dict(wire.RUN_STARTED, plan.start,
                               {"logs_link": plan.logs_link} if plan.logs_link else {})
@@ -60,7 +61,7 @@ def run_messages(plan: RunPlan, points_per_message: int = 100, seed: int = 0) ->
     for index, batch in enumerate(batches):
         events = [started] if index == 0 else []
         messages.append(wire.encode_message(plan.test, plan.run, batch, events,
-                                            message_id=f"{plan.test}/{plan.run}/{index}"))
+                                            message_id=f"{plan.test}/{plan.run}/{index}", schema=schema))
     if plan.status is not None:
         end = points[-1]["time"] + 10.0
         finished = wire.event_dict(wire.RUN_FINISHED, end, {"status": plan.status, "num_failures": 0})
@@ -124,11 +125,11 @@ def synthetic_plans(tests: int, runs_per_test: int, steps: int, step_every: int)
                                  for d in range(runs_per_test)})  # day_N keywords only, never start
 
 
-def write_lines(path: str, plans: Sequence[RunPlan], points_per_message: int) -> int:
+def write_lines(path: str, plans: Sequence[RunPlan], points_per_message: int, schema: str = wire.SCHEMA) -> int:
     count = 0
     with open(path, "wb") as f:
         for plan in plans:
-            for message in run_messages(plan, points_per_message):
+            for message in run_messages(plan, points_per_message, schema=schema):
                 f.write(message + b"\n")
                 count += 1
     return count

@@ -35,7 +35,7 @@ import math
 import operator
 from array import array
 from itertools import accumulate, repeat
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import wire
 
@@ -66,21 +66,26 @@ def raw_columns(obj: Dict[str, Any], schema: str, other_points: int) -> list:
 
 
 def parse_columns(columns: list, context: Tuple[str, str, str],
-                  rejections: List[wire.Rejection]) -> List[wire.Point]:
-    """The points of every valid column; a rejection per bad column or point."""
-    points: List[wire.Point] = []
+                  rejections: List[wire.Rejection]) -> List[Union[wire.PointColumn, Tuple[wire.Point, ...]]]:
+    """The valid points of the columns, in order, as parts of ``wire.MessagePoints``: a ``PointColumn`` for a
+    column whose every point is valid, a tuple of the valid points of one that has bad ones; a rejection per bad
+    column or point."""
+    parts: List[Union[wire.PointColumn, Tuple[wire.Point, ...]]] = []
     for index, raw in enumerate(columns):
         try:
             tag, values, steps, ms, f32 = _column(raw)
         except ValueError as e:
             rejections.append(wire._rejection(f"invalid column [{index}]: {e}", *context, "column", raw))
             continue
-        fast = _fast_points(tag, values, steps, ms, f32)
+        fast = _fast_column(tag, values, steps, ms, f32)
         if fast is not None:
-            points += fast
-        else:
-            _each_point(index, tag, values, steps, ms, f32, context, rejections, points)
-    return points
+            parts.append(fast)
+            continue
+        points: List[wire.Point] = []
+        _each_point(index, tag, values, steps, ms, f32, context, rejections, points)
+        if points:
+            parts.append(tuple(points))
+    return parts
 
 
 def _column(raw: Any) -> Tuple[str, list, Optional[list], list, bool]:
@@ -104,7 +109,7 @@ def _column(raw: Any) -> Tuple[str, list, Optional[list], list, bool]:
     return tag, values, steps, ms, f32
 
 
-def _fast_points(tag: str, values: list, steps: Optional[list], ms: list, f32: bool) -> Optional[List[wire.Point]]:
+def _fast_column(tag: str, values: list, steps: Optional[list], ms: list, f32: bool) -> Optional[wire.PointColumn]:
     """The column's points when all of them are valid (checked in C-speed passes), else None."""
     types = set(map(type, values))
     if types == _FLOAT:
@@ -123,17 +128,18 @@ def _fast_points(tag: str, values: list, steps: Optional[list], ms: list, f32: b
     if set(map(type, ms)) != _INT:
         return None
     times = list(accumulate(ms))
-    if min(times) < MIN_MS or max(times) >= MAX_MS:
+    first, last = min(times), max(times)
+    if first < MIN_MS or last >= MAX_MS:
         return None
-    if steps is None:
-        absolute: Any = repeat(None)
-    else:
+    absolute = None
+    if steps is not None:
         if set(map(type, steps)) != _INT:
             return None
         absolute = list(accumulate(steps))
         if min(absolute) < 0 or max(absolute) > wire.MAX_STEP:
             return None
-    return list(zip(repeat(tag), floats, absolute, map(operator.truediv, times, repeat(1000))))
+    return wire.PointColumn(tag, floats, absolute, list(map(operator.truediv, times, repeat(1000))),
+                            first / 1000, last / 1000)
 
 
 def _delta_problem(raw: Any, field: str) -> Optional[str]:

@@ -56,9 +56,11 @@ class _Message(msgspec.Struct, forbid_unknown_fields=True):
 _DECODER = msgspec.json.Decoder(_Message)
 
 
-def decode(payload: bytes, max_name_chars: int, min_time: float, max_time: float,
-           max_step: int) -> Optional[Tuple[Dict[str, Any], List[Tuple[str, float, Optional[int], float]]]]:
-    """(envelope fields, valid points) of a points-only message whose every point is valid; else None."""
+def decode(payload: bytes, max_name_chars: int, min_time: float, max_time: float, max_step: int
+           ) -> Optional[Tuple[Dict[str, Any], List[Tuple[str, float, Optional[int], float]],
+                               Optional[Tuple[float, float]]]]:
+    """(envelope fields, valid points, their earliest and latest time or None) of a points-only message whose
+    every point is valid; else None."""
     try:
         message = _DECODER.decode(payload)
     except (msgspec.MsgspecError, ValueError):  # ValueError: invalid UTF-8
@@ -67,6 +69,7 @@ def decode(payload: bytes, max_name_chars: int, min_time: float, max_time: float
             or message.triage is not msgspec.UNSET:
         return None
     points = [(p.tag, p.value, p.step, p.time) for p in message.points or ()]
+    span = None
     if points:
         tags, values, steps, times = zip(*points)
         for tag in set(tags):
@@ -77,7 +80,8 @@ def decode(payload: bytes, max_name_chars: int, min_time: float, max_time: float
                 return None
         except OverflowError:
             return None
-        if not (min_time <= min(times) and max(times) < max_time):
+        span = min(times), max(times)
+        if not (min_time <= span[0] and span[1] < max_time):
             return None
         if None in steps:
             steps = tuple(s for s in steps if s is not None)
@@ -85,4 +89,4 @@ def decode(payload: bytes, max_name_chars: int, min_time: float, max_time: float
             return None
     envelope = {"schema": message.schema, "id": message.id, "test": message.test, "run": message.run,
                 "rank": message.rank, "world_size": message.world_size, "points": points}
-    return envelope, points
+    return envelope, points, span

@@ -22,6 +22,7 @@ of its message.
 
 from __future__ import annotations
 
+import collections.abc
 import itertools
 import json
 import math
@@ -36,7 +37,7 @@ try:  # the common shape of a message in one compiled pass, where the pipeline i
     from trainguard import _fast_points
 except ImportError:  # pragma: no cover - trainer installs without msgspec
     _fast_points = None  # type: ignore[assignment]
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 SCHEMA = "trainguard/v1"
 SCHEMA_V1_1 = "trainguard/v1.1"  # v1 plus "columns" (see point_columns); a v1 pipeline dead-letters it
@@ -79,6 +80,88 @@ MAX_FAILURES = (1 << 31) - 1
 # are built and compared, and plain tuples are several times cheaper than named ones.
 Point = Tuple[str, float, Optional[int], float]
 POINT_TIME = operator.itemgetter(3)  # a Point's time
+
+
+class PointColumn(NamedTuple):
+    """The points of one v1.1 column, every one valid, kept as the lists they came in (see ``MessagePoints``)."""
+    tag: str
+    values: List[float]
+    steps: Optional[List[int]]  # None: no point has a step
+    times: List[float]
+    first: float  # the earliest of ``times``
+    last: float  # the latest
+
+    def points(self) -> Iterator[Point]:
+        return zip(itertools.repeat(self.tag), self.values,
+                   itertools.repeat(None) if self.steps is None else self.steps, self.times)
+
+
+class MessagePoints(collections.abc.Sequence):
+    """A message's valid points in the parts they came in: tuples of ``Point`` and ``PointColumn``s, so that a
+    reader of whole columns (``core.parse.summarize``) builds no tuple per point. As a sequence it is the tuple of
+    its points, in order (made when first asked for), and it equals that tuple."""
+    __slots__ = ("parts", "_points", "_time_range")
+
+    def __init__(self, parts: Iterable[Any]):
+        self.parts: Tuple[Any, ...] = tuple(parts)  # each a non-empty tuple of Point or a PointColumn
+        self._points: Optional[Tuple[Point, ...]] = None
+        self._time_range: Optional[Tuple[float, float]] = None
+
+    @staticmethod
+    def of_points(points: Tuple[Point, ...], time_range: Optional[Tuple[float, float]]) -> MessagePoints:
+        """Single points, their time range known."""
+        made = MessagePoints((points,))
+        made._points, made._time_range = points, time_range
+        return made
+
+    def as_tuple(self) -> Tuple[Point, ...]:
+        if self._points is None:
+            self._points = tuple(itertools.chain.from_iterable(
+                part.points() if isinstance(part, PointColumn) else part for part in self.parts))
+        return self._points
+
+    def __len__(self) -> int:
+        return sum(len(part.values) if isinstance(part, PointColumn) else len(part) for part in self.parts)
+
+    def __getitem__(self, index):
+        return self.as_tuple()[index]
+
+    def __iter__(self) -> Iterator[Point]:
+        return iter(self.as_tuple())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, MessagePoints):
+            return self.as_tuple() == other.as_tuple()
+        if isinstance(other, tuple):
+            return self.as_tuple() == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.as_tuple())
+
+    def __repr__(self) -> str:
+        return repr(self.as_tuple())
+
+    def __reduce__(self):
+        return MessagePoints, (self.parts,)
+
+    def time_range(self) -> Optional[Tuple[float, float]]:
+        """(earliest, latest) time of the points; None for none."""
+        if self._time_range is None and self.parts:
+            spans = [(part.first, part.last) if isinstance(part, PointColumn) else time_range(part)
+                     for part in self.parts]
+            self._time_range = min(low for low, _ in spans), max(high for _, high in spans)  # type: ignore[misc]
+        return self._time_range
+
+
+def time_range(points: Sequence[Point]) -> Optional[Tuple[float, float]]:
+    """(earliest, latest) time of a message's points; None for none."""
+    if isinstance(points, MessagePoints):
+        return points.time_range()
+    if not points:
+        return None
+    times = list(map(POINT_TIME, points))
+    return min(times), max(times)
 
 
 class Event(NamedTuple):
@@ -131,7 +214,7 @@ class Message(NamedTuple):
     id: str
     test: str
     run: str
-    points: Tuple[Point, ...]
+    points: Sequence[Point]  # a tuple, or the ``MessagePoints`` of a message with columns
     events: Tuple[Event, ...]
     triage: Optional[Triage] = None
     rank: Optional[int] = None        # the worker that sent it (RANK); None: not said (a single process)
@@ -142,7 +225,8 @@ class Message(NamedTuple):
         """The latest point or event time: the message's place in event time."""
         if self.triage is not None:
             return self.triage.time
-        return max(itertools.chain(map(POINT_TIME, self.points), (e.time for e in self.events)))
+        span = time_range(self.points)
+        return max(itertools.chain(() if span is None else (span[1],), (e.time for e in self.events)))
 
 
 class Rejection(NamedTuple):
@@ -165,18 +249,24 @@ def parse_message(payload: bytes) -> Tuple[Message, List[Rejection]]:
     """
     if len(payload) > MAX_MESSAGE_BYTES:
         raise InvalidMessage(f"message is {len(payload)} bytes, limit is {MAX_MESSAGE_BYTES}")
-    fast = fast_decode(payload) if _fast_points is not None else None
+    # (a payload with columns is one the compiled pass gives up on, after decoding all of it)
+    fast = fast_decode(payload) if _fast_points is not None and b'"columns"' not in payload else None
     if fast is not None:
         return parse_message_object(*fast)
     return parse_message_object(decode_json(payload), None)
 
 
-def fast_decode(payload: bytes) -> Optional[Tuple[Dict[str, Any], List[Point]]]:
-    """The envelope and points of a points-only message whose every point is valid (see ``_fast_points``)."""
-    return _fast_points.decode(payload, MAX_NAME_CHARS, MIN_TIME, MAX_TIME, MAX_STEP)
+def fast_decode(payload: bytes) -> Optional[Tuple[Dict[str, Any], Sequence[Point]]]:
+    """The envelope and points of a points-only message whose every point is valid (see ``_fast_points``), the
+    points with their time range, found on the way, kept (``MessagePoints``)."""
+    decoded = _fast_points.decode(payload, MAX_NAME_CHARS, MIN_TIME, MAX_TIME, MAX_STEP)
+    if decoded is None:
+        return None
+    envelope, points, span = decoded
+    return envelope, MessagePoints.of_points(tuple(points), span) if points else ()
 
 
-def parse_message_object(obj: Any, valid_points: Optional[List[Point]]) -> Tuple[Message, List[Rejection]]:
+def parse_message_object(obj: Any, valid_points: Optional[Sequence[Point]]) -> Tuple[Message, List[Rejection]]:
     """``parse_message`` of the decoded payload; ``valid_points``: its points, already checked."""
     if not isinstance(obj, dict):
         raise InvalidMessage(f"not a JSON object but {type(obj).__name__}")
@@ -195,14 +285,15 @@ def parse_message_object(obj: Any, valid_points: Optional[List[Point]]) -> Tuple
 
     rejections: List[Rejection] = []
     context = (message_id, test, run)
-    points: List[Point] = (valid_points if valid_points is not None
-                           else _parse_each(raw_points, parse_point, "point", context, rejections))
+    all_points: Sequence[Point] = (valid_points if valid_points is not None
+                                   else tuple(_parse_each(raw_points, parse_point, "point", context, rejections)))
     if raw_columns:
-        points += _parse_columns(raw_columns, context, rejections)
+        all_points = MessagePoints([*([tuple(all_points)] if all_points else []),
+                                    *_parse_columns(raw_columns, context, rejections)])
     events: List[Event] = _parse_each(raw_events, _parse_event, "event", context, rejections)
-    if not points and not events and not rejections:
+    if not all_points and not events and not rejections:
         raise InvalidMessage("message carries no points and no events")
-    return Message(message_id, test, run, tuple(points), tuple(events), None, rank, world_size), rejections
+    return Message(message_id, test, run, all_points, tuple(events), None, rank, world_size), rejections
 
 
 def _parse_rank(obj: Dict[str, Any]) -> Tuple[Optional[int], Optional[int]]:
@@ -498,7 +589,7 @@ def _raw_columns(obj: Dict[str, Any], schema: str, other_points: int) -> list:
     return _columns.raw_columns(obj, schema, other_points)
 
 
-def _parse_columns(columns: list, context: Tuple[str, str, str], rejections: List[Rejection]) -> List[Point]:
+def _parse_columns(columns: list, context: Tuple[str, str, str], rejections: List[Rejection]) -> List[Any]:
     return _columns.parse_columns(columns, context, rejections)
 
 

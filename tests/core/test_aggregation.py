@@ -48,6 +48,17 @@ def test_any_order_and_batching_give_the_same_bits(batch, random, parts):
     assert repr(merged) == repr(of_batch(batch))
 
 
+@given(points, points)
+def test_a_merge_makes_a_new_aggregate_and_changes_neither(first, second):
+    one, other = of_batch(first), of_batch(second)
+    before = repr(one), repr(other)
+    assert repr(one.merged(other)) == repr(of_batch(first + second))
+    copy = one.copied()
+    copy.merge(other)
+    assert (repr(one), repr(other)) == before and repr(copy) == repr(of_batch(first + second))
+    assert repr(one.copied()) == repr(one)
+
+
 message_points = st.lists(st.tuples(st.sampled_from(["loss", "acc", "lr"]), st.sampled_from([0.5, -0.0, 2.0]),
                                     st.sampled_from([None, 0, 7]), st.sampled_from([1763596805.0, 1763596806.0])),
                           max_size=20).map(tuple)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import array
 import dataclasses
-import mmap
 import os
 import re
 import zlib
@@ -257,7 +256,7 @@ _SECOND_TEST_KEY = b'"test":'
 
 
 def line_names(buffer: Any, start: int, stop: int) -> Optional[Tuple[Optional[str], Any]]:
-    """(test, run) of the line ``buffer[start:stop]`` (bytes or a mapped file), None for a blank one: the test as
+    """(test, run) of the line ``buffer[start:stop]``, None for a blank one: the test as
     the wire parser reads it (``line_test_name``) of every line it takes, read from the line's beginning where
     trainguard's encoders wrote it and no other ``"test":`` follows (a doubled key: the parser takes the last),
     else by decoding the line; the run as bytes or as decoded (a line without a string run names no run)."""
@@ -274,9 +273,51 @@ def line_names(buffer: Any, start: int, stop: int) -> Optional[Tuple[Optional[st
     return _decoded_names(line)
 
 
+SURVEY_BLOCK_BYTES = 8 << 20
+
+
+def _lines_in_blocks(f: IO[bytes], start: int, end: int) -> Iterator[Tuple[bytes, int, int, int]]:
+    r"""(block, start, stop, base) of each line of bytes ``[start, end)`` of a binary file: the line is
+    ``block[start:stop]`` (``\n`` or ``\r\n`` not included), at offset ``base + start`` of the file. Read a
+    block of ``SURVEY_BLOCK_BYTES`` at a time (a file mapped into memory instead would kill the process with
+    SIGBUS if it were cut meanwhile, as a log rotated by truncation is); only a line across two blocks is copied."""
+    f.seek(start)
+    at, carry = start, b""
+    while at < end:
+        block = f.read(min(SURVEY_BLOCK_BYTES, end - at))
+        if not block:  # the file was cut meanwhile
+            break
+        base, at = at, at + len(block)
+        position = 0
+        if carry:
+            feed = block.find(b"\n")
+            if feed < 0 and at < end:
+                carry += block
+                continue
+            position = len(block) if feed < 0 else feed + 1
+            line, carry = carry + block[:position], b""
+            yield from _lines_of(line, 0, len(line), base + position - len(line))
+        limit = len(block) if at >= end else block.rfind(b"\n") + 1
+        if limit > position:
+            yield from _lines_of(block, position, limit, base)
+            position = limit
+        carry = block[position:]
+    if carry:
+        yield from _lines_of(carry, 0, len(carry), at - len(carry))
+
+
+def _lines_of(buffer: bytes, position: int, limit: int, base: int) -> Iterator[Tuple[bytes, int, int, int]]:
+    """``_lines_in_blocks``' lines of ``buffer[position:limit]``."""
+    while position < limit:
+        feed = buffer.find(b"\n", position, limit)
+        stop = limit if feed < 0 else (feed - 1 if feed > position and buffer[feed - 1] == 13 else feed)
+        yield buffer, position, stop, base
+        position = limit if feed < 0 else feed + 1
+
+
 def survey_lines(filenames: Sequence[str], spans: Optional[Spans] = None,
                  test_limit: Optional[int] = None) -> LineSurvey:
-    """One pass over local text files (their spans, where ``spans`` names them), mapped rather than read, each
+    """One pass over local text files (their spans, where ``spans`` names them), read in large blocks, each
     line's test and run taken by ``line_names``: a line the wire parser takes is put with the test it parses; one
     it refuses whole is a dead letter of whichever group reads it. The runs counted size groups and decide nothing
     about a line. ``tests`` is None once there are more than ``test_limit``."""
@@ -288,37 +329,29 @@ def survey_lines(filenames: Sequence[str], spans: Optional[Spans] = None,
         path = os.path.realpath(filename)
         surveyed = files[path] = _SurveyedFile()
         with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            start, end = (spans or {}).get(path, (0, size))
-            if end <= start:
-                continue
-            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-                at = start
-                while at < end:
-                    feed = mapped.find(b"\n", at, end)
-                    stop = end if feed < 0 else (feed - 1 if feed > at and mapped[feed - 1] == 13 else feed)
-                    line_start, at = at, (end if feed < 0 else feed + 1)
-                    line = line_names(mapped, line_start, stop)
-                    if line is None:
-                        continue
-                    test, run = line
-                    lines += 1
-                    if isinstance(run, (str, bytes)):
-                        runs.add((test, run.encode() if isinstance(run, str) else run))
-                    if test is None:
-                        crc = -1
-                    else:
-                        key = test.encode("utf-8", "surrogatepass")
-                        crc = crc_of.get(key, -1)
-                        if crc < 0:
-                            crc = crc_of[key] = zlib.crc32(key)
-                            if tests is not None:
-                                tests.add(test)
-                                if test_limit is not None and len(tests) > test_limit:
-                                    tests = None
-                    surveyed.starts.append(line_start)
-                    surveyed.ends.append(stop)
-                    surveyed.test_crcs.append(crc)
+            start, end = (spans or {}).get(path, (0, os.fstat(f.fileno()).st_size))
+            for block, line_start, stop, base in _lines_in_blocks(f, start, end):
+                line = line_names(block, line_start, stop)
+                if line is None:
+                    continue
+                test, run = line
+                lines += 1
+                if isinstance(run, (str, bytes)):
+                    runs.add((test, run.encode() if isinstance(run, str) else run))
+                if test is None:
+                    crc = -1
+                else:
+                    key = test.encode("utf-8", "surrogatepass")
+                    crc = crc_of.get(key, -1)
+                    if crc < 0:
+                        crc = crc_of[key] = zlib.crc32(key)
+                        if tests is not None:
+                            tests.add(test)
+                            if test_limit is not None and len(tests) > test_limit:
+                                tests = None
+                surveyed.starts.append(base + line_start)
+                surveyed.ends.append(base + stop)
+                surveyed.test_crcs.append(crc)
     return LineSurvey(lines, len(runs), tests, files)
 
 

@@ -8,9 +8,11 @@ import glob
 import json
 import os
 import random
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from core.history import HistorySeed, JobHistory, MetricHistory
 from core.runs import RunAccumulator
@@ -168,3 +170,20 @@ def test_the_seed_of_a_group_holds_its_tests_only():
             assert kept == seed.stored_actions
         else:
             assert kept and "b" not in json.dumps(sorted(map(repr, kept))), field.name
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([b"", b" ", b"{}", b"\r", b"ab\rc", b"x" * 9]),
+                          st.sampled_from([b"\n", b"\r\n", b"\n\n"])), max_size=12),
+       st.sampled_from([b"", b"tail", b"tail\r"]), st.integers(1, 12), st.data())
+def test_lines_read_in_blocks_are_the_lines_read_one_by_one(tmp_path_factory, lines, tail, block, data):
+    content = b"".join(line + end for line, end in lines) + tail
+    path = tmp_path_factory.mktemp("blocks") / "f.jsonl"
+    path.write_bytes(content)
+    start = data.draw(st.sampled_from(sorted({0, *(i + 1 for i, c in enumerate(content) if c == 10)})))
+    with open(path, "rb") as f:
+        expected = list(lines_in_ranges(f, [start, len(content)]))
+        with mock.patch.object(sources, "SURVEY_BLOCK_BYTES", block):
+            found = [(base + begin, bytes(buffer[begin:stop]))
+                     for buffer, begin, stop, base in sources._lines_in_blocks(f, start, len(content))]
+    assert [(at, line) for at, line in found if line and not line.isspace()] == expected

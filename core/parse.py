@@ -162,7 +162,7 @@ def columns_by_tag(points: Sequence[wire.Point],
     has NO_STEP. A v1.1 column (``wire.PointColumn``) is taken whole; single points in one loop (column-wise
     selections per tag measured three times slower)."""
     by_tag: Dict[str, Tuple[List[float], List[float], List[int]]] = {}
-    for part in points.parts if isinstance(points, wire.MessagePoints) else (points,):
+    for part in wire.point_parts(points):
         if isinstance(part, wire.PointColumn):
             columns = by_tag.get(part.tag)
             if columns is None:
@@ -188,7 +188,7 @@ def columns_by_tag(points: Sequence[wire.Point],
 def points_of_tags(points: Sequence[wire.Point], tags: Collection[str]) -> Iterator[wire.Point]:
     """The points of ``tags``, in order (of a ``wire.MessagePoints``, only its columns of those tags are made
     into points)."""
-    for part in points.parts if isinstance(points, wire.MessagePoints) else (points,):
+    for part in wire.point_parts(points):
         if isinstance(part, wire.PointColumn):
             if part.tag in tags:
                 yield from part.points()

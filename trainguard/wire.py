@@ -154,6 +154,11 @@ class MessagePoints(collections.abc.Sequence):
         return self._time_range
 
 
+def point_parts(points: Sequence[Point]) -> Tuple[Any, ...]:
+    """The parts of a message's points (``MessagePoints.parts``); plain points are one part."""
+    return points.parts if isinstance(points, MessagePoints) else (points,)
+
+
 def time_range(points: Sequence[Point]) -> Optional[Tuple[float, float]]:
     """(earliest, latest) time of a message's points; None for none."""
     if isinstance(points, MessagePoints):

@@ -55,9 +55,10 @@ def column_points(column):
         return None
     if column.get("f32"):
         values = array("f", [v if type(v) in (float, int) else math.nan for v in values]).tolist()
-    times = [t / 1000 for t in accumulate(ms)] if set(map(type, ms)) == INT else [math.nan] * len(ms)
+    ms_ints = set(map(type, ms)) == INT
+    times = [t / 1000 for t in accumulate(ms)] if ms_ints else [math.nan] * len(ms)
     steps = list(accumulate(steps)) if steps is not None else [None] * len(values)
-    if set(map(type, values)) <= NUMBERS and set(map(type, ms)) == INT and math.isfinite(sum(values)) \
+    if set(map(type, values)) <= NUMBERS and ms_ints and math.isfinite(sum(values)) \
             and min(times) >= MIN_TIME and max(times) < MAX_TIME \
             and (column.get("steps") is None or (set(map(type, steps)) == INT and min(steps) >= 0
                                                  and max(steps) <= MAX_STEP)):

@@ -254,8 +254,7 @@ def parse_message(payload: bytes) -> Tuple[Message, List[Rejection]]:
     """
     if len(payload) > MAX_MESSAGE_BYTES:
         raise InvalidMessage(f"message is {len(payload)} bytes, limit is {MAX_MESSAGE_BYTES}")
-    # (a payload with columns is one the compiled pass gives up on, after decoding all of it)
-    fast = fast_decode(payload) if _fast_points is not None and b'"columns"' not in payload else None
+    fast = fast_decode(payload) if _fast_points is not None else None
     if fast is not None:
         return parse_message_object(*fast)
     return parse_message_object(decode_json(payload), None)

@@ -146,13 +146,6 @@ Spans = Mapping[str, Tuple[int, int]]
 that is not there is read whole."""
 
 
-def span_lines(path: str, spans: Optional[Spans]) -> Iterator[Tuple[int, bytes]]:
-    """(offset, line) of the message lines of a local file, within its span when ``spans`` names it."""
-    with open(path, "rb") as lines:
-        span = None if spans is None else spans.get(os.path.realpath(path))
-        yield from file_lines(lines) if span is None else lines_in_ranges(lines, span)
-
-
 class _TestOnly(msgspec.Struct):
     test: Any = None
 
@@ -234,8 +227,8 @@ class LineSurvey:
     files: Dict[str, _SurveyedFile]
 
     def groups(self, count: int) -> List[LineGroup]:
-        """The lines in ``count`` groups by test (``group_of_test``): per file, a range (start, end) per block of
-        consecutive lines of one group. Groups that get no line are left out."""
+        """The lines in ``count`` groups by test (``group_of_test``, on whole arrays): per file, a range (start, end)
+        per block of consecutive lines of one group. Groups that get no line are left out."""
         ranges: List[Dict[str, array.array]] = [{} for _ in range(count)]
         for path, surveyed in self.files.items():
             if not surveyed.starts:
@@ -255,109 +248,63 @@ class LineSurvey:
 _SECOND_TEST_KEY = b'"test":'
 
 
-def line_names(buffer: Any, start: int, stop: int) -> Optional[Tuple[Optional[str], Any]]:
-    """(test, run) of the line ``buffer[start:stop]``, None for a blank one: the test as
-    the wire parser reads it (``line_test_name``) of every line it takes, read from the line's beginning where
-    trainguard's encoders wrote it and no other ``"test":`` follows (a doubled key: the parser takes the last),
-    else by decoding the line; the run as bytes or as decoded (a line without a string run names no run)."""
-    first = _NAMES_FIRST.match(buffer, start, stop)
-    if first is not None and buffer.find(_SECOND_TEST_KEY, first.end(), stop) < 0:
+def line_names(line: bytes) -> Tuple[Optional[str], Any]:
+    """(test, run) of a message line: the test as the wire parser reads it (``line_test_name``) of every line it
+    takes, read from the line's beginning where trainguard's encoders wrote it and no other ``"test":`` follows (a
+    doubled key: the parser takes the last), else by decoding the line; the run as bytes or as decoded (a line
+    without a string run names no run)."""
+    first = _NAMES_FIRST.match(line)
+    if first is not None and line.find(_SECOND_TEST_KEY, first.end()) < 0:
         test_bytes, run = first.groups()
         try:
             return test_bytes.decode(), run
         except UnicodeDecodeError:
             pass
-    line = buffer[start:stop]
-    if not line or line.isspace():
-        return None
     return _decoded_names(line)
-
-
-SURVEY_BLOCK_BYTES = 8 << 20
-
-
-def _lines_in_blocks(f: IO[bytes], start: int, end: int) -> Iterator[Tuple[bytes, int, int, int]]:
-    r"""(block, start, stop, base) of each line of bytes ``[start, end)`` of a binary file: the line is
-    ``block[start:stop]`` (``\n`` or ``\r\n`` not included), at offset ``base + start`` of the file. Read a
-    block of ``SURVEY_BLOCK_BYTES`` at a time (a file mapped into memory instead would kill the process with
-    SIGBUS if it were cut meanwhile, as a log rotated by truncation is); only a line across two blocks is copied."""
-    f.seek(start)
-    at, carry = start, b""
-    while at < end:
-        block = f.read(min(SURVEY_BLOCK_BYTES, end - at))
-        if not block:  # the file was cut meanwhile
-            break
-        base, at = at, at + len(block)
-        position = 0
-        if carry:
-            feed = block.find(b"\n")
-            if feed < 0 and at < end:
-                carry += block
-                continue
-            position = len(block) if feed < 0 else feed + 1
-            line, carry = carry + block[:position], b""
-            yield from _lines_of(line, 0, len(line), base + position - len(line))
-        limit = len(block) if at >= end else block.rfind(b"\n") + 1
-        if limit > position:
-            yield from _lines_of(block, position, limit, base)
-            position = limit
-        carry = block[position:]
-    if carry:
-        yield from _lines_of(carry, 0, len(carry), at - len(carry))
-
-
-def _lines_of(buffer: bytes, position: int, limit: int, base: int) -> Iterator[Tuple[bytes, int, int, int]]:
-    """``_lines_in_blocks``' lines of ``buffer[position:limit]``."""
-    while position < limit:
-        feed = buffer.find(b"\n", position, limit)
-        stop = limit if feed < 0 else (feed - 1 if feed > position and buffer[feed - 1] == 13 else feed)
-        yield buffer, position, stop, base
-        position = limit if feed < 0 else feed + 1
 
 
 def survey_lines(filenames: Sequence[str], spans: Optional[Spans] = None,
                  test_limit: Optional[int] = None) -> LineSurvey:
-    """One pass over local text files (their spans, where ``spans`` names them), read in large blocks, each
-    line's test and run taken by ``line_names``: a line the wire parser takes is put with the test it parses; one
-    it refuses whole is a dead letter of whichever group reads it. The runs counted size groups and decide nothing
-    about a line. ``tests`` is None once there are more than ``test_limit``."""
+    """One pass over local text files (their spans, where ``spans`` names them), read as a replay reads them
+    (``lines_in_ranges``), each line's test and run taken by ``line_names``: a line the wire parser takes is put with
+    the test it parses; one it refuses whole is a dead letter of whichever group reads it. The runs counted size
+    groups and decide nothing about a line. ``tests`` is None once there are more than ``test_limit``."""
     lines, runs = 0, set()
     tests: Optional[Set[str]] = set()
-    crc_of: Dict[bytes, int] = {}
+    crcs: Dict[Optional[str], int] = {}
     files: Dict[str, _SurveyedFile] = {}
     for filename in filenames:
         path = os.path.realpath(filename)
         surveyed = files[path] = _SurveyedFile()
-        with open(path, "rb") as f:
-            start, end = (spans or {}).get(path, (0, os.fstat(f.fileno()).st_size))
-            for block, line_start, stop, base in _lines_in_blocks(f, start, end):
-                line = line_names(block, line_start, stop)
-                if line is None:
-                    continue
-                test, run = line
+        with open(path, "rb", buffering=READ_BUFFER_BYTES) as f:
+            span = (spans or {}).get(path, (0, os.fstat(f.fileno()).st_size))
+            for offset, line in lines_in_ranges(f, span):
+                test, run = line_names(line)
                 lines += 1
                 if isinstance(run, (str, bytes)):
                     runs.add((test, run.encode() if isinstance(run, str) else run))
-                if test is None:
-                    crc = -1
-                else:
-                    key = test.encode("utf-8", "surrogatepass")
-                    crc = crc_of.get(key, -1)
-                    if crc < 0:
-                        crc = crc_of[key] = zlib.crc32(key)
-                        if tests is not None:
-                            tests.add(test)
-                            if test_limit is not None and len(tests) > test_limit:
-                                tests = None
-                surveyed.starts.append(base + line_start)
-                surveyed.ends.append(base + stop)
+                crc = crcs.get(test)
+                if crc is None:
+                    crc = crcs[test] = crc_of_test(test)
+                    if tests is not None and test is not None:
+                        tests.add(test)
+                        if test_limit is not None and len(tests) > test_limit:
+                            tests = None
+                surveyed.starts.append(offset)
+                surveyed.ends.append(offset + len(line))
                 surveyed.test_crcs.append(crc)
     return LineSurvey(lines, len(runs), tests, files)
 
 
+def crc_of_test(test: Optional[str]) -> int:
+    """The CRC-32 that places a test's messages in a replay group (``group_of_test``); -1 for no test."""
+    return -1 if test is None else zlib.crc32(test.encode("utf-8", "surrogatepass"))
+
+
 def group_of_test(test: Optional[str], groups: int) -> int:
     """Which of ``groups`` replay groups a test's messages go to (a line without a test: the first)."""
-    return 0 if test is None else zlib.crc32(test.encode("utf-8", "surrogatepass")) % groups
+    crc = crc_of_test(test)
+    return 0 if crc < 0 else crc % groups
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,11 +8,9 @@ import glob
 import json
 import os
 import random
-from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from core.history import HistorySeed, JobHistory, MetricHistory
 from core.runs import RunAccumulator
@@ -91,7 +89,7 @@ def test_runs_are_counted_as_the_lines_name_them(tmp_path):
     # (test-i, rj) with i = k mod 3, j = k mod 4: all 12 pairs; ("té", "r"); ("test-1", "r9")
     assert (survey.lines, survey.runs, survey.tests) == (len(lines) - 1, 14, {"test-0", "test-1", "test-2", "té", "t"})
     assert sources._NAMES_FIRST.match(lines[0]).groups() == (b"test-0", b"r0")  # the encoders' lines: not decoded
-    assert line_names(lines[-1], 0, len(lines[-1])) == ("test-1", "r9")
+    assert line_names(lines[-1]) == ("test-1", "r9")
     assert survey_lines(files, test_limit=5).tests is not None and survey_lines(files, test_limit=4).tests is None
 
 
@@ -147,7 +145,7 @@ def test_the_test_of_a_line_is_the_one_the_parser_reads(payload):
         return
     line = payload.strip()
     assert line_test_name(line) == message.test
-    assert line_names(line, 0, len(line))[0] == message.test  # as the survey reads it
+    assert line_names(line)[0] == message.test  # as the survey reads it
 
 
 def test_a_line_without_a_usable_test_has_none():
@@ -170,20 +168,3 @@ def test_the_seed_of_a_group_holds_its_tests_only():
             assert kept == seed.stored_actions
         else:
             assert kept and "b" not in json.dumps(sorted(map(repr, kept))), field.name
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from([b"", b" ", b"{}", b"\r", b"ab\rc", b"x" * 9]),
-                          st.sampled_from([b"\n", b"\r\n", b"\n\n"])), max_size=12),
-       st.sampled_from([b"", b"tail", b"tail\r"]), st.integers(1, 12), st.data())
-def test_lines_read_in_blocks_are_the_lines_read_one_by_one(tmp_path_factory, lines, tail, block, data):
-    content = b"".join(line + end for line, end in lines) + tail
-    path = tmp_path_factory.mktemp("blocks") / "f.jsonl"
-    path.write_bytes(content)
-    start = data.draw(st.sampled_from(sorted({0, *(i + 1 for i, c in enumerate(content) if c == 10)})))
-    with open(path, "rb") as f:
-        expected = list(lines_in_ranges(f, [start, len(content)]))
-        with mock.patch.object(sources, "SURVEY_BLOCK_BYTES", block):
-            found = [(base + begin, bytes(buffer[begin:stop]))
-                     for buffer, begin, stop, base in sources._lines_in_blocks(f, start, len(content))]
-    assert [(at, line) for at, line in found if line and not line.isspace()] == expected

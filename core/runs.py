@@ -362,7 +362,9 @@ class RunAccumulator:
         for event in self.events:
             if event.type == event_type:
                 by_rank.setdefault(effective_rank(event.rank), []).append(event)
-        return {rank: pick(events, key=_event_order) for rank, events in by_rank.items()}
+        # (a rank's only event needs no order: its key, which dumps the event's data, is most of the cost)
+        return {rank: events[0] if len(events) == 1 else pick(events, key=_event_order)
+                for rank, events in by_rank.items()}
 
     def expected_ranks(self) -> List[int]:
         """The ranks that must finish: below the world size, or every rank heard from when none says it."""

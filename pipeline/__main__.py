@@ -1,8 +1,17 @@
 import atexit
+import gc
 import os
 import sys
 
-from pipeline.main import main
+# Importing Beam makes about a million objects, all of which live as long as the process: the collector's passes
+# while they are made find nothing to free, and each later full pass would walk them all again. So none runs
+# during the imports, and what they made is frozen out of later passes (0.15-0.2 s of a 1.7 s start-up).
+gc.disable()
+try:
+    from pipeline.main import main
+finally:
+    gc.freeze()
+    gc.enable()
 
 
 def exit_now(code: int) -> None:

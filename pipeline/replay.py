@@ -287,6 +287,9 @@ def _alert_kinds(store: DuckDBStore) -> Dict[str, int]:
     return dict(store.query("SELECT kind, count(*) FROM alerts GROUP BY kind"))
 
 
+_FIRST_RUN_FROZEN = False  # see start_up_objects_frozen
+
+
 @contextlib.contextmanager
 def start_up_objects_frozen() -> Iterator[None]:
     """Keeps the objects made before the process's first pipeline run (modules, the graph: about a million) out
@@ -297,10 +300,12 @@ def start_up_objects_frozen() -> Iterator[None]:
     calling ``pipeline.main.main`` again) used to freeze each run's graph with the start-up objects and thaw it
     after the run, where only a full pass, which then hardly ever came, could free it: 10,000 objects and 4.7 MB
     more at each demo replay (530 MB after 60 of them). What the first run leaves stays; later runs' graphs are
-    freed as any garbage is. Nothing is frozen again once anything is (``gc.get_freeze_count``). Frozen objects
-    are not among what ``gc.get_objects`` and ``gc.get_referrers`` see."""
-    if not gc.get_freeze_count():
+    freed as any garbage is (``python -m pipeline`` freezes its imports before, ``pipeline/__main__.py``; that
+    is not a run). Frozen objects are not among what ``gc.get_objects`` and ``gc.get_referrers`` see."""
+    global _FIRST_RUN_FROZEN
+    if not _FIRST_RUN_FROZEN:
         gc.freeze()
+        _FIRST_RUN_FROZEN = True
     yield
 
 

@@ -239,6 +239,23 @@ def test_history_by_keeps_a_baseline_per_machine_type_across_invocations(tmp_pat
         "accelerator=v4", "accelerator=v5e"}
 
 
+def test_the_first_run_freezes_its_graph_even_where_the_imports_were_frozen_before(monkeypatch):
+    """``python -m pipeline`` freezes what its imports made before anything runs (``pipeline/__main__.py``); the
+    first run still freezes what start-up made after them (its graph, the runner), and no later run does."""
+    import pipeline.replay as replay_module
+    monkeypatch.setattr(replay_module, "_FIRST_RUN_FROZEN", False)  # a process whose first run is to come
+    gc.freeze()  # what the entry point does after its imports
+    made_after_the_imports = [[number] for number in range(100)]
+    frozen = gc.get_freeze_count()
+    with replay_module.start_up_objects_frozen():
+        assert gc.get_freeze_count() >= frozen + len(made_after_the_imports)
+    made_later = [[number] for number in range(100)]
+    frozen = gc.get_freeze_count()
+    with replay_module.start_up_objects_frozen():
+        assert gc.get_freeze_count() == frozen
+    assert made_later and made_after_the_imports
+
+
 def test_a_process_that_replays_again_and_again_frees_what_each_replay_leaves(tmp_path, capsys):
     """A replay freezes the objects made before its run (``start_up_objects_frozen``). Freezing each run's graph
     and thawing it after the run left it where only a full pass of the collector, which then hardly ever came,

@@ -139,6 +139,14 @@ class ConfigVersions:
             config = _valid_at(self.default, at)
         return TestConfig() if config is None else config
 
+    def may_have_live_windows(self, test: Optional[str]) -> bool:
+        """Whether a version of the test's config, or of the default, has live windows (a replay's pipeline run
+        holds the points of their tags until it windows them: ``pipeline.replay.line_groups``); True for no
+        test (a line without one is a dead letter, held whole)."""
+        if test is None:
+            return True
+        return any(config.windows.tags for _, config in (*self.by_test.get(test, ()), *self.default))
+
     @property
     def latest(self) -> ConfigSet:
         """The latest version of each test and of the default: what the start-up seed and the tools read."""

@@ -25,8 +25,9 @@ DEFAULT_CONFIG_DIR = locations.CONFIG_DIR
 DEFAULT_REPORT_DIR = locations.REPORT_DIR
 PROGRESS_QUIET_SECONDS = 2.0  # the replay's progress shows from this far into it: a short replay prints as before
 PROGRESS_LOG_SECONDS = 10.0   # between its lines when stderr is not a terminal (--progress)
-REPLAY_GROUP_MIB = 256.0      # input a bounded replay's pipeline run reads at most, about (--replay_group_mib)
+REPLAY_GROUP_MIB = 256.0      # input held whole a bounded replay's pipeline run reads at most, about (--replay_group_mib)
 REPLAY_GROUP_RUNS = 25_000    # runs a bounded replay's pipeline run takes at most, about (--replay_group_runs)
+REPLAY_GROUP_LINES = 1_000_000  # message lines a bounded replay's pipeline run reads at most, about (--replay_group_lines)
 
 
 class TrainguardOptions(PipelineOptions):
@@ -46,14 +47,20 @@ class TrainguardOptions(PipelineOptions):
                                  "the same configs, run lifecycle options and trainguard version (they add "
                                  "nothing): a log that grew is read from where the last replay stopped.")
         source.add_argument("--replay_group_mib", type=float, default=REPLAY_GROUP_MIB,
-                            help="A replay of local files larger than this many MiB reads its tests in groups of "
-                                 "about this size, one pipeline run each, so that its memory follows a group, not "
-                                 "the whole input (tests share no state: the rows are the same); 0: no limit by size "
-                                 "(--replay_group_runs still applies).")
+                            help="A replay of local files holding more than this many MiB of lines of tests with "
+                                 "live windows (a pipeline run holds their points until it windows them; lines "
+                                 "without a test count too) reads its tests in groups of about this size, one "
+                                 "pipeline run each, so that its memory follows a group, not the whole input "
+                                 "(tests share no state: the rows are the same); 0: no limit by size "
+                                 "(--replay_group_runs and --replay_group_lines still apply).")
         source.add_argument("--replay_group_runs", type=int, default=REPLAY_GROUP_RUNS,
                             help="A replay of local files holding more runs than this reads its tests in groups of "
                                  "about this many runs, one pipeline run each (a run holds ~10 KB while its group "
                                  "runs); 0: no limit.")
+        source.add_argument("--replay_group_lines", type=int, default=REPLAY_GROUP_LINES,
+                            help="A replay of local files holding more message lines than this reads its tests in "
+                                 "groups of about this many lines, one pipeline run each (a run keeps each "
+                                 "message's id, ~190 bytes, while its group runs); 0: no limit.")
         source.add_argument("--config_dir", default=DEFAULT_CONFIG_DIR,
                             help="Directory of per-test JSON configs (and default.json), local or gs://. "
                                  f"<test>@<UTC time>.json (e.g. cifar@{VALID_FROM_EXAMPLE}.json) is a version "

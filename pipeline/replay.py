@@ -26,7 +26,7 @@ import shutil
 import sys
 import threading
 import time
-from typing import IO, Any, Dict, Iterator, List, Optional
+from typing import IO, Any, Callable, Dict, Iterator, List, Optional
 
 import apache_beam as beam
 from apache_beam import PCollection
@@ -310,23 +310,44 @@ def start_up_objects_frozen() -> Iterator[None]:
 
 
 def line_groups(files: List[str], group_mib: float, streaming: bool, group_runs: int = 0,
-                spans: Optional[Spans] = None, survey: Optional[LineSurvey] = None) -> List[Optional[LineGroup]]:
-    """The groups a replay reads its files in: one (None: every line) unless the files, all local text, are
-    over ``group_mib`` MiB or hold more than ``group_runs`` runs; then about that much each, a test's lines all
-    in one (``LineSurvey.groups``). The files are surveyed (``survey_lines``: one pass, which counts the runs and
-    places each line) only where they are over ``group_mib`` or have more lines than ``group_runs``
-    (``count_lines``, their line feeds counted), unless ``survey`` is that pass already made. With ``spans`` (by real
-    path, the bytes of each file to read: ``sinks.replayed_files``), only those are read, and the one group names
-    them."""
+                spans: Optional[Spans] = None, survey: Optional[LineSurvey] = None,
+                held_whole: Optional[Callable[[Optional[str]], bool]] = None,
+                group_lines: int = 0) -> List[Optional[LineGroup]]:
+    """The groups a replay reads its files in: one (None: every line) unless the files, all local text, hold more
+    than ``group_mib`` MiB of lines a pipeline run holds whole, more than ``group_runs`` runs or more than
+    ``group_lines`` lines; then about that much each, a test's lines all in one (``LineSurvey.groups``).
+
+    Which lines a run holds whole, ``held_whole`` says by their test: those of tests with live windows, whose
+    points it keeps until they are windowed (``ConfigVersions.may_have_live_windows``). Of the others it keeps
+    each run's aggregates and message ids, which ``group_runs`` and ``group_lines`` bound. Without it, every line
+    counts (so the survey is not needed to size by bytes).
+
+    The files are surveyed (``survey_lines``: one pass, which counts the lines and runs, sizes each test's lines
+    and places each line) only where they are over ``group_mib`` or have more lines than ``group_runs`` or
+    ``group_lines`` (``count_lines``, their line feeds counted), unless ``survey`` is that pass already made. With
+    ``spans`` (by real path, the bytes of each file to read: ``sinks.replayed_files``), only those are read, and
+    the one group names them."""
     if streaming or not all(is_local_text(f) for f in files):
         return [None]
     size = sum(end - start for start, end in spans.values()) if spans else sum(os.path.getsize(f) for f in files)
-    count = math.ceil(size / (group_mib * 2 ** 20)) if group_mib > 0 else 1
-    if group_runs > 0 and (survey is not None or count > 1 or count_lines(files, spans) > group_runs):
+    budget = group_mib * 2 ** 20
+    over_size = group_mib > 0 and size > budget
+    count = math.ceil(size / budget) if over_size and held_whole is None else 1
+    surveyed = survey is not None or count > 1 or (over_size and held_whole is not None)
+    if not surveyed and (group_runs > 0 or group_lines > 0):
+        lines = count_lines(files, spans)
+        surveyed = (group_runs > 0 and lines > group_runs) or (group_lines > 0 and lines > group_lines)
+    if surveyed:
         survey = survey or survey_lines(files, spans)
-        count = max(count, math.ceil(survey.runs / group_runs))
+        if over_size and held_whole is not None:
+            count = max(count, math.ceil(survey.bytes_of_tests(held_whole) / budget))
+        if group_runs > 0:
+            count = max(count, math.ceil(survey.runs / group_runs))
+        if group_lines > 0:
+            count = max(count, math.ceil(survey.lines / group_lines))
     if count > 1:
-        return list((survey or survey_lines(files, spans)).groups(count))
+        assert survey is not None
+        return list(survey.groups(count))
     return [None] if spans is None else [LineGroup(0, 1, {path: span for path, span in spans.items()})]
 
 
@@ -463,7 +484,7 @@ def run(argv: Optional[List[str]] = None) -> ReplaySummary:
         spans = unread if replayed is not None and replayed.skipped_bytes else None
         survey = _survey_for_seed(store, to_read, spans, replayed is not None)
         groups = line_groups(to_read, local.replay_group_mib, streaming, local.replay_group_runs, spans,
-                             survey) if to_read else []
+                             survey, configs.may_have_live_windows, local.replay_group_lines) if to_read else []
         seed = _read_seed(store, configs.latest, survey) if groups else HistorySeed()
         store.close()  # no step writes the store: the rows are committed after each pipeline run
         with showing_progress(show_progress and bool(groups), len(files), started) as progress_id:

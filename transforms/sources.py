@@ -7,7 +7,7 @@ import dataclasses
 import os
 import re
 import zlib
-from typing import IO, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union, cast
+from typing import IO, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union, cast
 
 import apache_beam as beam
 import msgspec
@@ -225,6 +225,20 @@ class LineSurvey:
     runs: int
     tests: Optional[Set[str]]
     files: Dict[str, _SurveyedFile]
+    crcs: Dict[Optional[str], int] = dataclasses.field(default_factory=dict)  # each test met: ``crc_of_test``
+
+    def bytes_of_tests(self, which: Callable[[Optional[str]], bool]) -> int:
+        """The bytes of the lines whose test ``which`` holds (a line without a test: ``which(None)``); those of
+        another test whose CRC-32 is the same count too."""
+        chosen = np.array(sorted({crc for test, crc in self.crcs.items() if which(test)}), dtype=np.int64)
+        total = 0
+        for surveyed in self.files.values():
+            if not surveyed.starts:
+                continue
+            mine = np.isin(np.frombuffer(surveyed.test_crcs, dtype=np.int64), chosen)
+            total += int((np.frombuffer(surveyed.ends, dtype=np.int64)[mine]
+                          - np.frombuffer(surveyed.starts, dtype=np.int64)[mine]).sum())
+        return total
 
     def groups(self, count: int) -> List[LineGroup]:
         """The lines in ``count`` groups by test (``group_of_test``, on whole arrays): per file, a range (start, end)
@@ -293,7 +307,7 @@ def survey_lines(filenames: Sequence[str], spans: Optional[Spans] = None,
                 surveyed.starts.append(offset)
                 surveyed.ends.append(offset + len(line))
                 surveyed.test_crcs.append(crc)
-    return LineSurvey(lines, len(runs), tests, files)
+    return LineSurvey(lines, len(runs), tests, files, crcs)
 
 
 def crc_of_test(test: Optional[str]) -> int:

@@ -12,6 +12,7 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from core.config_versions import load_local_versions
 from core.history import HistorySeed, JobHistory, MetricHistory
 from core.runs import RunAccumulator
 from core.triage import AlertLedger
@@ -168,3 +169,67 @@ def test_the_seed_of_a_group_holds_its_tests_only():
             assert kept == seed.stored_actions
         else:
             assert kept and "b" not in json.dumps(sorted(map(repr, kept))), field.name
+
+
+def held_by_w_tests(test):
+    """Lines held whole in these tests: those of tests named w-..., and those without a test."""
+    return test is None or test.startswith("w-")
+
+
+def test_only_the_lines_a_run_holds_whole_count_against_the_size(tmp_path):
+    """A run holds the lines of tests with live windows until it windows them, and of the others only their
+    runs' aggregates and ids: so ``--replay_group_mib`` bounds the first (and lines without a test), and
+    ``--replay_group_lines`` and ``--replay_group_runs`` bound the rest."""
+    points = [wire.point_dict("loss", 1.0, T0 + i, i) for i in range(40)]
+    def lines(prefix, tests, per_test):
+        return [wire.encode_message(f"{prefix}-{t}", f"r{i}", points, message_id=f"{prefix}{t}-{i}")
+                for t in range(tests) for i in range(per_test)]
+    plain = write_lines(tmp_path / "plain.jsonl", lines("p", 20, 10))  # 200 lines of ~2.5 KB
+    size_mib = os.path.getsize(plain) / 2 ** 20
+    assert len(line_groups([plain], size_mib / 4, False)) >= 4  # every line counts without the tests' configs
+    assert line_groups([plain], size_mib / 4, False, held_whole=held_by_w_tests) == [None]
+    assert len(line_groups([plain], size_mib / 4, False, held_whole=held_by_w_tests, group_lines=50)) >= 4
+    assert len(line_groups([plain], size_mib / 4, False, 50, held_whole=held_by_w_tests)) >= 4  # 200 runs
+    assert line_groups([plain], size_mib / 4, False, 500, held_whole=held_by_w_tests, group_lines=500) == [None]
+
+    mixed = write_lines(tmp_path / "mixed.jsonl", lines("p", 20, 10) + lines("w", 4, 10) + [b"not json"] * 3)
+    survey = survey_lines([mixed])
+    held = survey.bytes_of_tests(held_by_w_tests)
+    assert held == sum(len(line) for line in read_bytes(mixed).splitlines()
+                       if line.startswith(b"not") or b'"test":"w-' in line)
+    groups = line_groups([mixed], held / 2 ** 20 / 3, False, held_whole=held_by_w_tests)
+    assert len(groups) == 3 and len(line_groups([mixed], held / 2 ** 20 * 2, False, held_whole=held_by_w_tests)) == 1
+    assert line_groups([mixed], held / 2 ** 20 / 3, False, survey=survey, held_whole=held_by_w_tests) == groups
+
+
+def test_a_test_may_have_live_windows_if_any_version_of_its_config_or_of_the_default_has(tmp_path):
+    windows = json.loads(read_bytes(f"{REPO}/configs/{CIFAR}.json"))["window_config"]
+    (tmp_path / "plain.json").write_text("{}")
+    (tmp_path / "later@20260101T000000Z.json").write_text(json.dumps({"window_config": windows}))
+    (tmp_path / "later.json").write_text("{}")
+    versions = load_local_versions(str(tmp_path)).strict()
+    assert not versions.may_have_live_windows("plain") and not versions.may_have_live_windows("unconfigured")
+    assert versions.may_have_live_windows("later") and versions.may_have_live_windows(None)
+    (tmp_path / "default.json").write_text(json.dumps({"window_config": windows}))
+    versions = load_local_versions(str(tmp_path)).strict()
+    assert versions.may_have_live_windows("plain") and versions.may_have_live_windows("unconfigured")
+
+
+def test_a_replay_sizes_its_groups_by_the_lines_of_tests_with_live_windows(tmp_path, monkeypatch):
+    """The replay asks its configs which tests have live windows: lines of tests without them (the demo's other
+    three, which the repository's configs give none) make no groups however many MiB they are; cifar's, which
+    have windows, do."""
+    import pipeline.replay as replay_module
+    pipeline_runs = []
+    run_group = replay_module._run_group
+    monkeypatch.setattr(replay_module, "_run_group", lambda *args: pipeline_runs.append(1) or run_group(*args))
+    others = [line for path in sorted(glob.glob(f"{REPO}/data/demo/*.jsonl")) if CIFAR not in path
+              for line in read_bytes(path).splitlines() if line.strip()]
+    plain = write_lines(tmp_path / "others.jsonl", others)
+    assert replay(tmp_path, plain, store="others.duckdb", alerts="others-alerts.jsonl",
+                  extra=("--report_dir=", TINY_GROUPS)) == 0
+    assert len(pipeline_runs) == 1 and len(line_groups([plain], 0.02, False)) >= 2  # every line counted: groups
+    windowed = write_lines(tmp_path / "both.jsonl", others + [m for run in cifar_lines() for m in run])
+    assert replay(tmp_path, windowed, store="both.duckdb", alerts="both-alerts.jsonl",
+                  extra=("--report_dir=", TINY_GROUPS)) == 0
+    assert len(pipeline_runs) > 1 + 1  # cifar's lines make groups, in which the other tests are spread

@@ -256,6 +256,14 @@ def test_the_first_run_freezes_its_graph_even_where_the_imports_were_frozen_befo
     assert made_later and made_after_the_imports
 
 
+def test_the_entry_point_freezes_its_imports_and_leaves_the_collector_on():
+    """``python -m pipeline`` imports with the collector paused and freezes what the imports made
+    (``pipeline/__main__.py``); the collector is on again after, whatever the imports raised."""
+    code = "import gc, pipeline.__main__; print(gc.get_freeze_count() > 100_000, gc.isenabled())"
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["True", "True"], done.stderr
+
+
 def test_a_process_that_replays_again_and_again_frees_what_each_replay_leaves(tmp_path, capsys):
     """A replay freezes the objects made before its run (``start_up_objects_frozen``). Freezing each run's graph
     and thawing it after the run left it where only a full pass of the collector, which then hardly ever came,

@@ -435,9 +435,8 @@ def _survey_for_seed(store: DuckDBStore, files: List[str], spans: Optional[Spans
 def _read_seed(store: DuckDBStore, configs: ConfigSet, survey: Optional[LineSurvey]) -> HistorySeed:
     """The store's history for a bounded replay: of the tests its lines name where they were surveyed for it
     (``_survey_for_seed``) and name few, else whole."""
-    if survey is not None and survey.tests is not None:
-        return store.read_seed(configs, survey.tests)
-    return store.read_seed(configs)
+    tests = None if survey is None else survey.tests
+    return store.read_seed(configs) if tests is None else store.read_seed(configs, tests)
 
 
 def run(argv: Optional[List[str]] = None) -> ReplaySummary:

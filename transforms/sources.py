@@ -215,6 +215,11 @@ class _SurveyedFile:
     ends: array.array = dataclasses.field(default_factory=lambda: array.array("q"))
     test_crcs: array.array = dataclasses.field(default_factory=lambda: array.array("q"))
 
+    def as_numpy(self) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(starts, ends, test CRCs) as int64 arrays over the same memory."""
+        return (np.frombuffer(self.starts, dtype=np.int64), np.frombuffer(self.ends, dtype=np.int64),
+                np.frombuffer(self.test_crcs, dtype=np.int64))
+
 
 @dataclasses.dataclass
 class LineSurvey:
@@ -223,9 +228,17 @@ class LineSurvey:
     those only; None past the survey's limit) and where each line lies with its test (to group them)."""
     lines: int
     runs: int
-    tests: Optional[Set[str]]
     files: Dict[str, _SurveyedFile]
-    crcs: Dict[Optional[str], int] = dataclasses.field(default_factory=dict)  # each test met: ``crc_of_test``
+    crcs: Dict[Optional[str], int]  # each test met (None: lines without one): ``crc_of_test``
+    test_limit: Optional[int] = None
+
+    @property
+    def tests(self) -> Optional[Set[str]]:
+        """The tests the lines name; None past ``test_limit``."""
+        named = len(self.crcs) - (None in self.crcs)
+        if self.test_limit is not None and named > self.test_limit:
+            return None
+        return {test for test in self.crcs if test is not None}
 
     def bytes_of_tests(self, which: Callable[[Optional[str]], bool]) -> int:
         """The bytes of the lines whose test ``which`` holds (a line without a test: ``which(None)``); those of
@@ -235,9 +248,9 @@ class LineSurvey:
         for surveyed in self.files.values():
             if not surveyed.starts:
                 continue
-            mine = np.isin(np.frombuffer(surveyed.test_crcs, dtype=np.int64), chosen)
-            total += int((np.frombuffer(surveyed.ends, dtype=np.int64)[mine]
-                          - np.frombuffer(surveyed.starts, dtype=np.int64)[mine]).sum())
+            starts, ends, crcs = surveyed.as_numpy()
+            mine = np.isin(crcs, chosen)
+            total += int((ends[mine] - starts[mine]).sum())
         return total
 
     def groups(self, count: int) -> List[LineGroup]:
@@ -247,11 +260,10 @@ class LineSurvey:
         for path, surveyed in self.files.items():
             if not surveyed.starts:
                 continue
-            crcs = np.frombuffer(surveyed.test_crcs, dtype=np.int64)
+            starts, ends, crcs = surveyed.as_numpy()
             group = np.where(crcs < 0, 0, crcs % count)
             first = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])  # each block's first line
             last = np.r_[first[1:] - 1, len(group) - 1]
-            starts, ends = np.frombuffer(surveyed.starts, dtype=np.int64), np.frombuffer(surveyed.ends, dtype=np.int64)
             for index in np.unique(group[first]).tolist():
                 mine = group[first] == index
                 joined = np.column_stack((starts[first[mine]], ends[last[mine]])).ravel()
@@ -284,7 +296,6 @@ def survey_lines(filenames: Sequence[str], spans: Optional[Spans] = None,
     the test it parses; one it refuses whole is a dead letter of whichever group reads it. The runs counted size
     groups and decide nothing about a line. ``tests`` is None once there are more than ``test_limit``."""
     lines, runs = 0, set()
-    tests: Optional[Set[str]] = set()
     crcs: Dict[Optional[str], int] = {}
     files: Dict[str, _SurveyedFile] = {}
     for filename in filenames:
@@ -300,14 +311,10 @@ def survey_lines(filenames: Sequence[str], spans: Optional[Spans] = None,
                 crc = crcs.get(test)
                 if crc is None:
                     crc = crcs[test] = crc_of_test(test)
-                    if tests is not None and test is not None:
-                        tests.add(test)
-                        if test_limit is not None and len(tests) > test_limit:
-                            tests = None
                 surveyed.starts.append(offset)
                 surveyed.ends.append(offset + len(line))
                 surveyed.test_crcs.append(crc)
-    return LineSurvey(lines, len(runs), tests, files, crcs)
+    return LineSurvey(lines, len(runs), files, crcs, test_limit)
 
 
 def crc_of_test(test: Optional[str]) -> int:

@@ -574,6 +574,11 @@ class HistorySeed:
         """The ids of what the store holds, without the histories (see ``StoredIndex``)."""
         return StoredIndex(self.stored_runs, self.stored_actions)
 
+    def held(self) -> FrozenSet[str]:
+        """The names of its per-key fields (``KEYED_FIELDS``) that hold anything: the stages a graph built with
+        this seed in hand joins it to (``pipeline.graph.GraphSettings.seed_holds``)."""
+        return frozenset(name for name in KEYED_FIELDS if getattr(self, name))
+
     def of_tests(self, wanted: Callable[[str], bool]) -> HistorySeed:
         """The part of the seed that concerns the tests ``wanted`` says yes to (every key starts with its test;
         triage action ids are kept whole: they name no test)."""
@@ -586,6 +591,10 @@ class HistorySeed:
             self, metrics=keep(self.metrics), jobs=keep(self.jobs), windows=keep(self.windows),
             ledgers=keep(self.ledgers), open_runs=keep(self.open_runs),
             stored_runs=frozenset(key for key in self.stored_runs if wanted(key[0])))
+
+
+KEYED_FIELDS = ("metrics", "jobs", "windows", "ledgers", "open_runs")
+"""The fields of ``HistorySeed`` that reach their keys as elements, each joined by the stage that reads it."""
 
 
 @record("StoredIndex")

@@ -9,7 +9,7 @@ no step needs to see all input at once.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, FrozenSet, Optional, Tuple
 
 import apache_beam as beam
 from apache_beam import PCollection
@@ -46,6 +46,9 @@ class GraphSettings:
     progress_id: Optional[str] = None  # a transforms.progress counter of messages and points read (the replay's)
     # (option, value) pairs of where triage actions for this job's alerts go, in their next_steps commands
     triage_destination: Tuple[Tuple[str, str], ...] = ()
+    # The seed's per-key fields that hold anything (``HistorySeed.held``), where the graph is built with the seed in
+    # hand (a replay reads it first); None: any may (a streaming job reads its seed as it starts).
+    seed_holds: Optional[FrozenSet[str]] = None
 
 
 class KeepRecordedTests(beam.PTransform[PCollection[Dict[str, Any]], PCollection[Dict[str, Any]]]):
@@ -82,6 +85,13 @@ class DetectRegressions(beam.PTransform[PCollection[RawMessage], Dict[str, PColl
         self.settings = settings
         self.seed = seed
 
+    def seed_of(self, field: str) -> Optional[beam.PCollection]:
+        """The seed, for a stage that joins only its ``field`` to its keys; None where the settings know that field
+        holds nothing. Joining an empty seed is a Flatten of the stage's items with nothing, through which a batch
+        runner copies every item (encoded and decoded once more: a third of a replay of many one-run tests)."""
+        held = self.settings.seed_holds
+        return self.seed if held is None or field in held else None
+
     def expand(self, raw_messages):
         settings = self.settings
         seed = self.seed
@@ -103,21 +113,26 @@ class DetectRegressions(beam.PTransform[PCollection[RawMessage], Dict[str, PColl
         summaries, stored_run_messages = summarized | "SkipStoredRuns" >> SkipStoredRuns(
             stored, dead_letter=settings.streaming)
         runs, late_messages, interrupted = summaries | "AssembleRuns" >> AssembleRuns(
-            settings.configs, settings.lifecycle, seed, interruptions=settings.streaming,
+            settings.configs, settings.lifecycle, self.seed_of("open_runs"), interruptions=settings.streaming,
             backfills=settings.streaming, bounded=not settings.streaming)
+        # Only a drain interrupts runs (interruptions=settings.streaming): a replay's run ends are its runs, with
+        # no Flatten with an empty output for a batch runner to copy each run through (so in LiveWindows).
+        ended = (runs, interrupted) | "EndedAndInterrupted" >> beam.Flatten() if settings.streaming else runs
         bucket = settings.lifecycle.timer_bucket_seconds
         metric_rows, metric_alerts, failed_metrics = (runs, actions) | "CheckMetrics" >> CheckMetricHistory(
-            settings.configs, seed, settings.streaming, bucket)
+            settings.configs, self.seed_of("metrics"), settings.streaming, bucket)
         run_alerts, failed_runs = runs | "CheckRuns" >> CheckJobHistory(
-            settings.configs, seed, settings.streaming, bucket)
+            settings.configs, self.seed_of("jobs"), settings.streaming, bucket)
         window_rows, window_alerts, late_points = (
             (summaries, runs, interrupted, actions) | "LiveWindows" >> LiveWindows(
-                settings.configs, settings.lifecycle, seed, settings.streaming, deduplicate=not settings.streaming))
+                settings.configs, settings.lifecycle, self.seed_of("windows"), settings.streaming,
+                deduplicate=not settings.streaming))
         raised = (run_alerts, metric_alerts, window_alerts) | "AllAlerts" >> beam.Flatten()
         alert_rows, alert_updates, failed_alerts = (raised, actions) | "Triage" >> TriageAlerts(
-            settings.configs, seed, settings.streaming, bucket, destination=settings.triage_destination)
+            settings.configs, self.seed_of("ledgers"), settings.streaming, bucket,
+            destination=settings.triage_destination)
         return {
-            JOB_HISTORY.name: ((runs, interrupted) | "EndedAndInterrupted" >> beam.Flatten()
+            JOB_HISTORY.name: (ended
                                | "JobRows" >> beam.Map(job_history_row)
                                | "RecordedJobs" >> KeepRecordedTests(settings.configs)),
             METRIC_HISTORY.name: metric_rows | "RecordedMetrics" >> KeepRecordedTests(settings.configs),

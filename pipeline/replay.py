@@ -389,7 +389,8 @@ def _run_group(options: PipelineOptions, patterns: List[str], group: Optional[Li
     pipeline = beam.Pipeline(runner=runner_for(options), options=options)
     outputs = (pipeline
                | "ReadFiles" >> ReadReplayFiles(patterns, settings.progress_id, group)
-               | "DetectRegressions" >> DetectRegressions(settings, pipeline | "Seed" >> SeedFromFile(
+               | "DetectRegressions" >> DetectRegressions(
+                   dataclasses.replace(settings, seed_holds=seed.held()), pipeline | "Seed" >> SeedFromFile(
                    write_seed_file(seed, staging_dir))))
     outputs | "WriteLocal" >> WriteLocal(staging_dir)
     with start_up_objects_frozen():

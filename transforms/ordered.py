@@ -17,6 +17,7 @@ import copy
 import dataclasses
 from typing import (
     Any,
+    Callable,
     Iterable,
     List,
     NamedTuple,
@@ -276,8 +277,9 @@ class OrderedStage:
             return
         items.sort(key=_order)  # stable: items of equal order stay in arrival order
         fired_at = min(map(self.fires_at, items))
-        state = self.machine.initial(key) if seeded is None else copy.deepcopy(seeded.state)  # (never change a seed)
-        _, outputs = self.step_all(state, items)
+        def first_state() -> Any:
+            return self.machine.initial(key) if seeded is None else copy.deepcopy(seeded.state)  # (never change a seed)
+        _, outputs = self.step_all(first_state(), items, first_state)
         for output in outputs:
             yield at_time(output, fired_at)
 
@@ -331,20 +333,27 @@ class OrderedStage:
         at = None if not self.streaming or state is None else self.machine.forget_at(state)
         return None if at is None else bucket_end(at, self.timer_bucket_seconds)
 
-    def step_all(self, state: Any, items: List[Any]) -> Tuple[Any, List[Any]]:
+    def step_all(self, state: Any, items: List[Any],
+                 state_before: Optional[Callable[[], Any]] = None) -> Tuple[Any, List[Any]]:
         """Steps ``items`` in their order; returns the state and the outputs. An item whose step raises is a
         dead letter and leaves the state as if it had not been there: rebuilt from the snapshot taken before
-        the first step by stepping again the items that succeeded since (then snapshot again)."""
+        the first step by stepping again the items that succeeded since (then snapshot again).
+        ``state_before`` makes that first snapshot again instead (a copy of ``state`` as it is now): a key
+        stepped from its seed or its initial state need not encode a state that a failure seldom reads."""
         outputs: List[Any] = []
         if not items:
             return state, outputs
         since: List[Any] = []
-        snapshot = encoding.encode(state)
+        snapshot = None if state_before is not None else encoding.encode(state)
         for item in items:
             try:
                 outputs += list(self.machine.step(state, item))
             except Exception as error:  # noqa: BLE001 - any failure on one item is that item's, not the stage's
-                state = encoding.decode(snapshot)
+                if snapshot is None:
+                    assert state_before is not None
+                    state = state_before()
+                else:
+                    state = encoding.decode(snapshot)
                 for done in since:
                     list(self.machine.step(state, done))
                 snapshot, since = encoding.encode(state), []

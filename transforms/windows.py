@@ -433,7 +433,8 @@ class LiveWindows(beam.PTransform[Tuple[PCollection[MessageSummary], PCollection
 
     A run a drain interrupts (``AssembleRuns``' ``interrupted`` output) ends its distributed run's rank windows
     as a run that ended does: the windows a slower rank had not reached are combined from the ranks that did,
-    not lost with the drained state. It does not join the window checks' history (it did not end).
+    not lost with the drained state. It does not join the window checks' history (it did not end). A bounded
+    replay interrupts no run: its ``interrupted`` is not read.
 
     ``seed`` (the one-element PCollection of the start-up ``HistorySeed``) carries
     the step-aligned history of earlier invocations, each key's to that key.
@@ -480,7 +481,7 @@ class LiveWindows(beam.PTransform[Tuple[PCollection[MessageSummary], PCollection
         by_rank = windowed.results | "RankOrRun" >> beam.Partition(
             lambda result, _: int(result[0].rank is not None), 2)
         bucket = self.fn.lifecycle.timer_bucket_seconds
-        run_ends = (runs, interrupted) | "EndedOrInterrupted" >> beam.Flatten()
+        run_ends = (runs, interrupted) | "EndedOrInterrupted" >> beam.Flatten() if self.streaming else runs
         combined, straggler_alerts, failed_combines = (by_rank[1], run_ends) | "CombineRanks" >> CombineRankWindows(
             configs, self.seed, self.streaming, bucket, self.fn.lifecycle.retention_seconds)
         results = (by_rank[0], combined) | "RunWindows" >> beam.Flatten()

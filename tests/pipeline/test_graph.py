@@ -145,21 +145,49 @@ def test_outputs_do_not_depend_on_input_order(seed):
         assert_rows(tables, check)
 
 
-def test_seeded_history_continues_across_invocations():
-    seed = HistorySeed(metrics={("cifar", "acc_final"): MetricHistory([("old-run", 70.0, True)], last_out_of_bounds=False)},
-                       jobs={"cifar": JobHistory("failure")},
-                       stored_runs=frozenset({("cifar", "old-run")}))
+SEED = HistorySeed(metrics={("cifar", "acc_final"): MetricHistory([("old-run", 70.0, True)], last_out_of_bounds=False)},
+                   jobs={"cifar": JobHistory("failure")},
+                   stored_runs=frozenset({("cifar", "old-run")}))
+
+
+@pytest.mark.parametrize("knows_the_seed", [False, True])
+def test_seeded_history_continues_across_invocations(knows_the_seed):
+    """Also where the graph is built knowing which of the seed's fields hold anything (a replay's): it joins those."""
     stdd = configs(cifar={"regression_test_config": {"metric_success_conditions": {"acc_final": {
         "comparison": "greater", "success_threshold": {"stddevs_from_mean": 1}}}}})
+    settings = GraphSettings(stdd, seed_holds=SEED.held() if knows_the_seed else None)
     with batch_pipeline() as p:
         outputs = detect(p | beam.Create(simple_run("cifar", "old-run", T0, 10.0)
                                          + simple_run("cifar", "new", T0 + 86400, 69.0, status="failure")),
-                         GraphSettings(stdd), seed)
+                         settings, SEED)
         assert_that(outputs[JOB_HISTORY.name] | beam.Map(lambda r: r["run_id"]), equal_to(["new"]), label="skip stored")
         assert_that(outputs[METRIC_HISTORY.name] | beam.Map(lambda r: (r["metric_name"], r["metric_lower_bound"],
                                                                    r["within_bounds"])),
                     equal_to([("acc_final", 70.0, False), ("total_wall_time", None, None)]), label="bounds from seed")
         assert_that(outputs[ALERTS.name] | beam.Map(lambda a: a["kind"]), equal_to(["job_failed"]), label="2nd failure")
+
+
+def step_names(settings: GraphSettings) -> set:
+    p = beam.Pipeline()
+    detect(p | beam.Create(simple_run("cifar", "r", T0, 70.0)), settings, SEED)
+    return {t.unique_name for t in p.to_runner_api().components.transforms.values()}
+
+
+def test_a_replay_joins_only_the_seed_fields_that_hold_anything_and_flattens_no_interrupted_runs():
+    """A Flatten is a copy of every element on a batch runner: a replay has none with an empty seed field or with
+    the interrupted runs, which only a streaming job's drain makes."""
+    assert SEED.held() == {"metrics", "jobs"}
+    joins = {"CheckMetrics/WithSeeds/ItemsAndSeeds", "CheckRuns/WithSeeds/ItemsAndSeeds",
+             "LiveWindows/Checks/WithSeeds/ItemsAndSeeds", "Triage/WithSeeds/ItemsAndSeeds",
+             "AssembleRuns/MessagesAndOpenRuns"}
+    interrupted = {"EndedAndInterrupted", "LiveWindows/EndedOrInterrupted"}
+    everything = {f"DetectRegressions/{name}" for name in joins | interrupted}
+    assert step_names(GraphSettings(ALERTING, streaming=True)) >= everything
+    assert step_names(GraphSettings(ALERTING)) & everything == {
+        f"DetectRegressions/{name}" for name in joins}  # a seed not known: every field may hold something
+    assert step_names(GraphSettings(ALERTING, seed_holds=SEED.held())) & everything == {
+        "DetectRegressions/CheckMetrics/WithSeeds/ItemsAndSeeds", "DetectRegressions/CheckRuns/WithSeeds/ItemsAndSeeds"}
+    assert step_names(GraphSettings(ALERTING, seed_holds=HistorySeed().held())) & everything == set()
 
 
 def at(time):

@@ -75,8 +75,15 @@ _FROZENSET_MARK = msgpack.ExtType(Ext.FROZENSET, b"")
 _DEQUE_MARK = msgpack.ExtType(Ext.DEQUE, b"")
 
 
-def _record_mark(index: int) -> Any:
+def _new_record_mark(index: int) -> Any:
     return msgpack.ExtType(Ext.RECORD, index.to_bytes(max(1, (index.bit_length() + 7) // 8), "big"))
+
+
+_RECORD_MARKS = tuple(_new_record_mark(index) for index in range(64))  # a value seldom holds more types
+
+
+def _record_mark(index: int) -> Any:
+    return _RECORD_MARKS[index] if index < len(_RECORD_MARKS) else _new_record_mark(index)
 
 
 def _fields_getter(fields: Tuple[str, ...]) -> Callable[[Any], Tuple[Any, ...]]:

@@ -472,6 +472,18 @@ def test_a_str_enum_member_this_code_does_not_know_reads_as_its_value():
     assert decode(data) == "brand_new"
 
 
+def test_a_value_of_hundreds_of_types_round_trips():
+    """Each type's mark is its index in the value's types table: the first ones made once, the others as met."""
+    registry = Registry()
+    kinds = [dataclasses.make_dataclass(f"Kind{i}", [("n", int)]) for i in range(300)]
+    for kind in kinds:
+        registry.register(kind, kind.__name__)
+    value = [kind(i) for i, kind in enumerate(kinds)]
+    data = encode(value, registry)
+    assert decode(data, registry) == value
+    assert [name for name, _, _ in encoding.types_of(data)] == [kind.__name__ for kind in kinds]
+
+
 def test_a_name_is_one_type():
     registry = Registry()
     registry.register(JobHistory, "JobHistory")

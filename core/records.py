@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import hashlib
 import json
 from typing import Any, Dict, List, Optional, Tuple
@@ -20,8 +21,11 @@ from core.windows import WindowResult
 
 
 def iso_utc(seconds: Optional[float]) -> Optional[str]:
-    if seconds is None:
-        return None
+    return None if seconds is None else _iso_utc(seconds)
+
+
+@functools.lru_cache(maxsize=4096)  # a run's rows repeat its times: its end is each metric row's timestamp
+def _iso_utc(seconds: float) -> str:
     moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.timezone.utc)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 

@@ -269,6 +269,9 @@ class ConfigSet:
         """The config of ``test``; one set is valid at every event time ``at``."""
         return self.by_test.get(test, self.default)
 
+    def any_live_windows(self) -> bool:
+        return any(config.windows.tags for config in (*self.by_test.values(), self.default))
+
 
 class Configs(Protocol):
     """What the stages look configs up in: one set, the dated versions of a config directory
@@ -277,6 +280,10 @@ class Configs(Protocol):
 
     def for_test(self, test: str, at: Optional[float] = None) -> TestConfig:
         """The config of ``test`` valid at event time ``at`` (None: the latest)."""
+
+    def any_live_windows(self) -> bool:
+        """Whether a config, in any version, has live windows: a graph for bounded input, whose configs are all
+        known when it is built, leaves the live windows out where none has (True for configs that may change)."""
 
 
 def test_name_from_filename(filename: str) -> str:

@@ -139,6 +139,10 @@ class ConfigVersions:
             config = _valid_at(self.default, at)
         return TestConfig() if config is None else config
 
+    def any_live_windows(self) -> bool:
+        return any(config.windows.tags for versions in (*self.by_test.values(), self.default)
+                   for _, config in versions)
+
     def may_have_live_windows(self, test: Optional[str]) -> bool:
         """Whether a version of the test's config, or of the default, has live windows (a replay's pipeline run
         holds the points of their tags until it windows them: ``pipeline.replay.line_groups``); True for no

@@ -34,6 +34,8 @@ ALERTING = configs(cifar={"regression_test_config": {
     "metric_success_conditions": {"acc_final": {"comparison": "greater", "success_threshold": {"fixed_value": 50}}},
     "alert_after_second_test_failure": False}})
 SETTINGS = GraphSettings(ALERTING, RunLifecycle(grace_seconds=60, timeout_seconds=3600))
+WINDOWED_ELSEWHERE = dataclasses.replace(ALERTING, by_test={**ALERTING.by_test, **configs(other={"window_config": {
+    "tags": {"loss": {"count": 4, "aggregations": ["mean"]}}}}).by_test})  # live windows, of another test
 
 
 def test_parse_splits_good_messages_from_dead_letters():
@@ -182,12 +184,34 @@ def test_a_replay_joins_only_the_seed_fields_that_hold_anything_and_flattens_no_
              "AssembleRuns/MessagesAndOpenRuns"}
     interrupted = {"EndedAndInterrupted", "LiveWindows/EndedOrInterrupted"}
     everything = {f"DetectRegressions/{name}" for name in joins | interrupted}
-    assert step_names(GraphSettings(ALERTING, streaming=True)) >= everything
-    assert step_names(GraphSettings(ALERTING)) & everything == {
+    assert step_names(GraphSettings(WINDOWED_ELSEWHERE, streaming=True)) >= everything
+    assert step_names(GraphSettings(WINDOWED_ELSEWHERE)) & everything == {
         f"DetectRegressions/{name}" for name in joins}  # a seed not known: every field may hold something
-    assert step_names(GraphSettings(ALERTING, seed_holds=SEED.held())) & everything == {
+    assert step_names(GraphSettings(WINDOWED_ELSEWHERE, seed_holds=SEED.held())) & everything == {
         "DetectRegressions/CheckMetrics/WithSeeds/ItemsAndSeeds", "DetectRegressions/CheckRuns/WithSeeds/ItemsAndSeeds"}
-    assert step_names(GraphSettings(ALERTING, seed_holds=HistorySeed().held())) & everything == set()
+    assert step_names(GraphSettings(WINDOWED_ELSEWHERE, seed_holds=HistorySeed().held())) & everything == set()
+
+
+def test_a_replay_whose_configs_have_no_live_windows_leaves_them_out_and_gives_the_same_rows():
+    """Their ~8 stages would start and find nothing: a replay's configs are all known when its graph is built."""
+    assert not ALERTING.any_live_windows() and WINDOWED_ELSEWHERE.any_live_windows()
+    assert not any(name.startswith("DetectRegressions/LiveWindows") for name in step_names(GraphSettings(ALERTING)))
+    assert "DetectRegressions/LiveWindows" in step_names(GraphSettings(ALERTING, streaming=True))
+    assert "DetectRegressions/LiveWindows" in step_names(GraphSettings(WINDOWED_ELSEWHERE))
+
+    def same(found):
+        names = {name.split(".", 1)[1] for name in found}
+        assert len(names) == 8
+        for name in names:
+            assert sorted(found[f"without.{name}"]) == sorted(found[f"with.{name}"]), name
+        assert len(found["without.job_history"]) == 6 and found["without.metric_windows"] == []
+    with batch_pipeline() as p:
+        tables = {}
+        for side, config in (("without", ALERTING), ("with", WINDOWED_ELSEWHERE)):
+            outputs = (p | f"Create {side}" >> beam.Create(history_input())
+                       | f"Detect {side}" >> Detect(dataclasses.replace(SETTINGS, configs=config)))
+            tables.update({f"{side}.{name}": pcoll for name, pcoll in collect(outputs, f"{side} ").items()})
+        assert_rows(tables, same)
 
 
 def at(time):

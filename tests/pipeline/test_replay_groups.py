@@ -205,11 +205,13 @@ def test_only_the_lines_a_run_holds_whole_count_against_the_size(tmp_path):
 def test_a_test_may_have_live_windows_if_any_version_of_its_config_or_of_the_default_has(tmp_path):
     windows = json.loads(read_bytes(f"{REPO}/configs/{CIFAR}.json"))["window_config"]
     (tmp_path / "plain.json").write_text("{}")
+    assert not load_local_versions(str(tmp_path)).strict().any_live_windows()  # (a graph leaves them out)
     (tmp_path / "later@20260101T000000Z.json").write_text(json.dumps({"window_config": windows}))
     (tmp_path / "later.json").write_text("{}")
     versions = load_local_versions(str(tmp_path)).strict()
     assert not versions.may_have_live_windows("plain") and not versions.may_have_live_windows("unconfigured")
     assert versions.may_have_live_windows("later") and versions.may_have_live_windows(None)
+    assert versions.any_live_windows()  # an earlier version of one test has them
     (tmp_path / "default.json").write_text(json.dumps({"window_config": windows}))
     versions = load_local_versions(str(tmp_path)).strict()
     assert versions.may_have_live_windows("plain") and versions.may_have_live_windows("unconfigured")

@@ -274,13 +274,14 @@ class LineSurvey:
 _SECOND_TEST_KEY = b'"test":'
 
 
-def line_names(line: bytes) -> Tuple[Optional[str], Any]:
+def line_names(line: bytes, exact: bool = True) -> Tuple[Optional[str], Any]:
     """(test, run) of a message line: the test as the wire parser reads it (``line_test_name``) of every line it
     takes, read from the line's beginning where trainguard's encoders wrote it and no other ``"test":`` follows (a
     doubled key: the parser takes the last), else by decoding the line; the run as bytes or as decoded (a line
-    without a string run names no run)."""
+    without a string run names no run). Not ``exact``: the names at the line's beginning whatever follows, which
+    only a line with a doubled key gets wrong (the search for it is half of a survey's time)."""
     first = _NAMES_FIRST.match(line)
-    if first is not None and line.find(_SECOND_TEST_KEY, first.end()) < 0:
+    if first is not None and (not exact or line.find(_SECOND_TEST_KEY, first.end()) < 0):
         test_bytes, run = first.groups()
         try:
             return test_bytes.decode(), run
@@ -290,11 +291,12 @@ def line_names(line: bytes) -> Tuple[Optional[str], Any]:
 
 
 def survey_lines(filenames: Sequence[str], spans: Optional[Spans] = None,
-                 test_limit: Optional[int] = None) -> LineSurvey:
+                 test_limit: Optional[int] = None, exact: bool = True) -> LineSurvey:
     """One pass over local text files (their spans, where ``spans`` names them), read as a replay reads them
     (``lines_in_ranges``), each line's test and run taken by ``line_names``: a line the wire parser takes is put with
     the test it parses; one it refuses whole is a dead letter of whichever group reads it. The runs counted size
-    groups and decide nothing about a line. ``tests`` is None once there are more than ``test_limit``."""
+    groups and decide nothing about a line. ``tests`` is None once there are more than ``test_limit``. Not
+    ``exact`` (``line_names``): a survey that only sizes, whose tests neither place lines nor scope a seed."""
     lines, runs = 0, set()
     crcs: Dict[Optional[str], int] = {}
     files: Dict[str, _SurveyedFile] = {}
@@ -304,7 +306,7 @@ def survey_lines(filenames: Sequence[str], spans: Optional[Spans] = None,
         with open(path, "rb", buffering=READ_BUFFER_BYTES) as f:
             span = (spans or {}).get(path, (0, os.fstat(f.fileno()).st_size))
             for offset, line in lines_in_ranges(f, span):
-                test, run = line_names(line)
+                test, run = line_names(line, exact)
                 lines += 1
                 if isinstance(run, (str, bytes)):
                     runs.add((test, run.encode() if isinstance(run, str) else run))

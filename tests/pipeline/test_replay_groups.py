@@ -149,6 +149,22 @@ def test_the_test_of_a_line_is_the_one_the_parser_reads(payload):
     assert line_names(line)[0] == message.test  # as the survey reads it
 
 
+def test_a_line_with_a_doubled_test_key_is_placed_by_the_test_the_parser_reads(tmp_path):
+    """The pass that sizes a replay's groups takes each test from the line's start (a doubled key may size a line
+    as another test's); the pass that places the lines, made only where there are several groups, is exact."""
+    lines = [wire.encode_message(f"test-{i % 6}", "r", [], [wire.event_dict("run_started", T0, {})],
+                                 message_id=f"m{i}") for i in range(60)]
+    doubled = lines[0][:-1] + b',"test":"test-5"}'
+    assert wire.parse_message(doubled)[0].test == "test-5" == line_names(doubled)[0]
+    assert line_names(doubled, exact=False)[0] == "test-0"
+    assert group_of_test("test-0", 3) != group_of_test("test-5", 3)
+    path = write_lines(tmp_path / "doubled.jsonl", [doubled] + lines[1:])
+    groups = line_groups([path], 0, False, 2)  # 6 runs, 2 a group: 3 groups (of which test-0 to 5 fill two)
+    assert {group.count for group in groups} == {3} and len(groups) == 2
+    placed = [(group, line) for group in groups for _, line in file_lines_of(os.path.realpath(path), group)]
+    assert len(placed) == 60 and all(group.holds(line_test_name(line)) for group, line in placed)
+
+
 def test_a_line_without_a_usable_test_has_none():
     assert [line_test_name(line) for line in (b"not json", b"[1]", b'{"test": 5}', b"\xff", b'{"run": "r"}')] == \
         [None] * 5

@@ -36,12 +36,16 @@ def exact_batch_units(values: List[float]) -> int:
     per value when an intermediate sum overflows.
     """
     parts: List[float] = []
+    remainder = values  # the values less the parts so far, as a list fsum sums exactly
     try:
         for _ in range(64):
-            part = math.fsum(values + [-p for p in parts])
+            part = math.fsum(remainder)
             if part == 0.0:
                 return sum(map(exact_units, parts))
             parts.append(part)
+            if remainder is values:
+                remainder = values.copy()
+            remainder.append(-part)
     except OverflowError:
         pass
     return sum(map(exact_units, values))

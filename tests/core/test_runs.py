@@ -68,8 +68,9 @@ def test_average_is_exact():
 def test_exact_batch_sum_matches_exact_rational_sum():
     from fractions import Fraction
     for values in ([0.1] * 10, [1e308, 1e308, -1e308], [1e-300, 1e300, -1e300, 3.0], [5e-324, 5e-324], [0.0, -0.0]):
-        exact = sum(map(Fraction, values))
+        exact, before = sum(map(Fraction, values)), list(values)
         assert Fraction(exact_batch_units(values), 2 ** 1074) == exact
+        assert values == before  # its passes work on a copy
 
 
 def test_exact_units_round_trip():

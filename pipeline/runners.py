@@ -302,7 +302,7 @@ def _class_names(cls) -> Optional[Tuple[FrozenSet[str], Tuple[str, ...]]]:
 BUNDLE_BASED_BATCH_WARNING = (
     "trainguard: warning: a bounded replay on BundleBasedDirectRunner may give other rows than on FnApiRunner: "
     "that runner's timers do not hold back the watermark of the stages after them (README: Runners); leave "
-    "--runner out, or use --runner=DirectRunner, which runs a replay on FnApiRunner")
+    "--runner out to run it on FnApiRunner")
 
 
 def runner_for(options: PipelineOptions):

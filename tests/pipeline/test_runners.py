@@ -1,8 +1,9 @@
 """The same replay gives the same rows on every runner a user may name for it.
 
 The local replay runs on FnApiRunner unless ``--runner`` says otherwise; the users' own teams test locally with
-``--runner=DirectRunner``, which picks a runner by what the graph uses (FnApiRunner for this graph, because no
-stage declares a processing-time timer: see ``transforms.parse.first_per_key_in_event_time``). Beam's
+``--runner=DirectRunner``, which picks a runner: Prism first, a binary it downloads, which fails here (no
+network), then by what the graph uses (FnApiRunner for this graph, because no stage declares a processing-time
+timer: see ``transforms.parse.first_per_key_in_event_time``). Beam's
 ``BundleBasedDirectRunner`` runs bounded input too, but its user timers do not hold the watermark of the stages
 after them, so chained timer stages see their end of input early: a known limitation, kept as a strict xfail so
 that it is noticed when it changes. The replay also runs on FnApiRunner's two worker processes, from the wheel,

@@ -20,12 +20,27 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import dataclasses
 import functools
+import gc
 import json
 import logging
 import time
-from typing import Any, Callable, Collection, Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Tuple, cast
+from typing import (
+    Any,
+    Callable,
+    Collection,
+    Dict,
+    FrozenSet,
+    Iterator,
+    List,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Tuple,
+    cast,
+)
 
 from core import encoding
 from core.config import ConfigSet
@@ -134,6 +149,20 @@ def tests_only(sql: SqlDialect, tests: Collection[str]) -> SqlDialect:
     return dataclasses.replace(sql, table=lambda table: f"(SELECT * FROM {sql.table(table)} WHERE {condition})")
 
 
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector paused, and then as it was: a seed is up to millions of objects that live on,
+    with no cycles among them, and the collector's passes over them while they were made took 40% of reading the
+    seed of 200,000 tests (14.5 → 8.6 s)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def read_history_seed(configs: ConfigSet, query: Query, sql: SqlDialect, workers: int = 1,
                       timeout_seconds: Optional[float] = None, scoped: bool = True,
                       stored_since: Optional[float] = None, tests: Optional[Collection[str]] = None) -> HistorySeed:
@@ -155,6 +184,13 @@ def read_history_seed(configs: ConfigSet, query: Query, sql: SqlDialect, workers
     of these, as the whole seed has them), which is the whole seed's ``of_tests`` of them but for
     ``stored_actions``, which then holds the ids of their actions only.
     """
+    with collector_paused():
+        return _read_history_seed(configs, query, sql, workers, timeout_seconds, scoped, stored_since, tests)
+
+
+def _read_history_seed(configs: ConfigSet, query: Query, sql: SqlDialect, workers: int,
+                       timeout_seconds: Optional[float], scoped: bool, stored_since: Optional[float],
+                       tests: Optional[Collection[str]]) -> HistorySeed:
     scope = seed_scope(configs) if scoped else SeedScope(None, None)
     rows_of, read_open = sql, functools.partial(read_open_runs, query, sql)
     if tests is not None:

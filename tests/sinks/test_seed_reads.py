@@ -4,6 +4,7 @@ The seed's queries run at once, each bounded by ``--seed_timeout_seconds`` with 
 that fails or never answers stops the start-up with one line naming its table.
 """
 
+import gc
 import http.client
 import http.server
 import json
@@ -29,7 +30,7 @@ from pipeline.streaming import StreamingJobConfig, UsageError
 from report.source import SqlReportSource
 from sinks.bigquery import BigQueryStore, BigQueryTarget, ReadSeedFromBigQuery, SeedPolicy, ensure_tables
 from sinks.duckdb_store import DuckDBStore
-from sinks.seed import SEED_TIMEOUT_SECONDS, SeedReadError, read_job_rows
+from sinks.seed import SEED_TIMEOUT_SECONDS, SeedReadError, read_history_seed, read_job_rows
 from sinks.stores import DUCKDB_SQL
 from tests.support import T0
 from tests.transforms.support import configs
@@ -219,3 +220,33 @@ def test_every_reader_of_a_store_leaves_an_interrupted_row_out_of_the_runs_that_
     seed = store.read_seed(CONFIGS)
     assert seed.stored_runs == {("t", "done")} and list(seed.open_runs) == [("t", "open")]
     assert seed.open_runs[("t", "open")].to_state() == state.to_state()
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_seed_is_read_with_the_collector_paused_and_left_as_it_was(tmp_path, enabled):
+    """A seed is many objects that live on and no cycles: the collector's passes over them while they are made
+    cost 40% of the read. It is paused while its rows are queried and built, and then as it was, a failed read
+    too."""
+    store = DuckDBStore(str(tmp_path / "s.duckdb"))
+    store.ensure_schema()
+    store.insert(JOB_HISTORY, [ended_row("t", "r1", "success", 5)])
+    seen = []
+
+    def query(sql, *args, **kwargs):
+        seen.append(gc.isenabled())
+        return store.query(sql, *args, **kwargs)
+
+    def failing(sql, *args, **kwargs):
+        raise RuntimeError("gone")
+
+    was = gc.isenabled()
+    try:
+        (gc.enable if enabled else gc.disable)()
+        assert read_history_seed(CONFIGS, query, DUCKDB_SQL).jobs.keys() == {"t"}
+        assert seen and not any(seen)
+        assert gc.isenabled() is enabled
+        with pytest.raises(SeedReadError):
+            read_history_seed(CONFIGS, failing, DUCKDB_SQL)
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()

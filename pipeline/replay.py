@@ -472,6 +472,24 @@ def _read_seed(store: DuckDBStore, configs: ConfigSet, survey: Optional[LineSurv
     return store.read_seed(configs) if tests is None else store.read_seed(configs, tests)
 
 
+def _seeds_by_group(survey: Optional[LineSurvey], groups: List[Optional[LineGroup]]) -> bool:
+    """Whether a replay reads each group's seed for that group's tests alone, as the group comes: where its lines
+    name more tests than one seed query names (``MAX_NAMED_TESTS``; the whole seed would be read) and it runs in
+    groups. A whole seed of 200,000 stored tests is ~1.4 GB (every test's histories); a nightly replay of a run of
+    each then held it all (1.7 GB), where a group's holds a group's tests."""
+    return survey is not None and survey.tests is None and len(groups) > 1
+
+
+def _group_seed(store: DuckDBStore, configs: ConfigSet, survey: LineSurvey, group: LineGroup) -> HistorySeed:
+    """The seed of the tests a group's lines name (``survey``'s, every test it met), read for them alone. Groups
+    hold other tests, so the groups committed before it changed none of its rows; each query is per test
+    (``sinks.seed``), so it equals the whole seed's ``of_tests`` of the group's (its open runs of other tests, which
+    every scoped read takes, left out)."""
+    seed = store.read_seed(configs, {test for test in survey.crcs if test is not None and group.holds(test)})
+    store.close()  # (the next pipeline run's workers do not share this process's connection)
+    return seed.of_tests(group.holds)
+
+
 def run(argv: Optional[List[str]] = None) -> ReplaySummary:
     """Replays wire-format files through the pipeline into the local store."""
     options = PipelineOptions(argv)
@@ -518,7 +536,8 @@ def run(argv: Optional[List[str]] = None) -> ReplaySummary:
         lines_surveyed = survey or _survey_for_windows(configs, to_read, spans, replayed is not None)
         groups = line_groups(to_read, local.replay_group_mib, streaming, local.replay_group_runs, spans,
                              lines_surveyed, configs.may_have_live_windows, local.replay_group_lines) if to_read else []
-        seed = _read_seed(store, configs.latest, survey) if groups else HistorySeed()
+        seeds_by_group = _seeds_by_group(survey, groups)
+        seed = _read_seed(store, configs.latest, survey) if groups and not seeds_by_group else HistorySeed()
         store.close()  # no step writes the store: the rows are committed after each pipeline run
         with showing_progress(show_progress and bool(groups), len(files), started) as progress_id:
             settings = GraphSettings(configs, lifecycle_from(local), streaming, progress_id,
@@ -528,7 +547,11 @@ def run(argv: Optional[List[str]] = None) -> ReplaySummary:
                     gc.collect()
                     crash_point("replay.between_groups")
                 staging_dir = outputs.new_staging_dir()
-                group_seed = seed if group is None or group.count == 1 else seed.of_tests(group.holds)
+                if seeds_by_group:
+                    assert survey is not None and group is not None
+                    group_seed = _group_seed(store, configs.latest, survey, group)
+                else:
+                    group_seed = seed if group is None or group.count == 1 else seed.of_tests(group.holds)
                 result = _run_group(options, patterns, group, settings, group_seed, staging_dir)
                 last = number == len(groups) - 1
                 also = [(REPLAYED_FILES, replayed.records())] if last and replayed is not None else []

@@ -18,6 +18,7 @@ from core.history import HistorySeed, JobHistory, MetricHistory
 from core.runs import RunAccumulator
 from core.triage import AlertLedger
 from pipeline.replay import line_groups
+from sinks.duckdb_store import DuckDBStore
 from tests.pipeline.test_replay import CIFAR, REPO, cifar_lines, replay, table_contents, write_lines
 from tests.support import T0
 from tests.trainguard.test_fast_points import messages
@@ -315,3 +316,34 @@ def test_a_replay_of_tests_without_live_windows_leaves_them_out_and_writes_the_s
     assert surveyed == built
     assert built["metric_windows"] and built["alerts"] and len(built["job_history"]) > 6
     assert (tmp_path / f"{replay_module.SURVEYED_FOR_WINDOWS_BYTES}.jsonl").read_text() == (tmp_path / "0.jsonl").read_text()
+
+
+@pytest.mark.long
+def test_groups_of_a_replay_naming_many_stored_tests_read_each_its_own_seed_and_give_the_same_store(
+        tmp_path, monkeypatch):
+    """A whole seed of 200,000 stored tests is ~1.4 GB: where a replay's lines name more tests than one seed query
+    names, each group reads the seed of its own tests as it comes (here: with those limits made tiny), and the
+    store and alerts file are those of one group with the whole seed."""
+    runs = cifar_lines()
+    first, second = messy_input(tmp_path, "first", runs[:8]), messy_input(tmp_path, "second", runs[8:])
+    seeds_read = []
+    read_seed = DuckDBStore.read_seed
+    monkeypatch.setattr(DuckDBStore, "read_seed", lambda store, configs, tests=None:
+                        seeds_read.append((os.path.basename(store.path), tests)) or read_seed(store, configs, tests))
+    for path in (first, second):
+        assert replay(tmp_path, path, store="one.duckdb", alerts="one.jsonl",
+                      extra=("--report_dir=", "--replay_group_mib=0", "--replay_group_runs=0")) == 0
+        with monkeypatch.context() as limits:
+            limits.setattr(replay_module, "SCOPED_SEED_ABOVE_TESTS", 0)
+            limits.setattr(replay_module, "MAX_NAMED_TESTS", 1)
+            assert replay(tmp_path, path, store="groups.duckdb", alerts="groups.jsonl",
+                          extra=("--report_dir=", "--replay_group_mib=0", TWO_RUN_GROUPS)) == 0
+        assert table_contents(tmp_path / "groups.duckdb") == table_contents(tmp_path / "one.duckdb")
+        assert (tmp_path / "groups.jsonl").read_text() == (tmp_path / "one.jsonl").read_text()
+    grouped = [tests for store, tests in seeds_read if store == "groups.duckdb"]
+    assert grouped[0] is None  # the first invocation: an empty store, nothing surveyed for its seed
+    by_group = grouped[1:]
+    assert len(by_group) >= 2 and all(tests is not None for tests in by_group)  # (a group of lines without a
+    assert sum(map(len, by_group)) == len(set().union(*by_group))  # test names none) each test's seed read once
+    assert CIFAR in set().union(*by_group)
+    assert [tests for store, tests in seeds_read if store == "one.duckdb"] == [None, None]

@@ -26,7 +26,7 @@ import shutil
 import sys
 import threading
 import time
-from typing import IO, Any, Callable, Dict, Iterator, List, Optional
+from typing import IO, Any, Callable, Dict, FrozenSet, Iterator, List, NamedTuple, Optional
 
 import apache_beam as beam
 from apache_beam import PCollection
@@ -390,15 +390,26 @@ class SeedFromFile(beam.PTransform[beam.pvalue.PBegin, PCollection[HistorySeed]]
                 | "Read" >> beam.Map(read_seed_file).with_output_types(HistorySeed))
 
 
+class StagedSeed(NamedTuple):
+    """A group's seed as its pipeline run reads it: written beside its staged rows, which the run decodes for
+    itself, so the launching process need not hold it meanwhile (a group's histories of 25,000 stored tests:
+    ~175 MB)."""
+    path: str
+    held: FrozenSet[str]  # ``HistorySeed.held``: which of its per-key fields the graph joins
+
+
+def stage_seed(seed: HistorySeed, staging_dir: str) -> StagedSeed:
+    return StagedSeed(write_seed_file(seed, staging_dir), seed.held())
+
+
 def _run_group(options: PipelineOptions, patterns: List[str], group: Optional[LineGroup], settings: GraphSettings,
-               seed: HistorySeed, staging_dir: str):
+               seed: StagedSeed, staging_dir: str):
     """One pipeline run over a group's lines (all of them for None), its rows staged under ``staging_dir``."""
     pipeline = beam.Pipeline(runner=runner_for(options), options=options)
     outputs = (pipeline
                | "ReadFiles" >> ReadReplayFiles(patterns, settings.progress_id, group)
                | "DetectRegressions" >> DetectRegressions(
-                   dataclasses.replace(settings, seed_holds=seed.held()), pipeline | "Seed" >> SeedFromFile(
-                   write_seed_file(seed, staging_dir))))
+                   dataclasses.replace(settings, seed_holds=seed.held), pipeline | "Seed" >> SeedFromFile(seed.path)))
     outputs | "WriteLocal" >> WriteLocal(staging_dir)
     with start_up_objects_frozen():
         result = pipeline.run()
@@ -552,8 +563,12 @@ def run(argv: Optional[List[str]] = None) -> ReplaySummary:
                     group_seed = _group_seed(store, configs.latest, survey, group)
                 else:
                     group_seed = seed if group is None or group.count == 1 else seed.of_tests(group.holds)
-                result = _run_group(options, patterns, group, settings, group_seed, staging_dir)
                 last = number == len(groups) - 1
+                staged_seed = stage_seed(group_seed, staging_dir)
+                del group_seed  # (the group's pipeline run decodes its own copy)
+                if last:
+                    seed = HistorySeed()
+                result = _run_group(options, patterns, group, settings, staged_seed, staging_dir)
                 also = [(REPLAYED_FILES, replayed.records())] if last and replayed is not None else []
                 for table, added in outputs.commit(staging_dir, also).items():
                     rows_added[table] = rows_added.get(table, 0) + added

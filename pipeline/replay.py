@@ -492,8 +492,9 @@ def _seeds_by_group(survey: Optional[LineSurvey], groups: List[Optional[LineGrou
 
 
 def _group_seed(store: DuckDBStore, configs: ConfigSet, survey: LineSurvey, group: LineGroup) -> HistorySeed:
-    """The seed of the tests a group's lines name (``survey``'s, every test it met), read for them alone. Groups
-    hold other tests, so the groups committed before it changed none of its rows; each query is per test
+    """The seed of the tests a group's lines name (``survey``'s, every test it met), read for them alone, however
+    many (``MAX_NAMED_TESTS`` keeps a BigQuery query's text small; DuckDB reads the seed of 25,000 named tests of
+    200,000 in about 3 s). Groups hold other tests, so the groups committed before it changed none of its rows; each query is per test
     (``sinks.seed``), so it equals the whole seed's ``of_tests`` of the group's (its open runs of other tests, which
     every scoped read takes, left out)."""
     seed = store.read_seed(configs, {test for test in survey.crcs if test is not None and group.holds(test)})

@@ -249,6 +249,12 @@ def test_a_test_may_have_live_windows_if_any_version_of_its_config_or_of_the_def
     assert versions.may_have_live_windows("plain") and versions.may_have_live_windows("unconfigured")
 
 
+def demo_lines_of_other_tests():
+    """The demo's lines of its three tests other than cifar (which the repository's configs give no live windows)."""
+    return [line for path in sorted(glob.glob(f"{REPO}/data/demo/*.jsonl")) if CIFAR not in path
+            for line in read_bytes(path).splitlines() if line.strip() and line_test_name(line)]
+
+
 def test_a_replay_sizes_its_groups_by_the_lines_of_tests_with_live_windows(tmp_path, monkeypatch):
     """The replay asks its configs which tests have live windows: lines of tests without them (the demo's other
     three, which the repository's configs give none) make no groups however many MiB they are; cifar's, which
@@ -257,8 +263,7 @@ def test_a_replay_sizes_its_groups_by_the_lines_of_tests_with_live_windows(tmp_p
     pipeline_runs = []
     run_group = replay_module._run_group
     monkeypatch.setattr(replay_module, "_run_group", lambda *args: pipeline_runs.append(1) or run_group(*args))
-    others = [line for path in sorted(glob.glob(f"{REPO}/data/demo/*.jsonl")) if CIFAR not in path
-              for line in read_bytes(path).splitlines() if line.strip()]
+    others = demo_lines_of_other_tests()
     plain = write_lines(tmp_path / "others.jsonl", others)
     assert replay(tmp_path, plain, store="others.duckdb", alerts="others-alerts.jsonl",
                   extra=("--report_dir=", TINY_GROUPS)) == 0
@@ -267,12 +272,6 @@ def test_a_replay_sizes_its_groups_by_the_lines_of_tests_with_live_windows(tmp_p
     assert replay(tmp_path, windowed, store="both.duckdb", alerts="both-alerts.jsonl",
                   extra=("--report_dir=", TINY_GROUPS)) == 0
     assert len(pipeline_runs) > 1 + 1  # cifar's lines make groups, in which the other tests are spread
-
-
-def demo_lines_of_other_tests():
-    """The demo's lines of its three tests other than cifar (which the repository's configs give no live windows)."""
-    return [line for path in sorted(glob.glob(f"{REPO}/data/demo/*.jsonl")) if CIFAR not in path
-            for line in read_bytes(path).splitlines() if line.strip() and line_test_name(line)]
 
 
 def test_a_replay_builds_live_windows_if_a_test_its_lines_name_may_have_them(tmp_path):

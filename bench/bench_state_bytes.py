@@ -559,7 +559,7 @@ class StreamingGraph:
             if out.tag is not None:
                 self.dead_letters.append(out)
                 continue
-            summaries = self._timed(test, lambda out=out: list(self.summarize.process(out.value, Timestamp.of(out.at))))
+            summaries = self._timed(test, lambda out=out: list(self.summarize.process(out.value)))
             for summary in outputs_of(summaries, out.at):
                 if summary.tag is not None:
                     self.dead_letters.append(summary)

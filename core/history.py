@@ -575,9 +575,9 @@ class HistorySeed:
         return StoredIndex(self.stored_runs, self.stored_actions)
 
     def held(self) -> FrozenSet[str]:
-        """The names of its per-key fields (``KEYED_FIELDS``) that hold anything: the stages a graph built with
-        this seed in hand joins it to (``pipeline.graph.GraphSettings.seed_holds``)."""
-        return frozenset(name for name in KEYED_FIELDS if getattr(self, name))
+        """The names of its per-key fields (``KEYED_FIELDS``) and of ``stored_runs`` that hold anything: the
+        stages a graph built with this seed in hand joins it to, or asks (``pipeline.graph.GraphSettings.seed_holds``)."""
+        return frozenset(name for name in (*KEYED_FIELDS, "stored_runs") if getattr(self, name))
 
     def of_tests(self, wanted: Callable[[str], bool]) -> HistorySeed:
         """The part of the seed that concerns the tests ``wanted`` says yes to (every key starts with its test;

@@ -119,8 +119,13 @@ class DetectRegressions(beam.PTransform[PCollection[RawMessage], Dict[str, PColl
             summarized, different_messages = summarized | "Deduplicate" >> DeduplicateMessages(
                 settings.lifecycle.dedup_horizon_seconds)
             different_copies.append(different_messages)
-        summaries, stored_run_messages = summarized | "SkipStoredRuns" >> SkipStoredRuns(
-            stored, dead_letter=settings.streaming)
+        stored_run_messages = []
+        if settings.seed_holds is None or "stored_runs" in settings.seed_holds:
+            summaries, stored_run_message_rows = summarized | "SkipStoredRuns" >> SkipStoredRuns(
+                stored, dead_letter=settings.streaming)
+            stored_run_messages.append(stored_run_message_rows)
+        else:  # a replay into a store that holds no run: nothing to skip, and no side input to ask a message
+            summaries = summarized
         runs, late_messages, interrupted = summaries | "AssembleRuns" >> AssembleRuns(
             settings.configs, settings.lifecycle, self.seed_of("open_runs"), interruptions=settings.streaming,
             backfills=settings.streaming, bounded=not settings.streaming)
@@ -155,7 +160,7 @@ class DetectRegressions(beam.PTransform[PCollection[RawMessage], Dict[str, PColl
             ALERTS.name: alert_rows,
             ALERT_UPDATES: alert_updates,
             TRIAGE.name: actions | "TriageRows" >> beam.Map(TriageItem.to_row),
-            DEAD_LETTER.name: ((bad_input, unsummarized, *different_copies, stored_run_messages, late_messages,
+            DEAD_LETTER.name: ((bad_input, unsummarized, *different_copies, *stored_run_messages, late_messages,
                                 late_points, failed_metrics, failed_runs, failed_alerts)
                                | "AllDeadLetters" >> beam.Flatten()),
         }

@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 import operator
 from array import array
-from itertools import accumulate, repeat
+from itertools import accumulate
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import wire
@@ -121,25 +121,49 @@ def _fast_column(tag: str, values: list, steps: Optional[list], ms: list, f32: b
             return None
     else:
         return None
+    if set(map(type, ms)) != _INT or (steps is not None and set(map(type, steps)) != _INT):
+        return None
+    return _column_in_range(tag, floats, steps, ms, f32)
+
+
+def typed_column(tag: str, values: List[float], steps: Optional[List[int]], ms: List[int],
+                 f32: bool) -> Optional[wire.PointColumn]:
+    """The points of a column whose entries have their types (floats, and integer deltas within ``MAX_DELTA``, as
+    ``trainguard._fast_points`` decodes them) when the column and all of its points are valid, else None."""
+    if not 0 < len(tag) <= wire.MAX_NAME_CHARS or not tag.isprintable():
+        return None
+    if not values or len(ms) != len(values) or (steps is not None and len(steps) != len(values)):
+        return None
+    return _column_in_range(tag, values, steps, ms, f32)
+
+
+def _column_in_range(tag: str, floats: List[float], steps: Optional[List[int]], ms: List[int],
+                     f32: bool) -> Optional[wire.PointColumn]:
+    """The points of a column of floats and integer deltas, when every value is finite (a float32, for ``f32``)
+    and every time and step in range; else None."""
     if f32:
         floats = array("f", floats).tolist()  # past the float32 range: inf, caught below
     if not math.isfinite(sum(floats)):  # a finite sum means every value is finite (or it overflowed: walk)
         return None
-    if set(map(type, ms)) != _INT:
-        return None
     times = list(accumulate(ms))
-    first, last = min(times), max(times)
+    first, last = _least_and_most(times, ms)
     if first < MIN_MS or last >= MAX_MS:
         return None
     absolute = None
     if steps is not None:
-        if set(map(type, steps)) != _INT:
-            return None
         absolute = list(accumulate(steps))
-        if min(absolute) < 0 or max(absolute) > wire.MAX_STEP:
+        least, most = _least_and_most(absolute, steps)
+        if least < 0 or most > wire.MAX_STEP:
             return None
-    return wire.PointColumn(tag, floats, absolute, list(map(operator.truediv, times, repeat(1000))),
-                            first / 1000, last / 1000)
+    return wire.PointColumn(tag, floats, absolute, [time / 1000 for time in times], first / 1000, last / 1000)
+
+
+def _least_and_most(sums: List[int], deltas: List[int]) -> Tuple[int, int]:
+    """The least and the most of running ``sums`` of ``deltas``: the first and the last when no delta is negative
+    (times and steps go up: one pass over the deltas instead of two over the sums), else a pass each."""
+    if min(deltas) >= 0:
+        return sums[0], sums[-1]
+    return min(sums), max(sums)
 
 
 def _delta_problem(raw: Any, field: str) -> Optional[str]:

@@ -123,6 +123,9 @@ class MessagePoints(collections.abc.Sequence):
     def __len__(self) -> int:
         return sum(len(part.values) if isinstance(part, PointColumn) else len(part) for part in self.parts)
 
+    def __bool__(self) -> bool:
+        return bool(self.parts)  # (every part holds a point)
+
     def __getitem__(self, index):
         return self.as_tuple()[index]
 
@@ -261,12 +264,19 @@ def parse_message(payload: bytes) -> Tuple[Message, List[Rejection]]:
 
 
 def fast_decode(payload: bytes) -> Optional[Tuple[Dict[str, Any], Sequence[Point]]]:
-    """The envelope and points of a points-only message whose every point is valid (see ``_fast_points``), the
-    points with their time range, found on the way, kept (``MessagePoints``)."""
-    decoded = _fast_points.decode(payload, MAX_NAME_CHARS, MIN_TIME, MAX_TIME, MAX_STEP)
+    """The envelope and points of a message of points or v1.1 columns whose every point is valid (see
+    ``_fast_points``): the points with their time range, found on the way, kept, or each column kept whole
+    (``MessagePoints``)."""
+    decoded = _fast_points.decode(payload, MAX_NAME_CHARS, MIN_TIME, MAX_TIME, MAX_STEP, MAX_POINTS_PER_MESSAGE,
+                                  SCHEMA_V1_1)
     if decoded is None:
         return None
-    envelope, points, span = decoded
+    envelope, points, span, columns = decoded
+    if columns:
+        parts = [_columns.typed_column(c.tag, c.values, c.steps, c.ms, c.f32) for c in columns]
+        if None in parts:
+            return None  # a point out of range, or a bad column: the general path says which
+        return envelope, MessagePoints(parts)
     return envelope, MessagePoints.of_points(tuple(points), span) if points else ()
 
 

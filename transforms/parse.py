@@ -10,7 +10,7 @@ from apache_beam.coders import BooleanCoder
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.transforms.window import TimestampedValue
-from apache_beam.utils.timestamp import Duration
+from apache_beam.utils.timestamp import Duration, Timestamp
 
 from core.config import Configs
 from core.parse import MessageSummary, ParsedMessage, RawMessage, content_digest, different_copy_reason, summarize
@@ -90,7 +90,9 @@ class SummarizeMessageFn(beam.DoFn):
     def __init__(self, configs: Configs):
         self.configs = configs
 
-    def process(self, parsed: ParsedMessage, timestamp=beam.DoFn.TimestampParam):
+    def process(self, parsed: ParsedMessage):
+        # (No TimestampParam: a DoFn that asks for none is invoked several µs an element faster. The element's
+        # timestamp is its message's event time, as ParseMessageFn stamped it.)
         message = parsed.message
         try:
             yield summarize(message, parsed.payload, self.configs.for_test(message.test, message.event_time),
@@ -98,7 +100,7 @@ class SummarizeMessageFn(beam.DoFn):
         except Exception as error:  # noqa: BLE001 - one message's failure is that message's
             yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
                 failure_reason("summarize", error), parsed.payload, f"run:{message.test}/{message.run}",
-                float(timestamp)))
+                float(Timestamp.of(message.event_time))))
 
 
 class SummarizeMessages(beam.PTransform[PCollection[ParsedMessage],

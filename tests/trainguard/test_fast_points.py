@@ -167,6 +167,13 @@ def test_a_line_whose_unknown_key_is_not_utf8_is_rejected_whole_not_read_without
 def test_the_common_shape_takes_the_compiled_path():
     payload = wire.encode_message("t", "r", [wire.point_dict("loss", 0.5, 1763596805.0, 3)] * 3)
     assert wire.fast_decode(payload) is not None
+    points = [wire.point_dict(tag, value, 1763596805.0 + i, i) for i in range(5)
+              for tag, value in (("loss", 0.5 + i), ("lr", 0.1), ("acc", 3.0))]
+    columns = wire.encode_message("t", "r", points, schema=wire.SCHEMA_V1_1)
+    decoded = wire.fast_decode(columns)
+    assert decoded is not None and all(isinstance(part, wire.PointColumn) for part in decoded[1].parts)
+    assert b'"f32":true' in columns  # 0.5 and 3.0 are float32: that column is rounded to float32 on the way
+    check(columns)
     body = json.loads(wire.encode_message("tëst", "r", [wire.point_dict("lôss/ü", 0.5, 1763596805.0, 3)] * 3,
                                           rank=3, world_size=wire.MAX_WORLD_SIZE))
     assert wire.fast_decode(json.dumps(body, ensure_ascii=False).encode("utf-8")) is not None  # UTF-8 read as such
@@ -255,4 +262,91 @@ def mutated_messages(draw) -> bytes:
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutated_messages())
 def test_both_paths_give_the_same_outcome_on_mutated_bytes(payload):
+    check(payload)
+
+
+# -- v1.1 columns: each field's entries valid or not, lists of other lengths, unknown and doubled keys -------------
+
+COLUMN_ENTRIES = {
+    "values": ["0.5", "-0.0", "3", "-0", "1e308", "3.5e38", "3.4028235e38", "1e-46", "true", "null", '"1"', "1e400",
+               "NaN", "123456789012345678901234567890", "9007199254740993"],
+    "ms": ["1763596805000", "0", "1", "-1", "5.0", "null", "true", "9223372036854775807", "9223372036854775808",
+           "-9223372036854775807", "-9223372036854775808", "7258118400000", "946684799999", "1e3"],
+    "steps": ["0", "1", "7", "-1", "-8", "null", "true", "1.0", "9223372036854775807", "9223372036854775808",
+              "-9223372036854775807"],
+}
+
+
+@st.composite
+def columns(draw) -> str:
+    """A column object: mostly well formed, sometimes an entry, a list's length, a field or the tag changed."""
+    n = draw(st.integers(1, 4))
+    fields = [("tag", draw(st.sampled_from(['"loss"', '"acc"', '"loss"', '""', '"a\\u0000b"', '"\\ud800"', "7"]))),
+              ("values", [draw(st.sampled_from(["0.5", "-2", "1763.25", "-0.0"])) for _ in range(n)]),
+              ("ms", ["1763596805000"] + [draw(st.sampled_from(["0", "1", "125"])) for _ in range(n - 1)])]
+    if draw(st.booleans()):
+        fields.append(("steps", [draw(st.sampled_from(["0", "3"]))] + ["1"] * (n - 1)))
+    if draw(st.booleans()):
+        fields.append(("f32", draw(st.sampled_from(["true", "false", "true", "1", "null"]))))
+    for _ in range(draw(st.integers(0, 2))):
+        if not fields:
+            break
+        i = draw(st.integers(0, len(fields) - 1))
+        name, value = fields[i]
+        action = draw(st.sampled_from(["entry", "entry", "shorter", "longer", "drop", "double", "add"]))
+        if action == "entry" and isinstance(value, list) and value:
+            value = list(value)
+            value[draw(st.integers(0, len(value) - 1))] = draw(st.sampled_from(COLUMN_ENTRIES[name]))
+            fields[i] = (name, value)
+        elif action == "shorter" and isinstance(value, list):
+            fields[i] = (name, value[:-1])
+        elif action == "longer" and isinstance(value, list):
+            fields[i] = (name, value + value[-1:])
+        elif action == "drop":
+            fields.pop(i)
+        elif action == "double":
+            fields.append((name, value))
+        else:
+            fields.insert(i, (draw(st.sampled_from(["x", "Values", "f32", "steps"])), draw(ANY_VALUE)))
+    return text_of([(name, "[" + ",".join(value) + "]" if isinstance(value, list) else value)
+                    for name, value in fields])
+
+
+@st.composite
+def column_messages(draw) -> bytes:
+    fields = [("schema", draw(st.sampled_from(['"trainguard/v1.1"'] * 5 + ['"trainguard/v1"']))), ("id", '"m1"'),
+              ("test", '"t"'), ("run", '"r"'), ("columns", "[" + ",".join(draw(st.lists(columns(), max_size=4))) + "]")]
+    extra = draw(st.sampled_from([None, None, None, ("points", "[]"), ("points", '[{"tag":"a","value":1,'
+                                                                                 '"time":1763596805}]'),
+                                  ("events", "[]"), ("columns", "null"), ("rank", "1")]))
+    if extra:
+        fields.insert(draw(st.integers(0, len(fields))), extra)
+    return text_of(fields).encode("utf-8")
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(column_messages())
+def test_both_paths_give_the_same_outcome_on_columns(payload):
+    check(payload)
+
+
+@pytest.mark.parametrize("payload", [
+    b'{"schema":"trainguard/v1.1","id":"m","test":"t","run":"r","columns":[{"tag":"a","values":[3.5e38],'
+    b'"f32":true,"ms":[1763596805000]}]}',  # past the float32 range: a bad point
+    b'{"schema":"trainguard/v1.1","id":"m","test":"t","run":"r","columns":[{"tag":"a","values":[1,2],'
+    b'"ms":[1763596805000,-1],"steps":[5,-6]}]}',  # a step below 0 after a negative delta
+    b'{"schema":"trainguard/v1.1","id":"m","test":"t","run":"r","columns":[{"tag":"a","values":[1,2],'
+    b'"ms":[7258118399999,1]}]}',  # the second time at 2200-01-01: not plausible
+    b'{"schema":"trainguard/v1.1","id":"m","test":"t","run":"r","columns":[{"tag":"a","values":[-0,-0.0],'
+    b'"ms":[1763596805000,0],"steps":null}]}',  # -0 is the integer 0 (+0.0), -0.0 keeps its sign
+    b'{"schema":"trainguard/v1.1","id":"m","test":"t","run":"r","columns":[{"tag":"a","values":[1e308,1e308],'
+    b'"ms":[1763596805000,0]}]}',  # finite values whose sum overflows: each one is checked
+    b'{"schema":"trainguard/v1.1","id":"m","test":"t","run":"r","columns":[]}',
+    b'{"schema":"trainguard/v1.1","id":"m","test":"t","run":"r","columns":[{"tag":"a","values":[1],"ms":[1763596805000]}'
+    b',{"tag":"a","values":[2],"ms":[1763596806000]}]}',  # one tag in two columns
+    b'{"schema":"trainguard/v1.1","id":"m","test":"t","run":"r","columns":[' + b",".join(
+        [b'{"tag":"a","values":[' + b",".join([b"1"] * 5001) + b'],"ms":[1763596805000' + b",0" * 5000 + b"]}"] * 2)
+    + b"]}",  # 10,002 points: over the limit
+])
+def test_column_edge_cases(payload):
     check(payload)

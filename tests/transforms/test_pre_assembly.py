@@ -9,8 +9,7 @@ import random
 
 import apache_beam as beam
 import pytest
-from apache_beam.transforms.window import GlobalWindow, TimestampedValue
-from apache_beam.utils.timestamp import Timestamp
+from apache_beam.transforms.window import TimestampedValue
 
 from core.parse import FileSpan, content_digest, different_copy_reason, summarize
 from core.records import dead_letter_row
@@ -86,7 +85,7 @@ def pre_assembled(bundles: list) -> tuple:
     for bundle in bundles:
         fn.start_bundle()
         for summary in bundle:
-            for out in fn.process(summary, Timestamp.of(summary.last_time), GlobalWindow()):
+            for out in fn.process(summary):
                 dead_letters.append(out.value)
         parts += [windowed.value for windowed in fn.finish_bundle()]
     return parts, dead_letters

@@ -151,11 +151,20 @@ def _column_in_range(tag: str, floats: List[float], steps: Optional[List[int]], 
         return None
     absolute = None
     if steps is not None:
-        absolute = list(accumulate(steps))
+        absolute = _step_sums(steps)
         least, most = _least_and_most(absolute, steps)
         if least < 0 or most > wire.MAX_STEP:
             return None
     return wire.PointColumn(tag, floats, absolute, [time / 1000 for time in times], first / 1000, last / 1000)
+
+
+def _step_sums(deltas: List[int]) -> List[int]:
+    """The running sums of a column's step deltas: a range where, as a trainer logging a tag every step writes
+    them, every delta after the first is 1 (two C-speed calls instead of a sum a point)."""
+    first = deltas[0]
+    if deltas.count(1) - (first == 1) == len(deltas) - 1:
+        return list(range(first, first + len(deltas)))
+    return list(accumulate(deltas))
 
 
 def _least_and_most(sums: List[int], deltas: List[int]) -> Tuple[int, int]:

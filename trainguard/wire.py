@@ -234,6 +234,8 @@ class Message(NamedTuple):
         if self.triage is not None:
             return self.triage.time
         span = time_range(self.points)
+        if span is not None and not self.events:
+            return span[1]
         return max(itertools.chain(() if span is None else (span[1],), (e.time for e in self.events)))
 
 

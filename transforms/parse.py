@@ -38,9 +38,14 @@ class ParseMessageFn(beam.DoFn):
 
     def start_bundle(self):
         self._progress = progress.counter_for(self.progress_id)
+        self._read = 0  # counted into messages_read once a bundle (an update of a Beam counter costs ~0.7 µs)
+
+    def finish_bundle(self):
+        if self._read:
+            self.messages_read.inc(self._read)
 
     def process(self, raw: RawMessage):
-        self.messages_read.inc()
+        self._read += 1
         reason: Optional[str]
         try:
             message, rejections = wire.parse_message(raw.payload)

@@ -88,3 +88,36 @@ def test_a_message_with_a_bad_point_is_summarized_from_its_columns_as_from_its_p
     from_columns, from_points = summaries(mixed_message())
     assert exactly(from_columns) == exactly(from_points)
     assert from_columns.window_points and set(from_columns.tags) == {"loss", "acc", "grad_norm"}
+
+
+def test_a_tag_of_one_column_reads_its_lists_and_a_tag_met_again_extends_copies_not_the_column():
+    """``columns_by_tag`` hands a tag of one column that column's own lists (no copy a message); a tag met again,
+    in another column or in the points of a column with a bad one, gets copies, and the columns stay as parsed."""
+    payload = json.dumps({
+        "schema": wire.SCHEMA_V1_1, "id": "m", "test": "t", "run": "r",
+        "columns": [
+            {"tag": "loss", "values": [2.0, 1.5], "steps": [10, 1], "ms": [T0_MS + 10_000, 1000]},
+            {"tag": "acc", "values": [0.5], "ms": [T0_MS]},
+            {"tag": "loss", "values": [1.0, "x"], "steps": [12, 1], "ms": [T0_MS + 12_000, 1000]},
+            {"tag": "acc", "values": [0.75], "ms": [T0_MS + 1]},
+            {"tag": "lr", "values": [0.1, 0.2], "ms": [T0_MS, 1]},
+        ]}).encode()
+    message, _ = wire.parse_message(payload)
+    parts = message.points.parts
+    assert [type(part).__name__ for part in parts] == ["PointColumn", "PointColumn", "tuple", "PointColumn",
+                                                        "PointColumn"]
+    before = [tuple(map(tuple, (part.values, part.times, part.steps or ()))) for part in parts[::3]]
+    by_tag = columns_by_tag(message.points, set())
+    assert by_tag == columns_by_tag(tuple(message.points), set())
+    assert by_tag["loss"] == ([2.0, 1.5, 1.0], [T0 + 10, T0 + 11, T0 + 12], [10, 11, 12])
+    assert by_tag["acc"][0] == [0.5, 0.75] and by_tag["lr"][0] is parts[4].values  # one column: its own list
+    assert [tuple(map(tuple, (part.values, part.times, part.steps or ()))) for part in parts[::3]] == before
+
+
+@given(st.lists(st.integers(-3, 3), min_size=1, max_size=12), st.integers(0, 10 ** 6))
+def test_step_sums_are_the_running_sums_of_the_deltas(deltas, first):
+    from itertools import accumulate
+
+    from trainguard._columns import _step_sums
+    for steps in ([first, *deltas[1:]], [first] + [1] * (len(deltas) - 1), [1] * len(deltas), deltas):
+        assert _step_sums(steps) == list(accumulate(steps))

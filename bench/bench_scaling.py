@@ -41,7 +41,7 @@ import re
 import shutil
 import sys
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -132,17 +132,24 @@ def spread_over_tests(points: int, tests: int, runs_per_test: int) -> Workload:
 
 def generate(workdir: str, workload: Workload) -> Tuple[str, int]:
     """Writes the workload's files once (kept for the next run); their glob pattern and message count."""
-    directory = os.path.join(workdir, "inputs", workload.name)
+    # steps + 1 points a tag (step 0 to steps), so steps - 1 gives `steps` steps, as bench_replay.py does
+    return _written_once(os.path.join(workdir, "inputs", workload.name), lambda: list(synthetic_plans(
+        workload.tests, workload.runs_per_test, steps=workload.steps - 1, step_every=1)), workload.runs_per_test)
+
+
+def _written_once(directory: str, plans: Callable[[], List[RunPlan]], runs_per_test: int) -> Tuple[str, int]:
+    """The files of ``plans`` (each test's ``runs_per_test`` runs in a row), each test in one of up to
+    ``MAX_FILES`` files, written under ``directory`` once and kept for the next run; their glob pattern and
+    message count."""
     done = os.path.join(directory, "done.json")
     if not os.path.exists(done):
         shutil.rmtree(directory, ignore_errors=True)
         os.makedirs(directory)
-        # steps + 1 points a tag (step 0 to steps), so steps - 1 gives `steps` steps, as bench_replay.py does
-        plans = list(synthetic_plans(workload.tests, workload.runs_per_test, steps=workload.steps - 1, step_every=1))
-        files = min(MAX_FILES, workload.tests)
+        written = plans()
+        files = min(MAX_FILES, len(written) // runs_per_test)
         messages = 0
         for index in range(files):
-            mine: List[RunPlan] = [p for i, p in enumerate(plans) if (i // workload.runs_per_test) % files == index]
+            mine = [p for i, p in enumerate(written) if (i // runs_per_test) % files == index]
             messages += write_lines(os.path.join(directory, f"input-{index:03d}.jsonl"), mine, POINTS_PER_MESSAGE)
         with open(done, "w") as out:
             json.dump({"messages": messages}, out)
@@ -160,20 +167,10 @@ def new_run_file(workdir: str, workload: Workload) -> Tuple[str, int]:
 def next_night_files(workdir: str, workload: Workload) -> Tuple[str, int]:
     """Files of one more run of every test of the workload, the day after its last (written once, kept); their
     glob pattern and message count."""
-    directory = os.path.join(workdir, "inputs", f"{workload.name}-next-night")
-    done = os.path.join(directory, "done.json")
-    if not os.path.exists(done):
-        shutil.rmtree(directory, ignore_errors=True)
-        os.makedirs(directory)
+    def last_runs() -> List[RunPlan]:
         plans = synthetic_plans(workload.tests, workload.runs_per_test + 1, steps=workload.steps - 1, step_every=1)
-        last = [plan for i, plan in enumerate(plans) if i % (workload.runs_per_test + 1) == workload.runs_per_test]
-        files = min(MAX_FILES, workload.tests)
-        messages = sum(write_lines(os.path.join(directory, f"input-{index:03d}.jsonl"), last[index::files],
-                                   POINTS_PER_MESSAGE) for index in range(files))
-        with open(done, "w") as out:
-            json.dump({"messages": messages}, out)
-    with open(done) as f:
-        return os.path.join(directory, "input-*.jsonl"), int(json.load(f)["messages"])
+        return [plan for i, plan in enumerate(plans) if i % (workload.runs_per_test + 1) == workload.runs_per_test]
+    return _written_once(os.path.join(workdir, "inputs", f"{workload.name}-next-night"), last_runs, 1)
 
 
 def build_seed_store(path: str, tests: int, stored_runs: int) -> None:

@@ -94,12 +94,16 @@ class DetectRegressions(beam.PTransform[PCollection[RawMessage], Dict[str, PColl
         self.settings = settings
         self.seed = seed
 
+    def may_hold(self, field: str) -> bool:
+        """Whether the seed's ``field`` may hold anything: False only where the settings know it holds nothing."""
+        held = self.settings.seed_holds
+        return held is None or field in held
+
     def seed_of(self, field: str) -> Optional[beam.PCollection]:
         """The seed, for a stage that joins only its ``field`` to its keys; None where the settings know that field
         holds nothing. Joining an empty seed is a Flatten of the stage's items with nothing, through which a batch
         runner copies every item (encoded and decoded once more: a third of a replay of many one-run tests)."""
-        held = self.settings.seed_holds
-        return self.seed if held is None or field in held else None
+        return self.seed if self.may_hold(field) else None
 
     def expand(self, raw_messages):
         settings = self.settings
@@ -120,7 +124,7 @@ class DetectRegressions(beam.PTransform[PCollection[RawMessage], Dict[str, PColl
                 settings.lifecycle.dedup_horizon_seconds)
             different_copies.append(different_messages)
         stored_run_messages = []
-        if settings.seed_holds is None or "stored_runs" in settings.seed_holds:
+        if self.may_hold("stored_runs"):
             summaries, stored_run_message_rows = summarized | "SkipStoredRuns" >> SkipStoredRuns(
                 stored, dead_letter=settings.streaming)
             stored_run_messages.append(stored_run_message_rows)

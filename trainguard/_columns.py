@@ -130,7 +130,9 @@ def typed_column(tag: str, values: List[float], steps: Optional[List[int]], ms: 
                  f32: bool) -> Optional[wire.PointColumn]:
     """The points of a column whose entries have their types (floats, and integer deltas within ``MAX_DELTA``, as
     ``trainguard._fast_points`` decodes them) when the column and all of its points are valid, else None."""
-    if not 0 < len(tag) <= wire.MAX_NAME_CHARS or not tag.isprintable():
+    try:
+        wire.check_name(tag, "tag")
+    except ValueError:
         return None
     if not values or len(ms) != len(values) or (steps is not None and len(steps) != len(values)):
         return None
@@ -151,20 +153,21 @@ def _column_in_range(tag: str, floats: List[float], steps: Optional[List[int]], 
         return None
     absolute = None
     if steps is not None:
-        absolute = _step_sums(steps)
-        least, most = _least_and_most(absolute, steps)
+        absolute, least, most = _step_sums(steps)
         if least < 0 or most > wire.MAX_STEP:
             return None
     return wire.PointColumn(tag, floats, absolute, [time / 1000 for time in times], first / 1000, last / 1000)
 
 
-def _step_sums(deltas: List[int]) -> List[int]:
-    """The running sums of a column's step deltas: a range where, as a trainer logging a tag every step writes
-    them, every delta after the first is 1 (two C-speed calls instead of a sum a point)."""
-    first = deltas[0]
-    if deltas.count(1) - (first == 1) == len(deltas) - 1:
-        return list(range(first, first + len(deltas)))
-    return list(accumulate(deltas))
+def _step_sums(deltas: List[int]) -> Tuple[List[int], int, int]:
+    """The running sums of a column's step deltas, their least and their most: a range where, as a trainer logging
+    a tag every step writes them, every delta after the first is 1 (two C-speed calls instead of a sum a point,
+    and its ends are known)."""
+    first, count = deltas[0], len(deltas)
+    if deltas.count(1) - (first == 1) == count - 1:
+        return list(range(first, first + count)), first, first + count - 1
+    sums = list(accumulate(deltas))
+    return (sums, *_least_and_most(sums, deltas))
 
 
 def _least_and_most(sums: List[int], deltas: List[int]) -> Tuple[int, int]:

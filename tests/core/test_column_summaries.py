@@ -120,4 +120,5 @@ def test_step_sums_are_the_running_sums_of_the_deltas(deltas, first):
 
     from trainguard._columns import _step_sums
     for steps in ([first, *deltas[1:]], [first] + [1] * (len(deltas) - 1), [1] * len(deltas), deltas):
-        assert _step_sums(steps) == list(accumulate(steps))
+        sums = list(accumulate(steps))
+        assert _step_sums(steps) == (sums, min(sums), max(sums))

@@ -47,6 +47,7 @@ from bench.detection.suite import (
 ORACLE = "oracle (knows each run's level and the noise's distribution)"
 NOISY = (ACCURACY, LOSS, STEP_TIME)  # the constant metric has no noise, and the oracle no alert on it
 BUDGETS = (3.0, 1.0, 0.3)  # false alerts per 100 healthy runs, split evenly over the NOISY checks
+CEILING_BUDGETS = tuple(round(0.1 * k, 1) for k in range(1, 31))  # 0.1 to 3: a seed's best point within a rate
 SAMPLE_RUNS = 50_000  # healthy runs sampled per noise family for the quantiles (50 beyond the strictest cutoff)
 SAMPLE_SEED = 1_000_003  # a seed no benchmark suite uses, so the quantiles come from other runs
 

@@ -259,6 +259,12 @@ def test_the_benchmark_command_runs_trainguard_end_to_end_on_a_tiny_suite(tmp_pa
     trainguard = family["rows"][1]
     assert trainguard["caught"]["crash"] == trainguard["faults"]["crash"]  # job_failed, read back from the store
     assert trainguard["change_alerts"] > 0  # the loss x1.5 changes alert before the baseline moves
+    # the ceiling: the oracle's finer sweep, its best point within the rate at least as good as the table's
+    ceiling, = family["oracle_at_most_1_per_seed"]["1"]
+    table = [r for r in family["per_seed"]["1"] if r["detector"] == oracle.ORACLE
+             and r["false_alerts_per_100_healthy_runs"] <= scoring.MATCHED_FALSE_ALERTS]
+    assert ceiling["false_alerts_per_100_healthy_runs"] <= scoring.MATCHED_FALSE_ALERTS
+    assert ceiling["recall"] >= max(r["recall"] for r in table)
     bounds = family["bound_distances_in_sigma"]["false_alerts_per_100_runs 1"]
     assert bounds[gen.ACCURACY.name]["n"] > 0 and bounds[gen.ACCURACY.name]["median"] > 0
     with duckdb.connect(str(workdir / "t3-seed1" / "store.duckdb"), read_only=True) as db:
@@ -291,6 +297,7 @@ def test_the_benchmark_prints_its_tables(monkeypatch, capsys, tiny):
     out = capsys.readouterr().out
     assert "| trainguard, false_alerts_per_100_runs 1 (default) | 0.00 | 0.00 |" in out
     assert "| false_alerts_per_100_runs 1: Accuracy/test_final | 2 | 2.0 | 2.8 | 3.0 | 0% |" in out
+    assert "| 1 | false_alerts_per_100_runs 1: 0.00, 0.00 | – | – | – | – |" in out  # no reference, no ceiling
 
 
 def test_the_tail_frontier_holds_every_family_at_the_rate_and_narrows_normal_cutoffs(capsys):

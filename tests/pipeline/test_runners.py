@@ -33,6 +33,7 @@ from pipeline.runners import (
     read_arguments_from_code,
     remember_dofn_specs,
     remember_option_views,
+    reuse_the_global_window,
     specs_follow_the_class,
 )
 from sinks.duckdb_store import DUCKDB_SQL, DuckDBStore
@@ -263,6 +264,33 @@ def test_the_streaming_runner_unpickles_a_fresh_copy_of_each_dofn_per_bundle_fro
     assert kept.roundtrip(fresh).seen == ["set before the pipeline ran"]
     assert kept.roundtrip((1, [2])) == (1, [2])  # no weak reference to a tuple: pickled at each call, as before
     assert kept.dumps is pickler.dumps  # anything else is Beam's module
+
+
+def test_the_reused_global_window_is_beams_with_its_end():
+    """After ``reuse_the_global_window`` (twice: idempotent), ``GlobalWindow()`` is still Beam's one global window
+    with the end the runner API says, what ``GlobalWindows`` assigns and a pickle gives back, and an element
+    yielded with a timestamp still lands in it, at that timestamp."""
+    from apache_beam.portability import common_urns
+    from apache_beam.testing.util import assert_that, equal_to
+    from apache_beam.transforms.window import GlobalWindow, GlobalWindows, TimestampedValue, WindowFn
+    from apache_beam.utils.timestamp import Timestamp
+
+    reuse_the_global_window()
+    reuse_the_global_window()
+    end = Timestamp(micros=int(common_urns.constants.GLOBAL_WINDOW_MAX_TIMESTAMP_MILLIS.constant) * 1000)
+    window = GlobalWindow()
+    assert window is GlobalWindow() and window.end == end and window.max_timestamp() == end.predecessor()
+    assert GlobalWindows().assign(WindowFn.AssignContext(5)) == [window]
+    assert pickler.loads(pickler.dumps(window)) is window and window.end == end
+
+    class Stamped(beam.DoFn):
+        def process(self, element, timestamp=beam.DoFn.TimestampParam, window=beam.DoFn.WindowParam):
+            yield element, float(timestamp), window is GlobalWindow()
+
+    with beam.Pipeline(runner=local_batch_runner()) as p:
+        stamped = (p | beam.Create([1, 2]) | beam.Map(lambda x: TimestampedValue(x, 10.0 * x))
+                   | beam.ParDo(Stamped()))
+        assert_that(stamped, equal_to([(1, 10.0, True), (2, 20.0, True)]))
 
 
 def option_classes(cls=PipelineOptions) -> list:

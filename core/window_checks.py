@@ -23,7 +23,13 @@ repeat. It follows accepted changes as the run-level history does
 (``core.history``): when a check trips in ``rebaseline_after`` successful runs
 in a row, the level has moved for good; from then on the check compares with
 those runs and later ones only (their windows count again), with the scale of
-the runs before bridging the new level's warm-up.
+the runs before bridging the new level's warm-up. It follows improvements that
+stay too, which trip no one-sided check: a run whose windows mostly lie at least
+``IMPROVED_SHARE`` of the way from the centre to the improvement bound (the
+cutoff's mirror) is an improved run, and ``rebaseline_after`` of them in a row
+move the level the same way. Left in, the old level's windows would widen the
+band for as long as they stay (``history_runs``), and a slowdown back to the
+old level would pass it.
 """
 
 from __future__ import annotations
@@ -37,7 +43,16 @@ import operator
 from typing import Any, Deque, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple, Union, cast
 
 from core.alert_details import change_facts, describe, previous_facts, threshold_facts
-from core.bounds import MODE_RECENT, Bounds, RecentValue, compute_bounds, judge, reference, threshold_details
+from core.bounds import (
+    MODE_RECENT,
+    MODE_SHARE,
+    Bounds,
+    RecentValue,
+    compute_bounds,
+    judge,
+    reference,
+    threshold_details,
+)
 from core.config import TagWindowConfig, WindowCheck, WindowConfig
 from core.records import Alert, Refused
 from core.registry import record
@@ -52,6 +67,13 @@ from core.triage import (
 )
 from core.vocabulary import AlertKind, RunStatus, TriageAction
 from core.windows import WindowResult
+
+IMPROVED_SHARE = 0.5
+"""A window is improved when its value lies at least this share of the way from its history's centre to the
+improvement bound; a run is improved when at least half of its judged windows are (and ``MIN_JUDGED`` were):
+under healthy noise that takes a run-wide deviation of half a cutoff, several scales, in every run of a
+streak."""
+MIN_JUDGED = 3
 
 
 @record("RunEnded")
@@ -167,6 +189,8 @@ class _OpenRun:
     windows: List[WindowResult] = dataclasses.field(default_factory=list)
     out_of_bounds: Dict[str, Set[int]] = dataclasses.field(default_factory=dict)  # aggregation -> window indices
     tripped: Set[str] = dataclasses.field(default_factory=set)  # aggregations whose check tripped in this run
+    # Per step-aligned aggregation: [windows improved (``IMPROVED_SHARE``), windows judged] in this run.
+    improved: Dict[str, List[int]] = dataclasses.field(default_factory=dict)
     # How many of ``windows`` a state kept in parts holds in its log (``take_unlogged``), the first ones.
     logged: int = 0
 
@@ -183,6 +207,8 @@ class WindowHistory:
     streaks: Dict[str, List[str]] = dataclasses.field(default_factory=dict)
     # ...and the run its history starts from since its level last moved.
     rebased_from: Dict[str, str] = dataclasses.field(default_factory=dict)
+    # Per step-aligned aggregation: the successful runs in a row that were improved runs.
+    improving: Dict[str, List[str]] = dataclasses.field(default_factory=dict)
     # Per aggregation: a run accepted as a new level (``core.triage``) before it ended.
     pending_accepts: Dict[str, str] = dataclasses.field(default_factory=dict)
 
@@ -266,6 +292,7 @@ def _move_level(state: WindowHistory, aggregation: str, run: str) -> None:
         if moved:
             finished.excluded.pop(aggregation, None)
     state.streaks[aggregation] = []
+    state.improving[aggregation] = []
 
 
 def window_overlap(a: HistoryWindow, b: WindowResult) -> int:
@@ -373,6 +400,8 @@ def check_window(state: WindowHistory, window: WindowResult, config: TagWindowCo
         bounds, value, out = checked.bounds, checked.value, checked.out_of_bounds
         if out:
             open_run.out_of_bounds.setdefault(check.aggregation, set()).add(window.index)
+        if check.history == "step_aligned":
+            _count_improved(open_run, check.aggregation, value, bounds, checked.history)
         debounce = state.debounce.setdefault(
             (window.run, check.aggregation),
             _Debounce(collections.deque(maxlen=check.debounce_windows)))
@@ -387,6 +416,28 @@ def check_window(state: WindowHistory, window: WindowResult, config: TagWindowCo
         debounce.firing = tripped
     open_run.windows.append(window)
     return alerts
+
+
+def _count_improved(open_run: _OpenRun, aggregation: str, value: Optional[float], bounds: Optional[Bounds],
+                    history: Sequence[float]) -> None:
+    """Counts a judged window of a one-sided check into its run's [improved, judged] windows: improved when it
+    lies ``IMPROVED_SHARE`` of the way to the improvement bound and beyond all but ``MODE_SHARE`` of its history
+    (a level the history already holds as a mode, a faster machine type, is no new level)."""
+    if value is None or bounds is None or bounds.centre is None or bounds.improvement is None:
+        return
+    reach = bounds.improvement - bounds.centre  # towards the better side
+    if not reach or not history:
+        return
+    counts = open_run.improved.setdefault(aggregation, [0, 0])
+    counts[1] += 1
+    if (value - bounds.centre) / reach >= IMPROVED_SHARE:
+        as_good = sum(1 for earlier in history if (earlier - value) * reach >= 0)
+        counts[0] += as_good <= MODE_SHARE * len(history)
+
+
+def _improved_run(open_run: _OpenRun, aggregation: str) -> bool:
+    improved, judged = open_run.improved.get(aggregation, (0, 0))
+    return judged >= MIN_JUDGED and 2 * improved >= judged
 
 
 def _continues_a_level(state: WindowHistory, check: WindowCheck) -> bool:
@@ -500,7 +551,8 @@ def end_run(state: WindowHistory, ended: RunEnded, config: Optional[TagWindowCon
     A successful run extends the streak of each step-aligned check that tripped
     in it and ends the streak of the others; a streak of ``rebaseline_after``
     runs (0: never) moves the check's history to start at the streak's first run.
-    Failed runs neither extend nor end a streak.
+    So does a streak of improved runs (``_improved_run``). Failed runs neither
+    extend nor end a streak.
     """
     open_run = state.open_runs.pop(ended.run, _OpenRun())
     for key in [k for k in state.debounce if k[0] == ended.run]:
@@ -518,16 +570,24 @@ def end_run(state: WindowHistory, ended: RunEnded, config: Optional[TagWindowCon
             _move_level(state, check.aggregation, ended.run)
             continue
         streak = state.streaks.setdefault(check.aggregation, [])
+        improving = state.improving.setdefault(check.aggregation, [])
+        if _improved_run(open_run, check.aggregation):
+            improving.append(ended.run)
+        else:
+            improving.clear()
         if check.aggregation not in open_run.tripped:
             streak.clear()
-            continue
-        streak.append(ended.run)
+        else:
+            streak.append(ended.run)
         if rebaseline_after and len(streak) >= rebaseline_after:
             state.rebased_from[check.aggregation] = streak[0]
             for earlier in state.finished_runs:
                 if earlier.run in streak:
                     earlier.excluded.pop(check.aggregation, None)
             streak.clear()
+            improving.clear()
+        elif rebaseline_after and len(improving) >= rebaseline_after:
+            _move_level(state, check.aggregation, improving[0])
     _forget_old_levels(state, config)
 
 

@@ -468,9 +468,12 @@ class WireHandler(MetricHandler):
                 with self._handover:  # values leave the intake and enter the outbox as one step
                     if self.outbox.sealed:
                         return
-                    batch = intake.take_points(min(chunk, n - start))
+                    # Events travel with the last points, taken first: every point logged before them is in
+                    # the intake by then and goes with them (those logged while this encoded included), so
+                    # none is left behind a send that may hang.
+                    events = intake.take_events() if last else ()
+                    batch = intake.take_points(intake.point_count() if events else min(chunk, n - start))
                     floats = intake.all_floats  # (read after the take: true of every point taken)
-                    events = intake.take_events() if last else ()  # events travel with the last points
                     for message in self._encoder.encode_flat(batch, events, pause=_yield_gil, floats=floats):
                         self.outbox.add(message, 0.0 if events else send_by)
         finally:

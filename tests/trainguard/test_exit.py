@@ -58,6 +58,38 @@ def test_the_batch_in_flight_to_an_endpoint_that_never_answers_counts_as_unsent(
     assert (stats.events_delivered, stats.events_unsent_at_exit) == (0, 1)
 
 
+def test_values_logged_while_the_background_thread_encodes_go_with_the_event_after_them(
+        silent_server, handlers, tmp_path, monkeypatch):
+    """The training thread logs 1,500 more points and then an event while the background thread encodes the
+    2,000 it took: the event goes out with every point logged before it, so when the send hangs, the spill holds
+    all 3,500. (Before, the event left with the 2,000 and the 1,500 stayed behind the hung send, unsent at exit:
+    a flaky failure of the test above on a loaded machine.)"""
+    import trainguard.handlers as handlers_module
+    spill = str(tmp_path / "spill.jsonl")
+    handler = hanging_pubsub_handler(handlers, spill_path=spill)
+    stream = tg.MetricStream("train", handler)
+    pause, logged_meanwhile = handlers_module._yield_gil, []
+
+    def training_thread_meanwhile():
+        if not logged_meanwhile:
+            logged_meanwhile.append(True)
+            for step in range(2000, 3500):
+                stream.add_value("loss", float(step), step=step)
+            handler.emit_event("checkpoint_saved", {}, 1_790_000_000.0)
+        pause()
+
+    monkeypatch.setattr(handlers_module, "_yield_gil", training_thread_meanwhile)
+    for step in range(2000):  # two full messages: the background thread takes them, and pauses while encoding
+        stream.add_value("loss", float(step), step=step)
+    wait_until(lambda: handler.outbox.sending)
+    handler.close(timeout=0.2)
+    stats = handler.stats()
+    assert logged_meanwhile
+    assert (stats.points_delivered, stats.points_dropped, stats.points_spilled) == (0, 0, 3500)
+    assert [p.step for p in points_of(parse_all(jsonl_payloads(spill)))] == list(range(3500))
+    assert stats.events_spilled == 1
+
+
 def test_values_logged_after_close_are_counted_unsent(silent_server, handlers):
     handler = hanging_pubsub_handler(handlers)
     log_until_a_send_hangs(handler, 1500)

@@ -580,12 +580,7 @@ def end_run(state: WindowHistory, ended: RunEnded, config: Optional[TagWindowCon
         else:
             streak.append(ended.run)
         if rebaseline_after and len(streak) >= rebaseline_after:
-            state.rebased_from[check.aggregation] = streak[0]
-            for earlier in state.finished_runs:
-                if earlier.run in streak:
-                    earlier.excluded.pop(check.aggregation, None)
-            streak.clear()
-            improving.clear()
+            _move_level(state, check.aggregation, streak[0])  # (the successful runs since its first are the streak)
         elif rebaseline_after and len(improving) >= rebaseline_after:
             _move_level(state, check.aggregation, improving[0])
     _forget_old_levels(state, config)

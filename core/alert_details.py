@@ -151,7 +151,10 @@ def basis_text(kind: str, details: Mapping[str, Any]) -> str:
     if kind == AlertKind.WINDOW_OUT_OF_BOUNDS:
         if details.get("history") == "trailing":
             return f"from the {_plural(size, 'previous window')} of this run"
-        return f"from the same-step windows of {_plural(size, 'earlier run')}"
+        share = _float(details, "run_offset_share")
+        stands = (f", each run's standing over its first windows taken off (this run's: {share:+.2%})"
+                  if share is not None else "")
+        return f"from the same-step windows of {_plural(size, 'earlier run')}{stands}"
     segment = details.get("history_segment")
     return f"from {_plural(size, 'earlier run')}" + (f" with {segment}" if isinstance(segment, str) and segment else "")
 

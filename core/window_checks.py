@@ -14,8 +14,9 @@ reference (the history's centre, or the fixed value) and ``min_effect_rel`` time
 its magnitude, so that tiny deviations of very stable metrics stay quiet.
 A (run, check) alerts once M of its last N windows counted, and not again
 until it recovers (fewer than M of the last N). A step-aligned check that
-already tripped in the previous successful run does not alert again: that is
-one moved level, announced live once (see ``_continues_a_level``).
+already tripped in the previous successful run does not alert again in a run
+that did not open within bounds: that is one moved level, announced live once
+(see ``_continues_a_level``).
 
 Step-aligned history leaves out the windows that counted as out of bounds, so
 that an earlier regression does not widen the band that should catch its
@@ -30,6 +31,17 @@ cutoff's mirror) is an improved run, and ``rebaseline_after`` of them in a row
 move the level the same way. Left in, the old level's windows would widen the
 band for as long as they stay (``history_runs``), and a slowdown back to the
 old level would pass it.
+
+A step-aligned check also allows for where each run stands: a run's first
+windows (``RUN_OFFSET_WINDOWS``) say how far above or below the compared runs'
+first windows it runs (a slower host, another seed), as a share of them. From
+its ``RUN_OFFSET_MIN + 1``-th window on, a window and each compared run's
+same-step window are judged with their run's offset taken off
+(``_run_offset``). What is left is the change within the run, whose noise is
+far smaller than the spread between runs: a step time 15% slower from mid-run
+stands out even where runs differ by several percent. A run whose offset lies
+beyond what the compared runs' allow at the check's rate is off from its first
+windows on: it is judged as before, without offsets.
 """
 
 from __future__ import annotations
@@ -56,6 +68,7 @@ from core.bounds import (
 from core.config import TagWindowConfig, WindowCheck, WindowConfig
 from core.records import Alert, Refused
 from core.registry import record
+from core.stats import median
 from core.triage import (
     WINDOW_ALERT_KINDS,
     TriageItem,
@@ -74,6 +87,12 @@ improvement bound; a run is improved when at least half of its judged windows ar
 under healthy noise that takes a run-wide deviation of half a cutoff, several scales, in every run of a
 streak."""
 MIN_JUDGED = 3
+
+RUN_OFFSET_WINDOWS = 8
+"""How many of a run's first windows tell where the run stands (``_run_offset``); later windows add nothing, so
+a change from mid-run is not taken for the run's own level."""
+RUN_OFFSET_MIN = 2  # a run's offset needs this many of its windows before the one judged
+OPENING_WINDOWS = 2  # a run whose first judged windows were within bounds did not open at a level that moved
 
 
 @record("RunEnded")
@@ -122,6 +141,8 @@ class FinishedRun:
     windows: Sequence[HistoryWindow]
     # Per aggregation, the indices of the windows that counted as out of bounds: not history.
     excluded: Dict[str, FrozenSet[int]] = dataclasses.field(default_factory=dict)
+    # Per step-aligned aggregation, its first windows' values (``_OpenRun.leading``).
+    leading: Dict[str, Tuple[float, ...]] = dataclasses.field(default_factory=dict)
 
     def most_overlapping(self, window: WindowResult) -> Optional[HistoryWindow]:
         """The window of this run overlapping ``window``'s steps the most (ties: the lowest index, then the
@@ -193,6 +214,18 @@ class _OpenRun:
     improved: Dict[str, List[int]] = dataclasses.field(default_factory=dict)
     # How many of ``windows`` a state kept in parts holds in its log (``take_unlogged``), the first ones.
     logged: int = 0
+    # Per step-aligned aggregation: the values of its first ``RUN_OFFSET_WINDOWS`` windows, in order: where the run
+    # stands (``_run_offset``).
+    leading: Dict[str, List[float]] = dataclasses.field(default_factory=dict)
+    # Per aggregation: how many of its first ``OPENING_WINDOWS`` judged windows were within bounds so far, -1 once
+    # one of them was not (``_continues_a_level``).
+    opening_within: Dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def __getstate__(self) -> Dict[str, Any]:
+        """Pickles and copies leave the kept ``_OffsetSpread`` out (it is made again when needed)."""
+        state = dict(self.__dict__)
+        state.pop(_OFFSET_SPREAD, None)
+        return state
 
 
 @record("WindowHistory")
@@ -307,33 +340,43 @@ def step_aligned_history(window: WindowResult, runs: Sequence[FinishedRun], aggr
                          limit: Optional[int] = None) -> Tuple[List[float], List[str]]:
     """From each run, the value of its window overlapping ``window``'s steps the most, oldest first;
     runs whose window counted as out of bounds give none; at most the latest ``limit`` values."""
-    values, compared, _ = _step_aligned(window, runs, aggregation, limit, 0)
-    return values, compared
+    aligned = _step_aligned(window, runs, aggregation, limit, 0)
+    return aligned.values, [finished.run for finished in aligned.runs]
+
+
+@dataclasses.dataclass
+class _Aligned:
+    """``step_aligned_history``'s values and their runs, oldest first, and the same-step values of the latest
+    runs (``RecentValue``) with their runs: the windows left out for being out of bounds included, which only
+    tell a second mode of the history (runs on two machine types: the slower mode's windows, each left out as it
+    alerted, would otherwise leave a one-mode history that alerts on every run of that type;
+    ``core.bounds._beyond_second_mode``)."""
+    values: List[float]
+    runs: List[FinishedRun]
+    recent: List[RecentValue]
+    recent_runs: List[FinishedRun]
 
 
 def _step_aligned(window: WindowResult, runs: Sequence[FinishedRun], aggregation: str, limit: Optional[int],
-                  recent_runs: int) -> Tuple[List[float], List[str], List[RecentValue]]:
-    """``step_aligned_history``'s values and runs, and in one walk back over the runs the same-step values of
-    the latest ``recent_runs`` runs (``RecentValue``), oldest first: the windows left out for being out of
-    bounds included, which only tell a second mode of the history (runs on two machine types: the slower
-    mode's windows, each left out as it alerted, would otherwise leave a one-mode history that alerts on every
-    run of that type; ``core.bounds._beyond_second_mode``)."""
-    values: List[float] = []
-    compared: List[str] = []
-    recent: List[RecentValue] = []
+                  recent_runs: int) -> _Aligned:
+    """``step_aligned_history`` and, in the same walk back over the runs, the latest ``recent_runs`` runs'."""
+    aligned = _Aligned([], [], [], [])
     for age, finished in enumerate(reversed(runs)):
-        full = limit is not None and len(values) >= limit
+        full = limit is not None and len(aligned.values) >= limit
         if full and age >= recent_runs:
             break
         found = _aligned_value(finished, window, aggregation)
         if found is None:
             continue
         if age < recent_runs:
-            recent.append(found)
+            aligned.recent.append(found)
+            aligned.recent_runs.append(finished)
         if found.counted and not full:
-            values.append(found.value)
-            compared.append(finished.run)
-    return values[::-1], compared[::-1], recent[::-1]
+            aligned.values.append(found.value)
+            aligned.runs.append(finished)
+    for field in (aligned.values, aligned.runs, aligned.recent, aligned.recent_runs):
+        field.reverse()
+    return aligned
 
 
 def _aligned_value(finished: FinishedRun, window: WindowResult, aggregation: str) -> Optional[RecentValue]:
@@ -346,6 +389,97 @@ def _aligned_value(finished: FinishedRun, window: WindowResult, aggregation: str
     if value is None:
         return None
     return RecentValue(value, best.index not in finished.excluded.get(aggregation, ()))
+
+
+def _offsets(runs: Sequence[Sequence[float]], count: int) -> Tuple[List[float], List[Optional[float]]]:
+    """The centres of runs' first ``count`` window values (the median of each position's) and each run's offset
+    from them: the median of its values' deviations from the centres, as shares of the centres' size (None: no
+    value at a position with a non-zero centre)."""
+    centres = [median(column) if column else 0.0
+               for column in ([values[i] for values in runs if len(values) > i] for i in range(count))]
+    return centres, [_offset_from(values, centres) for values in runs]
+
+
+def _offset_from(values: Sequence[float], centres: Sequence[float]) -> Optional[float]:
+    deviations = [(value - centre) / abs(centre) for value, centre in zip(values, centres) if centre]
+    return median(deviations) if deviations else None
+
+
+def _run_offset(state: WindowHistory, window: WindowResult, check: WindowCheck, aligned: _Aligned,
+                before: _Aligned) -> Optional[Tuple[float, float, _Aligned, _Aligned]]:
+    """Where ``window``'s run stands (a share of the history's median, and that median's size), and the compared
+    runs' values with their own runs' offsets taken off (the history before the level moved: by its own
+    centres), when the run has ``RUN_OFFSET_MIN`` values before this window and the check compares with a
+    statistical threshold; None: the window is judged as it is.
+
+    A run's offset is the median deviation of its first window values (as many as the judged run has so far, at
+    most ``RUN_OFFSET_WINDOWS``) from the compared runs' centres of the same positions, as a share of them; a
+    compared run without any leaves the history. A judged run whose offset lies beyond the bounds the compared
+    runs' offsets give at the check's own rate (``core.bounds.compute_bounds``: a young level's pooled with the
+    level's before, second modes of the latest runs included) is no healthy run from its first windows on: it is judged without offsets (None), so a run slower
+    from its start is as easy to catch as before."""
+    open_run = state.open_runs.get(window.run)
+    own = open_run.leading.get(check.aggregation, ()) if open_run is not None else ()
+    count = min(len(own), RUN_OFFSET_WINDOWS)
+    if open_run is None or count < RUN_OFFSET_MIN or check.condition.fixed_value is not None or not aligned.values:
+        return None
+    spread = _offset_spread(open_run, check, count, aligned, before)
+    mine = _offset_from(own[:count], spread.centres)
+    if spread.allowed is None or mine is None or not spread.allowed[0] <= mine <= spread.allowed[1]:
+        return None
+    size = abs(median(aligned.values))
+    return (mine, size, _taken_off(aligned, spread.offsets, size),
+            _taken_off(before, spread.offsets, abs(median(before.values or [0.0]))))
+
+
+@dataclasses.dataclass(frozen=True)
+class _OffsetSpread:
+    """Of the compared runs (and those before the level moved): the centres of their first windows, each run's
+    offset from them (by run; its level's own centres), and the range a healthy run's offset lies in (None:
+    too few offsets to tell)."""
+    centres: List[float]
+    offsets: Dict[str, Optional[float]]
+    allowed: Optional[Tuple[float, float]]
+
+
+_OFFSET_SPREAD = "_offset_spread"
+
+
+def _offset_spread(open_run: _OpenRun, check: WindowCheck, count: int, aligned: _Aligned,
+                   before: _Aligned) -> _OffsetSpread:
+    """The ``_OffsetSpread`` of the runs ``window_bounds`` compares with, kept beside the open run's fields (never
+    encoded, pickled or compared) for its next windows, which mostly compare with the same runs (the key names
+    them all: a run's first windows never change once it ended)."""
+    key = (check.aggregation, count, tuple(f.run for f in aligned.runs), tuple(f.run for f in before.runs),
+           tuple((f.run, entry.counted) for f, entry in zip(aligned.recent_runs, aligned.recent)))
+    kept = open_run.__dict__.get(_OFFSET_SPREAD)
+    if kept is not None and kept[0] == key:
+        return cast(_OffsetSpread, kept[1])
+    runs = {f.run: f for f in itertools.chain(aligned.runs, aligned.recent_runs)}
+    centres, offsets = _offsets([f.leading.get(check.aggregation, ()) for f in runs.values()], count)
+    offset_of = dict(zip(runs, offsets))
+    _, earlier = _offsets([f.leading.get(check.aggregation, ()) for f in before.runs], count)
+    offset_of.update(zip((f.run for f in before.runs), earlier))
+    compared = [o for o in (offset_of[f.run] for f in aligned.runs) if o is not None]
+    recent = [RecentValue(o, entry.counted) for o, entry in
+              ((offset_of[f.run], entry) for f, entry in zip(aligned.recent_runs, aligned.recent)) if o is not None]
+    bounds = compute_bounds(check.condition, compared, [o for o in earlier if o is not None], recent)
+    cutoff = None if bounds is None else bounds.lower if bounds.upper is None else bounds.upper
+    allowed = None
+    if bounds is not None and bounds.improvement is not None and cutoff is not None:
+        allowed = (min(cutoff, bounds.improvement), max(cutoff, bounds.improvement))
+    spread = _OffsetSpread(centres, offset_of, allowed)
+    open_run.__dict__[_OFFSET_SPREAD] = (key, spread)
+    return spread
+
+
+def _taken_off(part: _Aligned, offset_of: Dict[str, Optional[float]], size: float) -> _Aligned:
+    """``part``'s values with their runs' offsets (times ``size``) taken off; runs without one leave it."""
+    values = [(v, f, offset_of.get(f.run)) for v, f in zip(part.values, part.runs)]
+    recent = [(r, f, offset_of.get(f.run)) for r, f in zip(part.recent, part.recent_runs)]
+    return _Aligned([v - o * size for v, _, o in values if o is not None], [f for _, f, o in values if o is not None],
+                    [RecentValue(r.value - o * size, r.counted) for r, _, o in recent if o is not None],
+                    [f for _, f, o in recent if o is not None])
 
 
 def _segments(state: WindowHistory, check: WindowCheck) -> Tuple[List[FinishedRun], List[FinishedRun]]:
@@ -361,10 +495,18 @@ class CheckedWindow:
     """What one check compared one window with: the history it used, the bounds they gave, the window's value."""
     check: WindowCheck
     value: Optional[float]
-    history: Tuple[float, ...]    # oldest first
+    history: Tuple[float, ...]    # oldest first; with their runs' offsets taken off (``run_offset``)
     compared: Tuple[str, ...]     # the runs of ``history`` (step_aligned), or the window's own run (trailing)
     previous: Tuple[float, ...]   # step_aligned: the history before the check's level last moved
-    bounds: Optional[Bounds]      # None: too little history to judge
+    bounds: Optional[Bounds]      # None: too little history to judge; else where ``value`` is judged, offset included
+    run_offset: float = 0.0       # how far the window's run stands from the history, in the value's units...
+    run_offset_share: float = 0.0  # ...and as a share of the history's median
+    unadjusted: Optional[CheckedWindow] = None  # the same without the runs' offsets, when they were taken off
+
+    @property
+    def as_it_was(self) -> CheckedWindow:
+        """The history and bounds as they were, no run's offset taken off."""
+        return self.unadjusted or self
 
     @property
     def out_of_bounds(self) -> bool:
@@ -376,32 +518,49 @@ class CheckedWindow:
 def window_bounds(state: WindowHistory, window: WindowResult, check: WindowCheck) -> CheckedWindow:
     """What ``check`` compares ``window`` with in ``state``: the one place the history and the bounds a window is
     judged by are chosen, for :func:`check_window` and for readers that draw them (the report)."""
-    previous: List[float] = []
-    recent: List[RecentValue] = []
+    value = window.values.get(check.aggregation)
     if check.history == "trailing":
         open_run = state.open_runs.get(window.run, _OpenRun())
         history = [v for v in (w.values.get(check.aggregation) for w in open_run.windows[-check.trailing_windows:])
                    if v is not None]
-        compared = [window.run] if history else []
-    else:
-        current, before = _segments(state, check)
-        history, compared, recent = _step_aligned(window, current, check.aggregation, check.history_runs, MODE_RECENT)
-        previous, _ = step_aligned_history(window, before, check.aggregation, check.history_runs)
-    return CheckedWindow(check, window.values.get(check.aggregation), tuple(history), tuple(compared),
-                         tuple(previous), compute_bounds(check.condition, history, previous, recent))
+        return CheckedWindow(check, value, tuple(history), (window.run,) if history else (), (),
+                             compute_bounds(check.condition, history))
+    current, earlier = _segments(state, check)
+    aligned = _step_aligned(window, current, check.aggregation, check.history_runs, MODE_RECENT)
+    before = _step_aligned(window, earlier, check.aggregation, check.history_runs, 0)
+    checked = CheckedWindow(check, value, tuple(aligned.values), tuple(f.run for f in aligned.runs),
+                            tuple(before.values), compute_bounds(check.condition, aligned.values, before.values,
+                                                                 aligned.recent))
+    adjusted = _run_offset(state, window, check, aligned, before)
+    if adjusted is None:
+        return checked
+    share, size, aligned, before = adjusted
+    bounds = compute_bounds(check.condition, aligned.values, before.values, aligned.recent)
+    return CheckedWindow(check, value, tuple(aligned.values), tuple(f.run for f in aligned.runs),
+                         tuple(before.values), _shifted(bounds, share * size), share * size, share, checked)
+
+
+def _shifted(bounds: Optional[Bounds], shift: float) -> Optional[Bounds]:
+    if bounds is None or not shift:
+        return bounds
+    return Bounds(*(None if b is None else b + shift for b in (bounds.lower, bounds.upper, bounds.centre,
+                                                                 bounds.improvement)))
 
 
 def check_window(state: WindowHistory, window: WindowResult, config: TagWindowConfig) -> List[Alert]:
     """Checks one window with every configured check; returns the alerts that fire."""
     open_run = state.open_runs.setdefault(window.run, _OpenRun())
     alerts = []
+    judged: Dict[str, bool] = {}  # step-aligned aggregation -> whether a check of it counted this window out
     for check in config.checks:
         checked = window_bounds(state, window, check)
         bounds, value, out = checked.bounds, checked.value, checked.out_of_bounds
         if out:
             open_run.out_of_bounds.setdefault(check.aggregation, set()).add(window.index)
         if check.history == "step_aligned":
-            _count_improved(open_run, check.aggregation, value, bounds, checked.history)
+            _count_improved(open_run, checked)
+            if bounds is not None and value is not None:
+                judged[check.aggregation] = judged.get(check.aggregation, False) or out
         debounce = state.debounce.setdefault(
             (window.run, check.aggregation),
             _Debounce(collections.deque(maxlen=check.debounce_windows)))
@@ -410,25 +569,32 @@ def check_window(state: WindowHistory, window: WindowResult, config: TagWindowCo
         if tripped:
             open_run.tripped.add(check.aggregation)
         if (tripped and not debounce.firing and bounds is not None and value is not None
-                and not _continues_a_level(state, check)):
-            alerts.append(_alert(window, check, value, bounds, list(checked.history), list(checked.compared),
-                                 list(checked.previous)))
+                and not _continues_a_level(state, check, open_run)):
+            alerts.append(_alert(window, checked))
         debounce.firing = tripped
+    for aggregation in {check.aggregation for check in config.checks if check.history == "step_aligned"}:
+        leading, value = open_run.leading.setdefault(aggregation, []), window.values.get(aggregation)
+        if value is not None and len(leading) < RUN_OFFSET_WINDOWS:
+            leading.append(value)
+        within = open_run.opening_within.get(aggregation, 0)
+        if aggregation in judged and 0 <= within < OPENING_WINDOWS:
+            open_run.opening_within[aggregation] = -1 if judged[aggregation] else within + 1
     open_run.windows.append(window)
     return alerts
 
 
-def _count_improved(open_run: _OpenRun, aggregation: str, value: Optional[float], bounds: Optional[Bounds],
-                    history: Sequence[float]) -> None:
+def _count_improved(open_run: _OpenRun, checked: CheckedWindow) -> None:
     """Counts a judged window of a one-sided check into its run's [improved, judged] windows: improved when it
     lies ``IMPROVED_SHARE`` of the way to the improvement bound and beyond all but ``MODE_SHARE`` of its history
-    (a level the history already holds as a mode, a faster machine type, is no new level)."""
+    (a level the history already holds as a mode, a faster machine type, is no new level). Both as they were,
+    without the runs' offsets, which would take a run-wide improvement for the run's own standing."""
+    value, bounds, history = checked.value, checked.as_it_was.bounds, checked.as_it_was.history
     if value is None or bounds is None or bounds.centre is None or bounds.improvement is None:
         return
     reach = bounds.improvement - bounds.centre  # towards the better side
     if not reach or not history:
         return
-    counts = open_run.improved.setdefault(aggregation, [0, 0])
+    counts = open_run.improved.setdefault(checked.check.aggregation, [0, 0])
     counts[1] += 1
     if (value - bounds.centre) / reach >= IMPROVED_SHARE:
         as_good = sum(1 for earlier in history if (earlier - value) * reach >= 0)
@@ -440,19 +606,26 @@ def _improved_run(open_run: _OpenRun, aggregation: str) -> bool:
     return judged >= MIN_JUDGED and 2 * improved >= judged
 
 
-def _continues_a_level(state: WindowHistory, check: WindowCheck) -> bool:
-    """Whether the check also tripped in the previous successful run: a level that moved was announced
-    live in the first run of its streak; the following runs are reported by the run-level checks
-    (``metric_out_of_bounds``, then ``baseline_shifted``), not again by every window check."""
-    return check.history == "step_aligned" and bool(state.streaks.get(check.aggregation))
+def _continues_a_level(state: WindowHistory, check: WindowCheck, open_run: _OpenRun) -> bool:
+    """Whether the check also tripped in the previous successful run and this run did not open within bounds (its
+    first ``OPENING_WINDOWS`` judged windows): a level that moved was announced live in the first run of its
+    streak; the following runs are reported by the run-level checks (``metric_out_of_bounds``, then
+    ``baseline_shifted``), not again by every window check. A run that opened within bounds and trips later is a
+    fault of its own (a slow host twice in a row), alerted live again."""
+    return (check.history == "step_aligned" and bool(state.streaks.get(check.aggregation))
+            and open_run.opening_within.get(check.aggregation, 0) < OPENING_WINDOWS)
 
 
-def _alert(window: WindowResult, check: WindowCheck, value: float, bounds: Bounds, history: List[float],
-           compared: List[str], previous: List[float]) -> Alert:
+
+def _alert(window: WindowResult, checked: CheckedWindow) -> Alert:
+    check, value, bounds = checked.check, checked.value, checked.bounds
+    assert value is not None and bounds is not None
     metric = window_metric(window.tag, check.aggregation)
+    history, previous = list(checked.history), list(checked.previous)
     facts = threshold_facts(check.condition, bounds, history, previous)
-    # the value compared last: the same-step window of the latest compared run, or this run's previous window
-    runs = compared if check.history == "step_aligned" else [window.run] * len(history)
+    # the value compared last, as it was: the same-step window of the latest compared run, or this run's previous one
+    last = checked.as_it_was
+    runs = list(last.compared) if check.history == "step_aligned" else [window.run] * len(last.history)
     alert = Alert(
         kind=AlertKind.WINDOW_OUT_OF_BOUNDS, test=window.test, run=window.run, metric=metric, value=value,
         lower_bound=bounds.lower, upper_bound=bounds.upper, created_at=window.end_time,
@@ -460,10 +633,12 @@ def _alert(window: WindowResult, check: WindowCheck, value: float, bounds: Bound
         details={"window": {"kind": window.kind, "index": window.index, "start_time": window.start_time,
                             "end_time": window.end_time, "start_step": window.start_step,
                             "end_step": window.end_step, "n": window.n, "partial": window.partial},
-                 "history": check.history, "history_size": len(history), "compared_runs": compared,
+                 "history": check.history, "history_size": len(history), "compared_runs": list(checked.compared),
                  "comparison": check.condition.comparison.value, **threshold_details(check.condition, bounds), **facts,
                  **change_facts(value, reference(bounds, check.condition), facts["scale"]),
-                 **previous_facts(history, runs), "step": window.end_step,
+                 **previous_facts(last.history, runs), "step": window.end_step,
+                 **({"run_offset": checked.run_offset, "run_offset_share": checked.run_offset_share}
+                    if checked.run_offset else {}),
                  "debounce": f"{check.debounce_out_of_bounds} of {check.debounce_windows}"})
     return dataclasses.replace(alert, message=describe(alert))
 
@@ -560,7 +735,8 @@ def end_run(state: WindowHistory, ended: RunEnded, config: Optional[TagWindowCon
     if ended.status != RunStatus.SUCCESS or not open_run.windows or config is None:
         return
     finished = FinishedRun(ended.run, open_run.windows,
-                           {agg: frozenset(indices) for agg, indices in open_run.out_of_bounds.items()})
+                           {agg: frozenset(indices) for agg, indices in open_run.out_of_bounds.items()},
+                           {agg: tuple(values) for agg, values in open_run.leading.items() if values})
     state.finished_runs.append(finished)
     for check in config.checks:
         if check.history != "step_aligned":
@@ -653,12 +829,12 @@ def near_windows(runs: Iterable[FinishedRun], windows: Sequence[WindowResult],
     kept = tuple(sorted(set(aggregations)))
     spans = [span for span in map(_step_span, windows) if span is not None]
     if not spans:
-        return NearWindows(0, -1, kept, [FinishedRun(f.run, [], f.excluded) for f in runs])
+        return NearWindows(0, -1, kept, [FinishedRun(f.run, [], f.excluded, f.leading) for f in runs])
     widest = max(end - start + 1 for start, end in spans)
     low = min(start for start, _ in spans) - NEAR_SPANS_BEHIND * widest
     high = max(end for _, end in spans) + NEAR_SPANS_AHEAD * widest
     return NearWindows(low, high, kept, [FinishedRun(f.run, [_step_window(w, kept) for w in f.windows
-                                                             if _shares_steps(w, low, high)], f.excluded)
+                                                             if _shares_steps(w, low, high)], f.excluded, f.leading)
                                          for f in runs])
 
 

@@ -16,7 +16,7 @@ a schema version bump), ``tests/transforms/test_coders.py`` finds that today's
 encoding is no longer the latest set's, byte for byte: write the next set next
 to the old ones, which stay decoded::
 
-    python scripts/write_state_fixtures.py --out tests/fixtures/state_v5
+    python scripts/write_state_fixtures.py --out tests/fixtures/state_v6
 """
 
 from __future__ import annotations

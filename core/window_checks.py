@@ -449,8 +449,9 @@ def _offset_spread(open_run: _OpenRun, check: WindowCheck, count: int, aligned: 
                    before: _Aligned) -> _OffsetSpread:
     """The ``_OffsetSpread`` of the runs ``window_bounds`` compares with, kept beside the open run's fields (never
     encoded, pickled or compared) for its next windows, which mostly compare with the same runs (the key names
-    them all: a run's first windows never change once it ended)."""
-    key = (check.aggregation, count, tuple(f.run for f in aligned.runs), tuple(f.run for f in before.runs),
+    the check's condition and all the runs: a run's first windows never change once it ended)."""
+    key = (check.aggregation, check.condition, count, tuple(f.run for f in aligned.runs),
+           tuple(f.run for f in before.runs),
            tuple((f.run, entry.counted) for f, entry in zip(aligned.recent_runs, aligned.recent)))
     kept = open_run.__dict__.get(_OFFSET_SPREAD)
     if kept is not None and kept[0] == key:

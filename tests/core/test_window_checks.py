@@ -536,3 +536,25 @@ def test_a_slowdown_from_mid_run_right_after_another_is_alerted_live_again(monke
     monkeypatch.setattr(window_checks, "OPENING_WINDOWS", 99)  # every run after a tripped one continues a level
     before, _ = _second_slow_runs_alerted()
     assert second >= 15 and false == 0 and before <= 4
+
+
+def test_the_offsets_kept_for_a_runs_next_windows_are_those_of_the_check_asking():
+    """The runs' offsets kept beside an open run for its next windows belong to one check's condition: another
+    check of the same aggregation at another rate gets the bounds it gets on a state that kept nothing."""
+    import numpy as np
+    rng = np.random.default_rng(21)
+    loose, tight = (dataclasses.replace(config(history_runs=20).checks[0], condition=SuccessCondition(
+        "less", false_alert_rate=rate, wait_for_n_points_of_history=10)) for rate in (0.05, 0.0005))
+    cfg = TagWindowConfig(WindowSpec(count=100), (loose,))
+    state = WindowHistory()
+    for run in range(30):
+        effect = float(rng.standard_t(3) * 0.02)
+        finished_run(state, f"r{run:02d}", [3.0 * (1 + effect + float(rng.standard_t(3)) * 0.016) for _ in range(10)],
+                     cfg)
+    for i in range(4):  # a run 5% slower than the others from its start: beyond the loose check's offsets only
+        check_window(state, window("now", i, 3.15 + 0.001 * i), cfg)
+    fresh = copy.deepcopy(state)  # a copy keeps nothing beside the fields
+    judged = window("now", 4, 3.15)
+    assert window_bounds(state, judged, loose).unadjusted is None  # kept: the loose check's offsets and range
+    assert window_bounds(fresh, judged, tight).unadjusted is not None
+    assert window_bounds(state, judged, tight) == window_bounds(fresh, judged, tight)

@@ -416,8 +416,8 @@ def _run_offset(state: WindowHistory, window: WindowResult, check: WindowCheck, 
     most ``RUN_OFFSET_WINDOWS``) from the compared runs' centres of the same positions, as a share of them; a
     compared run without any leaves the history. A judged run whose offset lies beyond the bounds the compared
     runs' offsets give at the check's own rate (``core.bounds.compute_bounds``: a young level's pooled with the
-    level's before, second modes of the latest runs included) is no healthy run from its first windows on: it is judged without offsets (None), so a run slower
-    from its start is as easy to catch as before."""
+    level's before, second modes of the latest runs included) is no healthy run from its first windows on: it is
+    judged without offsets (None), so a run slower from its start is as easy to catch as before."""
     open_run = state.open_runs.get(window.run)
     own = open_run.leading.get(check.aggregation, ()) if open_run is not None else ()
     count = min(len(own), RUN_OFFSET_WINDOWS)
@@ -544,8 +544,11 @@ def window_bounds(state: WindowHistory, window: WindowResult, check: WindowCheck
 def _shifted(bounds: Optional[Bounds], shift: float) -> Optional[Bounds]:
     if bounds is None or not shift:
         return bounds
-    return Bounds(*(None if b is None else b + shift for b in (bounds.lower, bounds.upper, bounds.centre,
-                                                                 bounds.improvement)))
+
+    def moved(at: Optional[float]) -> Optional[float]:
+        return None if at is None else at + shift
+    return Bounds(lower=moved(bounds.lower), upper=moved(bounds.upper), centre=moved(bounds.centre),
+                  improvement=moved(bounds.improvement))
 
 
 def check_window(state: WindowHistory, window: WindowResult, config: TagWindowConfig) -> List[Alert]:
@@ -615,7 +618,6 @@ def _continues_a_level(state: WindowHistory, check: WindowCheck, open_run: _Open
     fault of its own (a slow host twice in a row), alerted live again."""
     return (check.history == "step_aligned" and bool(state.streaks.get(check.aggregation))
             and open_run.opening_within.get(check.aggregation, 0) < OPENING_WINDOWS)
-
 
 
 def _alert(window: WindowResult, checked: CheckedWindow) -> Alert:

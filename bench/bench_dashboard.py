@@ -71,7 +71,7 @@ def build_store(path: str, tests: int, runs: int, metrics: int) -> None:
                  ORDER BY timestamp, metric_name""")
     c.execute(f"""INSERT INTO metric_windows SELECT run, test, tag, 'count', w, 0, FALSE,
                   to_timestamp(ended - 900 + w * 40), to_timestamp(ended - 900 + w * 40 + 39), w * 100, w * 100 + 99,
-                  100, 1.0 + w, 1.0 + w, 0.5, 2.0, 100.0 * (1 + w), 0.1, 1.0 + w, 1.5 + w, 1.9 + w, NULL
+                  100, 1.0 + w, 1.0 + w, 0.5, 2.0, 100.0 * (1 + w), 0.1, 1.0 + w, 1.5 + w, 1.9 + w, NULL, NULL
                   FROM r, (VALUES ('loss'), ('accuracy')) g(tag), range(20) h(w) WHERE j >= {runs - 10}
                   ORDER BY ended + w * 40, tag""")
     c.execute("""INSERT INTO dead_letter SELECT to_timestamp(1735689600 + i * 60), 'invalid message: reason ' || (i % 7),

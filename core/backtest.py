@@ -55,9 +55,17 @@ from core.config import (
     MetricCollectionConfig,
     RegressionTestConfig,
 )
-from core.history import JobHistory, MetricHistory, apply_metric_triage, check_job, check_metric, history_policy
+from core.history import (
+    JobHistory,
+    MetricHistory,
+    apply_metric_triage,
+    check_job,
+    check_metric,
+    history_policy,
+    history_segment,
+)
 from core.records import Alert, MetricObservation
-from core.runs import MetricValue, RankedEvent, RunResult
+from core.runs import MetricValue, RankedEvent, RunResult, effective_rank
 from core.triage import AlertFacts, TriageItem
 from core.vocabulary import AlertKind
 from core.window_checks import (
@@ -68,6 +76,7 @@ from core.window_checks import (
     window_triage_targets,
 )
 from core.windows import WindowResult
+from trainguard import wire
 
 NOT_RE_EVALUATED = frozenset({AlertKind.RUN_STALLED, AlertKind.CONFIG_REJECTED})
 """Kinds whose inputs the store does not keep: carried over from the stored alerts as they fired."""
@@ -279,6 +288,14 @@ def _kind_rank(kind: str) -> Tuple[int, str]:
         return len(AlertKind), kind
 
 
+def started_data(run: RunResult, rank: Optional[int]) -> Mapping[str, Any]:
+    """The data of the earliest run_started of the run's worker ``rank`` (None: the run's own windows, rank 0's),
+    as the live windows keep it (``transforms.windows.WindowRunFn``): what picks a window's history."""
+    started = [event for event in run.events
+               if event.type == wire.RUN_STARTED and effective_rank(event.rank) == effective_rank(rank)]
+    return min(started, key=lambda event: event.time).data if started else {}
+
+
 def backtest(history: StoredHistory, configs: Configs,
              extra_items: Optional[Mapping[Key, Sequence[Ordered]]] = None,
              metric_check: MetricCheck = check_metric) -> BacktestResult:
@@ -304,14 +321,16 @@ def backtest(history: StoredHistory, configs: Configs,
     checked = skipped = 0
     window_runs: Dict[Key, Dict[str, RunResult]] = collections.defaultdict(dict)
     for window in history.windows:
-        tag_config = configs.for_test(window.test, window.end_time).windows.tags.get(window.tag)
+        config = configs.for_test(window.test, window.end_time)
+        tag_config = config.windows.tags.get(window.tag)
         if tag_config is None or not tag_config.checks or tag_config.spec.kind != window.kind:
             skipped += 1
             continue
         window_key: Key = ("window", (window.test, window.tag, window.kind))
-        items[window_key].append(window)
-        checked += 1
         ended = runs_by_key.get((window.test, window.run))
+        items[window_key].append(window if ended is None else dataclasses.replace(
+            window, segment=history_segment(started_data(ended, window.rank), config.window_history_by(window.tag))))
+        checked += 1
         if ended is not None:  # a run without a job_history row is still open: its windows have no end yet
             window_runs[window_key][ended.run] = ended
     for window_key, ended_runs in window_runs.items():

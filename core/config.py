@@ -234,6 +234,9 @@ class TagWindowConfig:
     spec: WindowSpec
     checks: Tuple[WindowCheck, ...] = ()
     rank_check: Optional[RankCheck] = None
+    # Keys of a run's run_started data whose values pick the step-aligned history its windows are checked against
+    # (None: the test's ``history_by``; (): one history for the tag).
+    history_by: Optional[Tuple[str, ...]] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,6 +260,17 @@ class TestConfig:
     regression_test: RegressionTestConfig = RegressionTestConfig()
     source: str = "<built-in default>"
     windows: WindowConfig = WindowConfig()
+
+    def window_history_by(self, tag: str) -> Tuple[str, ...]:
+        """The ``history_by`` of a tag's window checks: its own, else the test's."""
+        tag_config = self.windows.tags.get(tag)
+        own = tag_config.history_by if tag_config is not None else None
+        return self.regression_test.history_by if own is None else own
+
+    def window_history_keys(self) -> Tuple[str, ...]:
+        """Every key of a run's data that picks the history of one of its tags' window checks."""
+        return tuple(dict.fromkeys(key for tag, tag_config in self.windows.tags.items() if tag_config.checks
+                                   for key in self.window_history_by(tag)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -572,7 +586,7 @@ def _parse_windows(reader: StrictReader, raw: Any) -> WindowConfig:
 
 def _parse_tag_windows(reader: StrictReader, raw: Any, where: str) -> TagWindowConfig:
     obj = reader.object(raw, where, {"count", "time_seconds", "period_seconds", "aggregations", "checks",
-                                     "rank_check"})
+                                     "rank_check", "history_by"})
     count = obj.get("count")
     if count is not None:
         count = reader.integer(count, f"{where}.count", minimum=1)
@@ -601,7 +615,8 @@ def _parse_tag_windows(reader: StrictReader, raw: Any, where: str) -> TagWindowC
     rank_check = None
     if obj.get("rank_check") is not None:
         rank_check = _parse_rank_check(reader, obj["rank_check"], f"{where}.rank_check", aggregations)
-    return TagWindowConfig(WindowSpec(count, time_seconds, period, aggregations), checks, rank_check)
+    history_by = _history_by(reader, obj["history_by"], f"{where}.history_by") if "history_by" in obj else None
+    return TagWindowConfig(WindowSpec(count, time_seconds, period, aggregations), checks, rank_check, history_by)
 
 
 def _aggregation_of(reader: StrictReader, obj: Dict[str, Any], where: str, aggregations: Tuple[str, ...]) -> str:

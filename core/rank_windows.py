@@ -100,7 +100,8 @@ def combined_window(by_rank: Dict[int, WindowResult], reduction: str) -> WindowR
     return WindowResult(first.test, first.run, first.tag, first.kind, first.index,
                         min(w.start_time for w in by_rank.values()), max(w.end_time for w in by_rank.values()),
                         min(steps) if steps else None, max(steps) if steps else None,
-                        sum(w.n for w in by_rank.values()), any(w.partial for w in by_rank.values()), values)
+                        sum(w.n for w in by_rank.values()), any(w.partial for w in by_rank.values()), values,
+                        segment=first.segment)
 
 
 def _check_ranks(state: RankWindows, by_rank: Dict[int, WindowResult], check: RankCheck) -> List[Alert]:

@@ -131,7 +131,8 @@ def window_row(result: WindowResult, revision: int) -> Dict[str, Any]:
     row = {"run_id": result.run, "test_name": result.test, "tag": result.tag, "window_kind": result.kind,
            "window_index": result.index, "revision": revision, "partial": result.partial,
            "start_time": iso_utc(result.start_time), "end_time": iso_utc(result.end_time),
-           "start_step": result.start_step, "end_step": result.end_step, "n": result.n}
+           "start_step": result.start_step, "end_step": result.end_step, "n": result.n,
+           "history_segment": result.segment or None}
     row.update(result.values)
     return row
 

@@ -106,6 +106,8 @@ METRIC_WINDOWS = Table("metric_windows", (
     Column("p90", "FLOAT64"),
     Column("p99", "FLOAT64"),
     Column("histogram", "STRING", False, 'JSON {"edges": [11 floats], "counts": [10 ints]}'),
+    Column("history_segment", "STRING", False, "the history its checks compared it with, e.g. accelerator=v5e, "
+           "for a tag whose window checks have history_by; NULL for a tag with one history"),
 ), key=("test_name", "run_id", "tag", "window_kind", "window_index", "revision"), time_column="end_time")
 
 TRIAGE = Table("triage", (

@@ -244,6 +244,30 @@ class WindowHistory:
     improving: Dict[str, List[str]] = dataclasses.field(default_factory=dict)
     # Per aggregation: a run accepted as a new level (``core.triage``) before it ended.
     pending_accepts: Dict[str, str] = dataclasses.field(default_factory=dict)
+    # A tag whose window checks have ``history_by``: one such history per segment of its runs
+    # (``WindowResult.segment``, e.g. ``accelerator=v5e``), each run judged against its own type's runs.
+    segments: Dict[str, WindowHistory] = dataclasses.field(default_factory=dict)
+
+    def judging(self, segment: str, run: str) -> WindowHistory:
+        """The history that judges a window of ``run`` of ``segment`` ("": this one); a pending accept of the
+        run moves there with it."""
+        if not segment:
+            return self
+        history = self.segments.setdefault(segment, WindowHistory())
+        for aggregation, pending in list(self.pending_accepts.items()):
+            if pending == run:
+                history.pending_accepts[aggregation] = self.pending_accepts.pop(aggregation)
+        return history
+
+    def holding(self, run: str) -> WindowHistory:
+        """The history (this one or a segment's) whose open or finished runs hold ``run``; this one if none."""
+        return next((history for history in (self, *self.segments.values())
+                     if run in history.open_runs or any(f.run == run for f in history.finished_runs)), self)
+
+    @property
+    def runs_held(self) -> int:
+        """How many finished runs the history (with its segments) holds: what an accept can name."""
+        return sum(len(history.finished_runs) for history in (self, *self.segments.values()))
 
 
 @record("WindowTriage")
@@ -291,14 +315,16 @@ def reaches_run_level_history(item: TriageItem, windows: WindowConfig) -> bool:
 def apply_window_triage(state: WindowHistory, triage: WindowTriage) -> None:
     """An accept moves the check's level to the run (when it ends, for a ``future`` accept of a run still going
     or to come; ``Refused`` for another run the history does not hold); a dismiss lets the dismissed window back
-    into the history and takes its run out of the check's streak."""
+    into the history and takes its run out of the check's streak. Either acts on the segment holding the run
+    (``history_by``); other segments keep their levels."""
     run, aggregation = triage.item.run, triage.aggregation
     if run is None:
         return
+    whole, state = state, state.holding(run)
     finished = next((f for f in state.finished_runs if f.run == run), None)
     if triage.item.action == TriageAction.ACCEPT:
         if finished is None and not triage.item.future:
-            raise unknown_run_refusal(triage.item, len(state.finished_runs))
+            raise unknown_run_refusal(triage.item, whole.runs_held)
         if finished is None:
             state.pending_accepts[aggregation] = run
         else:
@@ -650,12 +676,19 @@ NUMERIC_AGGREGATIONS = ("last", "mean", "min", "max", "sum", "stddev", "p50", "p
 
 
 def window_from_row(row: Sequence[Any]) -> WindowResult:
-    """A stored window read back (the report's and the dashboard's queries): ``row`` holds its first 11 fields in
-    ``WindowResult``'s order (its times in epoch seconds), then one value per ``NUMERIC_AGGREGATIONS``, NULL where
-    the window did not compute it."""
+    """A stored window read back (the seed's, the report's and the dashboard's queries): ``row`` holds its first
+    11 fields in ``WindowResult``'s order (its times in epoch seconds), then one value per
+    ``NUMERIC_AGGREGATIONS``, NULL where the window did not compute it, then, if it has one, its
+    ``history_segment`` (NULL: "")."""
     (test, run, tag, kind, index, start_time, end_time, start_step, end_step, n, partial) = row[:11]
+    values = row[11:11 + len(NUMERIC_AGGREGATIONS)]
+    segment = row[11 + len(NUMERIC_AGGREGATIONS)] if len(row) > 11 + len(NUMERIC_AGGREGATIONS) else None
     return WindowResult(test, run, tag, kind, index, start_time, end_time, start_step, end_step, n, partial,
-                        {a: v for a, v in zip(NUMERIC_AGGREGATIONS, row[11:]) if v is not None})
+                        {a: v for a, v in zip(NUMERIC_AGGREGATIONS, values) if v is not None}, segment=segment or "")
+
+
+WINDOW_ROW_COLUMNS = ("start_step", "end_step", "n", "partial", *NUMERIC_AGGREGATIONS, "history_segment")
+"""What ``window_from_row`` reads after a window's key and times, in its order."""
 
 
 def runs_compared(config: TagWindowConfig) -> int:
@@ -689,7 +722,8 @@ def replay_window_checks(runs: Sequence[Tuple[Optional[float], str, str, Sequenc
     checked: Dict[Tuple[str, int], Tuple[CheckedWindow, ...]] = {}
     for item in _in_event_order(runs, actions):
         if isinstance(item, WindowResult):
-            checked[(item.run, item.index)] = tuple(window_bounds(history, item, check) for check in config.checks)
+            judging = history.judging(item.segment, item.run)
+            checked[(item.run, item.index)] = tuple(window_bounds(judging, item, check) for check in config.checks)
         _step_again(history, item, config, rebaseline_after)
     return checked
 
@@ -713,14 +747,15 @@ def _in_event_order(runs: Sequence[Tuple[Optional[float], str, str, Sequence[Win
 
 def step_window_history(state: WindowHistory, item: Any, config: Optional[TagWindowConfig],
                         rebaseline_after: int) -> List[Alert]:
-    """One item of a (test, tag, kind): a window to check, a run's end or a triage action."""
+    """One item of a (test, tag, kind): a window to check (against its segment's history), a run's end (in the
+    history holding the run) or a triage action."""
     if isinstance(item, RunEnded):
-        end_run(state, item, config, rebaseline_after)
+        end_run(state.holding(item.run), item, config, rebaseline_after)
         return []
     if isinstance(item, WindowTriage):
         apply_window_triage(state, item)
         return []
-    return check_window(state, item, config) if config else []
+    return check_window(state.judging(item.segment, item.run), item, config) if config else []
 
 
 def end_run(state: WindowHistory, ended: RunEnded, config: Optional[TagWindowConfig], rebaseline_after: int) -> None:

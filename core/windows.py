@@ -163,6 +163,9 @@ class WindowResult:
     rank: Optional[int] = None
     world_size: Optional[int] = None  # as the worker said
     host: Optional[str] = None        # the worker's host, from its run_started event
+    # The step-aligned history its checks compare it with (``TestConfig.window_history_by``, e.g.
+    # "accelerator=v5e", from the run's run_started data); "": the tag's one history.
+    segment: str = ""
 
     @property
     def order(self) -> Tuple[float, str, int]:

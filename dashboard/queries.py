@@ -32,7 +32,7 @@ from core.config import ConfigSet
 from core.schema import ALERTS, DEAD_LETTER, JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS, RANK_METRICS, TRIAGE, Table
 from core.triage import AlertFacts, TriageItem
 from core.vocabulary import AlertKind, RunStatus
-from core.window_checks import NUMERIC_AGGREGATIONS, window_from_row
+from core.window_checks import WINDOW_ROW_COLUMNS, window_from_row
 from core.windows import WindowResult
 from dashboard.store import Reader, in_list
 from report.source import JobRow, MetricRow
@@ -452,7 +452,7 @@ def windows_of_runs(reader: Reader, test: str, runs: Sequence[str], span: Span =
     key = ("run_id", "tag", "window_kind", "window_index")
     rows = reader.query(
         f"SELECT {_q(reader, 'test_name', *key)}, {epoch(q('start_time'))}, {epoch(q('end_time'))}, "
-        f"{_q(reader, 'start_step', 'end_step', 'n', 'partial', *NUMERIC_AGGREGATIONS)}, {q('revision')} "
+        f"{_q(reader, *WINDOW_ROW_COLUMNS)}, {q('revision')} "
         f"FROM {reader.dialect.table(METRIC_WINDOWS)} WHERE {q('test_name')} = $test AND {q('run_id')} IN {runs_in}"
         f"{within} ORDER BY {_q(reader, *key)}, {q('revision')} DESC LIMIT {WINDOWS_LIMIT}", params)
     latest: Dict[tuple, WindowResult] = {}

@@ -19,7 +19,7 @@ from core.alert_record import AlertRecord, alert_from_row
 from core.schema import ALERTS, JOB_HISTORY, METRIC_HISTORY, METRIC_WINDOWS
 from core.triage import TriageItem, alert_states
 from core.vocabulary import AlertState, RunStatus
-from core.window_checks import NUMERIC_AGGREGATIONS, window_from_row
+from core.window_checks import WINDOW_ROW_COLUMNS, window_from_row
 from core.windows import WindowResult
 from sinks.seed import SqlDialect, read_triage_actions
 from sinks.stores import TOOL_TIMEOUT_SECONDS, bigquery_client, bigquery_dialect, bounded_query
@@ -131,10 +131,10 @@ class SqlReportSource:
         """The highest revision of every window, with every numeric aggregation (a window check may be on any)."""
         q, epoch = self._sql.quote, self._sql.epoch_seconds
         key = ", ".join(q(c) for c in ("test_name", "run_id", "tag", "window_kind", "window_index"))
-        values = ", ".join(q(a) for a in NUMERIC_AGGREGATIONS)
+        values = ", ".join(q(c) for c in WINDOW_ROW_COLUMNS)
         rows = self._query(
-            f"SELECT {key}, {epoch(q('start_time'))}, {epoch(q('end_time'))}, {q('start_step')}, {q('end_step')}, "
-            f"{q('n')}, {q('partial')}, {values} FROM {self._sql.table(METRIC_WINDOWS)} {self._where('end_time')} "
+            f"SELECT {key}, {epoch(q('start_time'))}, {epoch(q('end_time'))}, "
+            f"{values} FROM {self._sql.table(METRIC_WINDOWS)} {self._where('end_time')} "
             f"QUALIFY {q('revision')} = max({q('revision')}) OVER (PARTITION BY {key})")
         return [window_from_row(row) for row in rows]
 

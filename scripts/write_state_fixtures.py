@@ -16,7 +16,7 @@ a schema version bump), ``tests/transforms/test_coders.py`` finds that today's
 encoding is no longer the latest set's, byte for byte: write the next set next
 to the old ones, which stay decoded::
 
-    python scripts/write_state_fixtures.py --out tests/fixtures/state_v6
+    python scripts/write_state_fixtures.py --out tests/fixtures/state_v7
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import collections
 import copy
+import dataclasses
 import json
 import os
 import struct
@@ -208,7 +209,8 @@ def build() -> Dict[str, Any]:
     cases["tag_windows"] = loss_windows
     cases["run_windows"] = RunWindows({"loss": loss_windows, "throughput": throughput_windows}, stalls,
                                        last_time=T0 + 905, finished_time=None, watermark_floor=T0 + 6.5,
-                                       scheduled=T0 + 7, rank=0, world_size=2, host="host-0")
+                                       scheduled=T0 + 7, rank=0, world_size=2, host="host-0",
+                                       started={"accelerator": "v5e"}, started_time=T0)
     cases["window_points_bag"] = [("loss", WindowPoint(T0 + 8, 80, 0.1)), ("loss", WindowPoint(T0 + 9, -1, -0.0))]
     cases["stall_watch"] = stalls
     # As the state keeps them since state_v4: the run's value packed, points and closed windows as columns.
@@ -243,6 +245,16 @@ def build() -> Dict[str, Any]:
     cases["run_ended"] = RunEnded(TEST, "run-0", RunStatus.SUCCESS.value, T0 + 60, "loss", "count")
     cases["window_triage"] = WindowTriage(dismiss, "loss", "count", "mean")
     cases["window_history"] = window_history
+    # The same runs on two machine types (``history_by``): a history per type, the fourth run's windows open.
+    typed_history = WindowHistory()
+    for window_result in window_results:
+        machine = "v4" if window_result.run in ("run-1", "run-3") else "v5e"
+        step_window_history(typed_history, dataclasses.replace(window_result, segment=f"accelerator={machine}"),
+                            loss_config, 2)
+    for run_index in range(3):
+        step_window_history(typed_history, RunEnded(TEST, f"run-{run_index}", RunStatus.SUCCESS.value,
+                                                    T0 + run_index * DAY + 60, "loss", "count"), loss_config, 2)
+    cases["window_history_by_type"] = typed_history
     # The same history as the streaming job keeps it, in parts (``transforms.window_checks``): the live part
     # (``<name>_keyed``), the finished runs (``<name>_settled``), their windows near the last run's steps
     # (``<name>_near``) and an entry of the open run's windows (``<name>_log``).

@@ -53,9 +53,10 @@ from core.seed_scope import KeyScope, Names, SeedScope, seed_scope
 from core.triage import MAX_RECENT_ALERTS, AlertLedger, TriageItem
 from core.vocabulary import RunStatus, TriageAction
 from core.window_checks import (
-    NUMERIC_AGGREGATIONS,
+    WINDOW_ROW_COLUMNS,
     reaches_run_level_history,
     seed_window_history,
+    window_from_row,
     window_triage_targets,
 )
 from core.windows import WindowResult
@@ -424,30 +425,26 @@ def read_latest_windows(query: Query, sql: SqlDialect, successful_only: bool = T
     ``successful_only``: the windows of runs that finished ``success``; else every
     window, with None for the time and status of a run not finalized yet.
     With ``scope`` (the seed's, with ``successful_only``): only the windows of the (test, tag) keys it names,
-    of each key's latest ``scope.depth`` successful runs.
+    of each key's latest ``scope.depth`` successful runs (of each machine type, with ``history_by``).
     """
     q, epoch = sql.quote, sql.epoch_seconds
     windows = one_per_key(sql, METRIC_WINDOWS, ("test_name", "run_id", "tag", "window_kind", "window_index",
-                                                "revision", "start_time", "end_time", "start_step", "end_step",
-                                                "n", "partial", *NUMERIC_AGGREGATIONS), latest="revision",
+                                                "revision", "start_time", "end_time", *WINDOW_ROW_COLUMNS),
+                          latest="revision",
                           where="TRUE" if scope is None else f"({scope_condition(sql, scope, 'test_name', 'tag')})")
     jobs = ended_runs(sql, ("test_name", "run_id", "job_status", "processed_at"))
-    aggregations = ", ".join(f"w.{q(name)}" for name in NUMERIC_AGGREGATIONS)
-    newest_runs = _window_order(sql, [f"w.{q(column)}" for column in ("test_name", "tag", "window_kind")],
-                                f"w.{q('run_id')}")
+    rest = ", ".join(f"w.{q(name)}" for name in WINDOW_ROW_COLUMNS)
+    newest_runs = _window_order(sql, [f"w.{q(column)}" for column in ("test_name", "tag", "window_kind",
+                                                                       "history_segment")], f"w.{q('run_id')}")
     rows = query(
         f"SELECT w.{q('test_name')}, w.{q('tag')}, w.{q('window_kind')}, {epoch('j.' + q('processed_at'))}, "
         f"j.{q('job_status')}, w.{q('run_id')}, w.{q('window_index')}, {epoch('w.' + q('start_time'))}, "
-        f"{epoch('w.' + q('end_time'))}, w.{q('start_step')}, w.{q('end_step')}, w.{q('n')}, w.{q('partial')}, "
-        f"{aggregations} FROM {windows} w {'' if successful_only else 'LEFT '}JOIN {jobs} j "
+        f"{epoch('w.' + q('end_time'))}, {rest} FROM {windows} w {'' if successful_only else 'LEFT '}JOIN {jobs} j "
         f"USING ({q('test_name')}, {q('run_id')})"
         + (f" WHERE j.{q('job_status')} = '{RunStatus.SUCCESS.value}'" if successful_only else "")
         + ("" if scope is None else f" QUALIFY DENSE_RANK() {newest_runs}) <= {int(scope.depth)}"))
-    return [(finalized_at, status,
-             WindowResult(test, run, tag, kind, index, start, end, start_step, end_step, n, partial,
-                          {a: v for a, v in zip(NUMERIC_AGGREGATIONS, values) if v is not None}))
-            for test, tag, kind, finalized_at, status, run, index, start, end, start_step, end_step, n, partial,
-            *values in rows]
+    return [(finalized_at, status, window_from_row((test, run, tag, kind, index, start, end, *rest)))
+            for test, tag, kind, finalized_at, status, run, index, start, end, *rest in rows]
 
 
 def read_alert_rows(query: Query, sql: SqlDialect, latest_per_test: Optional[int] = None) -> List[Dict[str, Any]]:

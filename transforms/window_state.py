@@ -234,6 +234,10 @@ class RunWindows:
     rank: int = 0                            # the worker of a distributed run these windows are of
     world_size: Optional[int] = None
     host: Optional[str] = None
+    # The run_started data of the keys that pick its windows' history (``TestConfig.window_history_keys``); None:
+    # no run_started seen yet, or no such key.
+    started: Optional[Dict[str, Any]] = None
+    started_time: Optional[float] = None     # the event time of that run_started
     # Where each kept emitted window is (``WindowRunFn._stash``): tag -> index -> [seq, revision, bag].
     stored: Dict[str, Dict[int, List[int]]] = dataclasses.field(default_factory=dict)
     stored_seq: int = 0                      # the last seq given to a stored window
@@ -266,6 +270,8 @@ class PackedRunWindows:
     stored_seq: int
     closed_bag: int
     closed_used: List[bool]
+    started: Optional[Dict[str, Any]] = None
+    started_time: Optional[float] = None
 
     @classmethod
     def of(cls, run: RunWindows) -> PackedRunWindows:

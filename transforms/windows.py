@@ -19,6 +19,7 @@ from apache_beam.utils.timestamp import Timestamp
 
 from core.aggregation import NO_STEP
 from core.config import Configs, WindowConfig, ranks_matter
+from core.history import history_segment
 from core.parse import MessageSummary
 from core.records import Alert, dead_letter_row, failure_reason, iso_utc, window_row
 from core.runs import RunLifecycle, RunResult, effective_rank
@@ -131,9 +132,12 @@ class WindowRunFn(beam.DoFn):
             return ()
         bags = (closed_0, closed_1)
         tags, stored_seq = list(run_windows.tags), run_windows.stored_seq
+        started = (run_windows.started, run_windows.started_time)
+        self._note_started(test, summary, run_windows)
         outputs = list(self._absorb(test, run, summary, config, run_windows, pending, settle, close, stall, bags))
         self._stash(run_windows, bags)
-        if new or list(run_windows.tags) != tags or run_windows.stored_seq != stored_seq:
+        if (new or list(run_windows.tags) != tags or run_windows.stored_seq != stored_seq
+                or (run_windows.started, run_windows.started_time) != started):
             write_run(state, run_windows, self.compact, intake, before)
         else:  # only the fields an intake holds changed (a message in order: the usual one)
             span = (summary.first_time, summary.last_time) if run_windows.stalls is not None else None
@@ -193,6 +197,19 @@ class WindowRunFn(beam.DoFn):
             if run_windows.stalls is not None:
                 # not truncated below a microsecond (``bucket_end``): a firing before it would see no stall yet
                 stall.set(bucket_end(run_windows.last_time + config.stall_seconds, 0))
+
+    def _note_started(self, test: str, summary: MessageSummary, run_windows: RunWindows) -> None:
+        """Keeps the data of the run's earliest run_started (in event time; the first of a tie, in the message)
+        of the keys that pick the history its windows are checked against (``history_by``), for the windows
+        emitted from then on."""
+        for event in summary.events:
+            if event.type != wire.RUN_STARTED or (run_windows.started_time is not None
+                                                  and event.time >= run_windows.started_time):
+                continue
+            keys = self.configs.for_test(test, summary.last_time).window_history_keys()
+            if keys:
+                run_windows.started = {key: event.data[key] for key in keys if key in event.data}
+                run_windows.started_time = event.time
 
     def _take_pending(self, run_windows: RunWindows, pending, upto: float) -> List[float]:
         """Moves the buffered points at or before ``upto`` into their tag's windows.
@@ -345,14 +362,18 @@ class WindowRunFn(beam.DoFn):
 
         A tag whose windows need every rank gives each rank's windows, with the rank, for
         ``transforms.rank_windows`` to combine; other tags' windows (rank 0's) are the run's own."""
-        per_rank = bool(windows) and ranks_matter(self.configs.for_test(test, windows[0].end_time), tag)
+        config = self.configs.for_test(test, windows[0].end_time) if windows else None
+        per_rank = config is not None and ranks_matter(config, tag)
+        history_by = config.window_history_by(tag) if config is not None else ()
+        segment = history_segment(run_windows.started or {}, history_by)
+        rank, world_size, host = (run_windows.rank, run_windows.world_size, run_windows.host) if per_rank else (
+            None, None, None)
         for window in windows:
             try:
                 yield WindowResult(test, run, tag, window.kind, window.index, window.start_time, window.end_time,
                                    window.start_step, window.end_step, len(window.points), window.partial,
-                                   window_aggregates(window.points, aggregations),
-                                   *((run_windows.rank, run_windows.world_size, run_windows.host) if per_rank
-                                     else ())), window.revision
+                                   window_aggregates(window.points, aggregations), rank=rank, world_size=world_size,
+                                   host=host, segment=segment), window.revision
             except Exception as error:  # noqa: BLE001 - one window's failure is that window's
                 yield beam.pvalue.TaggedOutput(DEAD_LETTER.name, dead_letter_row(
                     failure_reason(f"aggregate a window of {tag}", error),

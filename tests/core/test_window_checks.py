@@ -7,15 +7,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.config import ConfigError, SuccessCondition, TagWindowConfig, WindowCheck, parse_test_config
+from core.records import Refused
+from core.triage import TriageItem
 from core.window_checks import (
     FinishedRun,
     RunEnded,
     WindowHistory,
+    WindowTriage,
     check_window,
     end_run,
     near_windows,
     seed_window_history,
     step_aligned_history,
+    step_window_history,
     window_bounds,
     window_from_row,
 )
@@ -558,3 +562,116 @@ def test_the_offsets_kept_for_a_runs_next_windows_are_those_of_the_check_asking(
     assert window_bounds(state, judged, loose).unadjusted is None  # kept: the loose check's offsets and range
     assert window_bounds(fresh, judged, tight).unadjusted is not None
     assert window_bounds(state, judged, tight) == window_bounds(fresh, judged, tight)
+
+
+# -- history_by: a history per machine type ------------------------------------------------------------------------
+
+
+def _two_types(seed, segmented, runs=40, slow_share=0.4, slow_factor=1.25, faults=()):
+    """A test whose runs land at random on two machine types, the slow one ``slow_factor`` slower, each run 2% off
+    and each window 1.6% (normal noise); its windows carry their type as their segment when ``segmented``. Returns
+    (alerts of healthy runs, runs in ``faults`` alerted), ``faults`` runs 15% slower from their sixth window."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    budget = SuccessCondition("less", false_alert_rate=0.002, wait_for_n_points_of_history=5)
+    cfg = config(history_runs=20, condition=budget, debounce_windows=3, debounce_out_of_bounds=2)
+    state, false, caught = WindowHistory(), 0, 0
+    for run in range(runs):
+        slow = rng.random() < slow_share
+        segment = ("accelerator=slow" if slow else "accelerator=fast") if segmented else ""
+        run_effect = rng.standard_normal() * 0.02
+        name = f"r{run:02d}"
+        alerts = 0
+        for i in range(10):
+            mean = 3.0 * (slow_factor if slow else 1.0) * (1 + run_effect + rng.standard_normal() * 0.016)
+            mean *= 1.15 if run in faults and i >= 5 else 1.0
+            item = dataclasses.replace(window(name, i, mean, start=T0 + 1000 * run), segment=segment)
+            alerts += len(step_window_history(state, item, cfg, 3))
+        step_window_history(state, RunEnded("t", name, "success", T0 + 1000 * run + 500, "loss", "count"), cfg, 3)
+        if run in faults:
+            caught += alerts > 0
+        else:
+            false += alerts
+    return false, caught, state
+
+
+def test_windows_of_a_test_on_two_machine_types_are_judged_against_their_own_type():
+    """history_by on windows: each type's runs are the history of its own windows, so the slow type's runs are
+    no alerts, whatever their share of the latest runs, and a 15% slowdown mid-run of either type is caught at
+    least as often as with one history (27 and 24 of 40; each type's history is the younger), which raises 5
+    false alerts on the same runs, while the slow type is young or rare in the latest runs."""
+    faults = (24, 31, 36, 38)
+    one_history = [_two_types(seed, segmented=False, faults=faults) for seed in range(10)]
+    per_type = [_two_types(seed, segmented=True, faults=faults) for seed in range(10)]
+    assert sum(false for false, _, _ in per_type) == 0
+    assert sum(false for false, _, _ in one_history) >= 3
+    assert sum(caught for _, caught, _ in per_type) >= max(20, sum(caught for _, caught, _ in one_history))
+    _, _, state = per_type[0]
+    assert not state.finished_runs and set(state.segments) == {"accelerator=slow", "accelerator=fast"}
+
+
+def test_a_run_ends_and_is_triaged_in_the_history_of_its_type():
+    """A run's end, and an accept or dismiss naming it, reach the segment holding the run; the other type keeps
+    its level. An accept of a run still to come moves with the run's first window into its segment."""
+    cfg = config(condition=SuccessCondition("less", stddevs_from_mean=3, wait_for_n_points_of_history=2))
+    state = WindowHistory()
+
+    def run(name, segment, mean):
+        for i in range(3):
+            step_window_history(state, dataclasses.replace(window(name, i, mean + 0.01 * i), segment=segment),
+                                cfg, 3)
+        step_window_history(state, RunEnded("t", name, "success", T0 + 1000, "loss", "count"), cfg, 3)
+
+    for k in range(4):
+        run(f"f{k}", "a=fast", 1.0 + 0.01 * k)
+        run(f"s{k}", "a=slow", 2.0 + 0.01 * k)
+    fast, slow = state.segments["a=fast"], state.segments["a=slow"]
+    assert [f.run for f in fast.finished_runs] == ["f0", "f1", "f2", "f3"]
+    assert [f.run for f in slow.finished_runs] == ["s0", "s1", "s2", "s3"]
+    accept = TriageItem("a1", "t", "accept", T0 + 2000, metric="loss_mean", run="s2")
+    step_window_history(state, WindowTriage(accept, "loss", "count", "mean"), cfg, 3)
+    assert slow.rebased_from == {"mean": "s2"} and not fast.rebased_from
+    later = TriageItem("a2", "t", "accept", T0 + 3000, metric="loss_mean", run="f9", future=True)
+    step_window_history(state, WindowTriage(later, "loss", "count", "mean"), cfg, 3)
+    assert state.pending_accepts == {"mean": "f9"}
+    run("f9", "a=fast", 1.5)
+    assert fast.rebased_from == {"mean": "f9"} and not state.pending_accepts
+    unknown = TriageItem("a3", "t", "accept", T0 + 4000, metric="loss_mean", run="nope")
+    with pytest.raises(Refused, match="9"):  # what an accept can name: the runs of every type
+        step_window_history(state, WindowTriage(unknown, "loss", "count", "mean"), cfg, 3)
+
+
+def test_a_seeded_history_of_two_machine_types_is_the_one_the_checks_built():
+    """The seed steps the stored windows again, each with its stored segment: the same histories per type."""
+    _, _, live = _two_types(3, segmented=True)
+    stored = []
+    for history in live.segments.values():
+        stored += [(T0 + 1000 * int(f.run[1:]) + 500, f.run, list(f.windows)) for f in history.finished_runs]
+    budget = SuccessCondition("less", false_alert_rate=0.002, wait_for_n_points_of_history=5)
+    cfg = config(history_runs=20, condition=budget, debounce_windows=3, debounce_out_of_bounds=2)
+    seeded = seed_window_history(sorted(stored, key=lambda entry: entry[0]), cfg, 3)
+    assert {s: [f.run for f in h.finished_runs] for s, h in seeded.segments.items()} == {
+        s: [f.run for f in h.finished_runs] for s, h in live.segments.items()}
+
+
+def test_a_stored_window_read_back_keeps_its_segment():
+    row = ("t", "r", "loss", "count", 3, 10.0, 20.0, 30, 39, 10, False, *([None] * 9), "accelerator=v5e")
+    assert window_from_row(row).segment == "accelerator=v5e"
+    assert window_from_row(row[:-1] + (None,)).segment == ""
+
+
+def test_window_history_by_is_the_tags_own_or_the_tests():
+    raw = {"regression_test_config": {"history_by": ["accelerator"]},
+           "window_config": {"tags": {
+               "loss": {"count": 10, "checks": [{"aggregation": "mean", "condition": {"comparison": "less"}}]},
+               "step_time": {"count": 10, "history_by": ["accelerator", "zone"],
+                             "checks": [{"aggregation": "mean", "condition": {"comparison": "less"}}]},
+               "lr": {"count": 10, "history_by": []}}}}
+    cfg = parse_test_config(raw, "x.json")
+    assert cfg.window_history_by("loss") == ("accelerator",)
+    assert cfg.window_history_by("step_time") == ("accelerator", "zone")
+    assert cfg.window_history_by("lr") == ()
+    assert cfg.window_history_keys() == ("accelerator", "zone")
+    raw["window_config"]["tags"]["lr"]["history_by"] = ["status"]
+    with pytest.raises(ConfigError, match="window_config.tags.lr.history_by"):
+        parse_test_config(raw, "x.json")

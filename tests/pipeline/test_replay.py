@@ -7,6 +7,8 @@ import random
 import subprocess
 import sys
 
+import pytest
+
 from core.schema import TABLES
 from pipeline.demo import daily_runs, run_messages
 from pipeline.main import main
@@ -209,6 +211,23 @@ def mixed_hardware_lines(runs=40, fault_at=32):
     return lines
 
 
+def replay_mixed(tmp_path, configs, lines, name) -> int:
+    """Replays the runs' ``lines`` under ``configs`` into ``<name>.duckdb`` (and ``<name>.alerts.jsonl``)."""
+    path = write_lines(tmp_path / f"{name}.jsonl", [m for run in lines for m in run])
+    return main([f"--input_files={path}", f"--config_dir={configs}", f"--local_store={tmp_path / name}.duckdb",
+                 f"--alerts_file={tmp_path / name}.alerts.jsonl", "--report_dir="])
+
+
+def replayed_once_and_in_two(tmp_path, configs, runs) -> DuckDBStore:
+    """Replays ``runs`` in one invocation and in two (the first 25, then the rest): the same tables; the first's
+    store."""
+    assert replay_mixed(tmp_path, configs, runs, "once") == 0
+    assert replay_mixed(tmp_path, configs, runs[:25], "twice") == 0
+    assert replay_mixed(tmp_path, configs, runs[25:], "twice") == 0
+    assert table_contents(tmp_path / "twice.duckdb") == table_contents(tmp_path / "once.duckdb")
+    return DuckDBStore(str(tmp_path / "once.duckdb"))
+
+
 def test_history_by_keeps_a_baseline_per_machine_type_across_invocations(tmp_path):
     """history_by: ["accelerator"] judges each run against the runs of its machine type: the fast type's x1.2
     slowdown is the one alert, naming its segment, every row says its segment, and a second invocation seeds
@@ -223,20 +242,60 @@ def test_history_by_keeps_a_baseline_per_machine_type_across_invocations(tmp_pat
                 "comparison": "less", "success_threshold": {"false_alert_rate": 0.002},
                 "wait_for_n_points_of_history": 5}}}}))
     runs = mixed_hardware_lines()
-
-    def run_replay(lines, name):
-        path = write_lines(tmp_path / f"{name}.jsonl", [m for run in lines for m in run])
-        return main([f"--input_files={path}", f"--config_dir={configs}", f"--local_store={tmp_path / name}.duckdb",
-                     f"--alerts_file={tmp_path / name}.alerts.jsonl", "--report_dir="])
-    assert run_replay(runs, "once") == 0
-    assert run_replay(runs[:25], "twice") == 0 and run_replay(runs[25:], "twice") == 0
-    assert table_contents(tmp_path / "twice.duckdb") == table_contents(tmp_path / "once.duckdb")
-    store = DuckDBStore(str(tmp_path / "once.duckdb"))
+    store = replayed_once_and_in_two(tmp_path, configs, runs)
     assert store.query("SELECT kind, run_id FROM alerts") == [("metric_out_of_bounds", f"{MIXED}-032")]
     details = json.loads(store.query("SELECT details FROM alerts")[0][0])
     assert details["history_segment"] == "accelerator=v5e"
     assert {row[0] for row in store.query("SELECT history_segment FROM metric_history")} == {
         "accelerator=v4", "accelerator=v5e"}
+
+
+@pytest.mark.parametrize("history_runs", [20, 6])
+def test_history_by_gives_the_live_windows_of_each_machine_type_their_own_history(tmp_path, history_runs):
+    """The test's history_by reaches its window checks: each run's windows take the machine type its run_started
+    names, are compared with the same steps of that type's runs and are stored with it; the slow type's runs raise
+    no window alert, the fast type's x1.2 slowdown does, and a second invocation seeds each type's window history
+    from the stored segments, each type's latest runs (the same tables as one invocation; with 6 runs compared,
+    the seed reads 15 runs of each type, not 15 of both)."""
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    check = {"aggregation": "mean", "history": "step_aligned", "history_runs": history_runs,
+             "condition": {"comparison": "less", "success_threshold": {"false_alert_rate": 0.002},
+                           "wait_for_n_points_of_history": 5}}
+    (configs / f"{MIXED}.json").write_text(json.dumps({
+        "metric_collection_config": {"default_aggregation_strategies": ["average"]},
+        "regression_test_config": {"history_by": ["accelerator"], "alert_after_second_test_failure": False},
+        "window_config": {"tags": {"step_time": {"count": 5, "aggregations": ["mean"], "checks": [check]}}}}))
+    runs = mixed_hardware_lines()
+    store = replayed_once_and_in_two(tmp_path, configs, runs)
+    alerted = store.query("SELECT DISTINCT run_id FROM alerts WHERE kind = 'window_out_of_bounds'")
+    assert alerted == [(f"{MIXED}-032",)]
+    assert {row[0] for row in store.query("SELECT history_segment FROM metric_windows")} == {
+        "accelerator=v4", "accelerator=v5e"}
+    from pipeline.replay import read_config_dir
+    from sinks.seed import read_history_seed
+    from sinks.stores import DUCKDB_SQL
+    config_set = read_config_dir(str(configs)).strict().latest
+    [whole] = read_history_seed(config_set, store.query, DUCKDB_SQL, scoped=False).windows.values()
+    [scoped] = read_history_seed(config_set, store.query, DUCKDB_SQL).windows.values()
+    assert {s: [f.run for f in h.finished_runs] for s, h in scoped.segments.items()} == {
+        s: [f.run for f in h.finished_runs] for s, h in whole.segments.items()}
+    compared = json.loads(store.query("SELECT details FROM alerts WHERE kind = 'window_out_of_bounds'")[0][0])
+    v5e = {run for (run,) in store.query("SELECT run_id FROM metric_windows WHERE history_segment = 'accelerator=v5e'")}
+    assert compared["compared_runs"] and set(compared["compared_runs"]) <= v5e
+
+    # The same runs checked with one window history, then backtested under history_by: what would change
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    config = json.loads((configs / f"{MIXED}.json").read_text())
+    config["window_config"]["tags"]["step_time"]["history_by"] = []
+    (flat / f"{MIXED}.json").write_text(json.dumps(config))
+    assert replay_mixed(tmp_path, flat, runs, "flat") == 0
+    from pipeline.backtest import run as backtest
+    [diff] = [d for d in backtest([f"--config_dir={configs}", f"--local_store={tmp_path / 'flat.duckdb'}"])["diffs"]
+              if d["kind"] == "window_out_of_bounds"]
+    assert {a["run"] for a in diff["only_fired"]} == {f"{MIXED}-008"}
+    assert {a["run"] for a in diff["only_would_fire"]} == {f"{MIXED}-032"}
 
 
 def test_the_first_run_freezes_its_graph_even_where_the_imports_were_frozen_before(monkeypatch):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import dataclasses
 import os
 import random
 from typing import Any, Counter, List, Optional, Tuple
@@ -103,15 +104,18 @@ def windows_of(run: str, start: float, count: int, scale: float, rng: random.Ran
     return windows
 
 
-def workload(seed: int) -> List[Any]:
+def workload(seed: int, typed: bool = False) -> List[Any]:
     """Nine runs, two or three at a time: one failed, two a level higher (a dismiss of a window of the first, an
-    accept of the second before it ends), one longer than the others."""
+    accept of the second before it ends), one longer than the others; ``typed``: the runs on two machine types
+    (``history_by``), each type's windows with their segment."""
     rng = random.Random(seed)
     items: List[Any] = []
     for r in range(9):
         run, start = f"r{r}", T0 + 70.0 * r
         count = 40 if r == 4 else 25
-        items += windows_of(run, start, count, 1.6 if r in (6, 7) else 1.0, rng)
+        segment = f"accelerator={'v4' if r % 3 == 1 else 'v5e'}" if typed else ""
+        items += [dataclasses.replace(window, segment=segment)
+                  for window in windows_of(run, start, count, 1.6 if r in (6, 7) else 1.0, rng)]
         status = RunStatus.FAILURE if r == 3 else RunStatus.SUCCESS
         items.append(RunEnded(TEST, run, status.value, start + 5 * count + 12, TAG, "count"))
     windows = configs(STEP_ALIGNED).for_test(TEST).windows
@@ -186,6 +190,21 @@ def test_the_parts_give_what_one_cell_gives_and_write_the_finished_runs_only_whe
     assert kinds[AlertKind.WINDOW_OUT_OF_BOUNDS] >= 1  # the workload alerts: what the comparison covers
     assert [f.run for f in parts.state["settled"].read()] == [f.run for f in one.state["keyed"].read().finished_runs]
     assert 0 < tally["refills"] < tally["firings"] / 2, tally  # the near view spares most reads of the finished runs
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_history_per_machine_type_gives_in_parts_what_one_cell_gives(seed):
+    """With history_by, each type's history rides in the live part whole, beside the parts of the one history."""
+    parts, one = keys((STEP_ALIGNED, TRAILING))
+    seen: List[Any] = []
+    for at, item in arrivals(workload(seed, typed=True), seed):
+        fire_until(parts, one, at - LAG, seen)
+        assert plain(parts.add(item)) == plain(one.add(item)) == []
+    fire_until(parts, one, float("inf"), seen)
+    history = one.state["keyed"].read()
+    assert set(history.segments) == {"accelerator=v4", "accelerator=v5e"} and not history.finished_runs
+    assert [f.run for f in history.segments["accelerator=v4"].finished_runs] == ["r1", "r4", "r7"]
+    assert any(alert.kind == AlertKind.WINDOW_OUT_OF_BOUNDS for _, alert in seen)
 
 
 def test_a_step_that_fails_leaves_the_parts_as_one_cell_is_left():

@@ -184,3 +184,32 @@ def test_streaming_time_windows_close_with_the_watermark_and_debounce_recovers()
                     equal_to([(i, False) for i in range(10)]), label="complete windows")
         assert_that(outputs[ALERTS.name] | beam.Map(lambda a: json.loads(a["details"])["window"]["index"] - int(T0 // 10)),
                     equal_to([3, 9]), label="fires, recovers (window 6), fires again")
+
+
+def test_streaming_windows_carry_the_machine_type_their_run_started_names():
+    """With history_by, each window row names its run's machine type, also where run_started arrives after the
+    run's first points (within the lateness, before the watermark passes them) and where later messages only
+    touch the run's intake; a run whose run_started lacks the key joins ``accelerator=``."""
+    typed = {"regression_test_config": {"history_by": ["accelerator"]}, **LOSS_WINDOWS}
+    settings = dataclasses.replace(STREAMING, configs=configs(cifar=typed))
+
+    def typed_run(run, start, accelerator, started_late=False):
+        begin = raw("cifar", run, f"{run}/start", events=[("run_started", start, {"accelerator": accelerator}
+                                                             if accelerator else {})])
+        points = loss_points(run, start, [1.0, 1.1, 0.9, 1.0, 1.2])
+        end = raw("cifar", run, f"{run}/end", events=[finished(start + 10)])
+        return points[:1] + [begin] + points[1:] + [end] if started_late else [begin] + points + [end]
+
+    stream = TestStream().advance_watermark_to(at(T0))
+    for number, (accelerator, late) in enumerate([("v4", False), ("v5e", True), (None, False)]):
+        start = T0 + 1000 * number
+        for message in typed_run(f"r{number}", start, accelerator, late):
+            stream = stream.add_elements([message])
+        stream = stream.advance_watermark_to(at(start + 900))
+    with streaming_pipeline() as p:
+        outputs = detect(p | stream.advance_watermark_to_infinity(), settings)
+        assert_that(outputs[METRIC_WINDOWS.name] | beam.Filter(lambda r: r["tag"] == "loss")
+                    | beam.Map(lambda r: (r["run_id"], r["window_index"], r["history_segment"])),
+                    equal_to([("r0", 0, "accelerator=v4"), ("r0", 1, "accelerator=v4"),
+                              ("r1", 0, "accelerator=v5e"), ("r1", 1, "accelerator=v5e"),
+                              ("r2", 0, "accelerator="), ("r2", 1, "accelerator=")]))

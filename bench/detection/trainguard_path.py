@@ -62,7 +62,8 @@ def config(budget: float, history_by: Sequence[str] = HISTORY_BY,
     """The issue's config at one false-alert budget: 4 run-level metrics, live windows on loss and step time,
     every check's threshold the budget's share (no ``success_threshold``), and step time, which depends on the
     machine, with a baseline per value of the runs' ``history_by`` keys (the machine type their
-    ``run_started`` reports; none: one history). ``noise``: the ``noise`` of the metrics that set one."""
+    ``run_started`` reports; none: one history), its run-level value and its live windows alike. ``noise``:
+    the ``noise`` of the metrics that set one."""
     condition = {"min_effect_rel": MIN_EFFECT_REL}
     window = {"count": 10, "aggregations": ["mean"], "checks": [{
         "aggregation": "mean", "history": "step_aligned", "history_runs": WINDOW_RUNS,
@@ -79,7 +80,8 @@ def config(budget: float, history_by: Sequence[str] = HISTORY_BY,
                          **({"history_by": list(history_by)} if m is STEP_TIME else {}),
                          **({"noise": noise[m.name]} if m.name in noise else {})}
                 for m in METRICS}},
-        "window_config": {"tags": dict.fromkeys(LIVE_TAGS, window)},
+        "window_config": {"tags": {tag: {**window, **({"history_by": list(history_by)}
+                                                      if tag == STEP_TIME.tag else {})} for tag in LIVE_TAGS}},
     }
 
 

@@ -52,7 +52,7 @@ import contextlib
 import dataclasses
 import itertools
 import operator
-from typing import Any, Deque, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple, Union, cast
+from typing import Any, Deque, Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union, cast
 
 from core.alert_details import change_facts, describe, previous_facts, threshold_facts
 from core.bounds import (
@@ -248,12 +248,21 @@ class WindowHistory:
     # (``WindowResult.segment``, e.g. ``accelerator=v5e``), each run judged against its own type's runs.
     segments: Dict[str, WindowHistory] = dataclasses.field(default_factory=dict)
 
+    def part(self, segment: str) -> WindowHistory:
+        """The history of ``segment`` ("": this one), made when first asked."""
+        return self if not segment else self.segments.setdefault(segment, WindowHistory())
+
+    def parts(self) -> Iterator[Tuple[str, WindowHistory]]:
+        """("", this one), then (segment, its history) of each segment."""
+        yield "", self
+        yield from self.segments.items()
+
     def judging(self, segment: str, run: str) -> WindowHistory:
         """The history that judges a window of ``run`` of ``segment`` ("": this one); a pending accept of the
         run moves there with it."""
-        if not segment:
+        history = self.part(segment)
+        if history is self:
             return self
-        history = self.segments.setdefault(segment, WindowHistory())
         for aggregation, pending in list(self.pending_accepts.items()):
             if pending == run:
                 history.pending_accepts[aggregation] = self.pending_accepts.pop(aggregation)
@@ -890,36 +899,60 @@ def _shares_steps(window: HistoryWindow, low: int, high: int) -> bool:
 
 
 def is_whole(history: WindowHistory) -> bool:
-    """Whether ``history`` holds finished runs or open runs' windows: a whole state (one cell, or a seed's), not
-    the ``live_part`` of one kept in parts."""
-    return bool(history.finished_runs) or any(open_run.windows for open_run in history.open_runs.values())
+    """Whether ``history`` (or one of its segments) holds finished runs or open runs' windows: a whole state (one
+    cell, or a seed's), not the ``live_part`` of one kept in parts."""
+    return any(part.finished_runs or any(open_run.windows for open_run in part.open_runs.values())
+               for _, part in history.parts())
 
 
 def live_part(history: WindowHistory) -> WindowHistory:
-    """``history`` without its finished runs and its open runs' windows (which are kept apart)."""
+    """``history`` without its finished runs and its open runs' windows (which are kept apart), nor its
+    segments'."""
     return dataclasses.replace(history, finished_runs=collections.deque(), open_runs={
-        run: dataclasses.replace(open_run, windows=[]) for run, open_run in history.open_runs.items()})
+        run: dataclasses.replace(open_run, windows=[]) for run, open_run in history.open_runs.items()},
+        segments={segment: live_part(part) for segment, part in history.segments.items()})
+
+
+SettledRuns = Union[Sequence[FinishedRun], Dict[str, Sequence[FinishedRun]]]
+"""What ``<name>_settled`` holds: the finished runs, or with segments, each segment's ("": the key's own)."""
+
+
+def settled_runs(history: WindowHistory) -> SettledRuns:
+    """The finished runs as the settled part keeps them: a key without segments as before them."""
+    if not history.segments:
+        return history.finished_runs
+    return {segment: part.finished_runs for segment, part in history.parts()}
+
+
+def by_segment(settled: Optional[SettledRuns]) -> Dict[str, Sequence[FinishedRun]]:
+    """A settled part's finished runs by segment ("": the key's own)."""
+    if settled is None:
+        return {}
+    return dict(settled) if isinstance(settled, dict) else {"": settled}
 
 
 def take_unlogged(history: WindowHistory, everything: bool, holds_logged: bool) -> List[Tuple[int, WindowResult]]:
-    """(position in its run, window) of each open run's window not yet in the log, oldest first, which from now
-    on count as logged; every window (from position 0) when ``everything`` (the log is written anew).
-    ``holds_logged``: the runs' ``windows`` hold the logged ones too (the log was read), not only those since."""
+    """(position in its run, window) of each open run's window not yet in the log (its segments' too), oldest
+    first, which from now on count as logged; every window (from position 0) when ``everything`` (the log is
+    written anew). ``holds_logged``: the runs' ``windows`` hold the logged ones too (the log was read), not only
+    those since."""
     taken = []
-    for open_run in history.open_runs.values():
-        first = 0 if everything else open_run.logged
-        held = open_run.windows[open_run.logged:] if holds_logged and not everything else open_run.windows
-        taken += [(first + i, window) for i, window in enumerate(held)]
-        open_run.logged = first + len(held)
+    for _, part in history.parts():
+        for open_run in part.open_runs.values():
+            first = 0 if everything else open_run.logged
+            held = open_run.windows[open_run.logged:] if holds_logged and not everything else open_run.windows
+            taken += [(first + i, window) for i, window in enumerate(held)]
+            open_run.logged = first + len(held)
     return taken
 
 
 def put_back_logged(history: WindowHistory, logged: Iterable[Tuple[int, WindowResult]]) -> None:
-    """Puts the log's windows back before the windows of their open runs, in their positions' order."""
-    by_run: Dict[str, List[Tuple[int, WindowResult]]] = collections.defaultdict(list)
+    """Puts the log's windows back before the windows of their open runs (in their segment's history), in their
+    positions' order."""
+    by_run: Dict[Tuple[str, str], List[Tuple[int, WindowResult]]] = collections.defaultdict(list)
     for position, window in logged:
-        by_run[window.run].append((position, window))
-    for run, entries in by_run.items():
-        open_run = history.open_runs.setdefault(run, _OpenRun())
+        by_run[(window.segment, window.run)].append((position, window))
+    for (segment, run), entries in by_run.items():
+        open_run = history.part(segment).open_runs.setdefault(run, _OpenRun())
         entries.sort(key=operator.itemgetter(0))
         open_run.windows = [window for _, window in entries] + open_run.windows

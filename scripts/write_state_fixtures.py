@@ -60,6 +60,7 @@ from core.window_checks import (
     WindowTriage,
     live_part,
     near_windows,
+    settled_runs,
     step_window_history,
     take_unlogged,
     window_triage_targets,
@@ -255,6 +256,12 @@ def build() -> Dict[str, Any]:
         step_window_history(typed_history, RunEnded(TEST, f"run-{run_index}", RunStatus.SUCCESS.value,
                                                     T0 + run_index * DAY + 60, "loss", "count"), loss_config, 2)
     cases["window_history_by_type"] = typed_history
+    typed_parted = copy.deepcopy(typed_history)
+    take_unlogged(typed_parted, True, True)
+    cases["window_live_by_type"] = live_part(typed_parted)
+    cases["window_settled_by_type"] = settled_runs(typed_parted)
+    cases["window_near_by_type"] = {segment: near_windows(part.finished_runs, window_results[-2:], ["mean"])
+                                    for segment, part in typed_parted.segments.items()}
     # The same history as the streaming job keeps it, in parts (``transforms.window_checks``): the live part
     # (``<name>_keyed``), the finished runs (``<name>_settled``), their windows near the last run's steps
     # (``<name>_near``) and an entry of the open run's windows (``<name>_log``).

@@ -22,10 +22,12 @@ from core.window_checks import (
     RunEnded,
     WindowHistory,
     WindowTriage,
+    by_segment,
     is_whole,
     live_part,
     near_windows,
     put_back_logged,
+    settled_runs,
     settles,
     step_window_history,
     take_unlogged,
@@ -85,27 +87,39 @@ class WindowCheckMachine(ConfiguredMachine):
         if log_read:
             put_back_logged(history, cells.log.read())
         if settling:
-            history.finished_runs = collections.deque(cells.settled.read() or ())
+            for segment, runs in by_segment(cells.settled.read()).items():
+                history.part(segment).finished_runs = collections.deque(runs)
         elif aligned:
-            history.finished_runs = collections.deque(self._near(cells, aligned).runs)
+            for segment, near in self._near(cells, aligned).items():
+                history.part(segment).finished_runs = collections.deque(near.runs)
         return history, _Loaded(settling, log_read)
 
     @staticmethod
-    def _near(cells: ApartCells, aligned: List[Tuple[WindowResult, Set[str]]]) -> NearWindows:
-        """The finished runs' ``NearWindows`` that covers each window of ``aligned`` for its aggregations: the one
-        kept, or one made from every finished run (and kept)."""
-        near = cells.near.read()
-        if near is None or not all(near.covers(window, aggregations) for window, aggregations in aligned):
-            near = near_windows(cells.settled.read() or (), [window for window, _ in aligned],
-                                set().union(*(aggregations for _, aggregations in aligned)))
-            cells.near.write(near)
-        return near
+    def _near(cells: ApartCells, aligned: List[Tuple[WindowResult, Set[str]]]) -> Dict[str, NearWindows]:
+        """Per segment of the windows of ``aligned`` ("": the key's own history), the finished runs'
+        ``NearWindows`` that covers each of its windows for their aggregations: the one kept, or one made from
+        every finished run of the segment (and kept). The near part holds the key's own view, or with segments
+        a view per segment."""
+        kept = cells.near.read()
+        views: Dict[str, NearWindows] = dict(kept) if isinstance(kept, dict) else {} if kept is None else {"": kept}
+        wanted: Dict[str, List[Tuple[WindowResult, Set[str]]]] = collections.defaultdict(list)
+        for window, aggregations in aligned:
+            wanted[window.segment].append((window, aggregations))
+        stale = [segment for segment, windows in wanted.items() if segment not in views
+                 or not all(views[segment].covers(window, aggregations) for window, aggregations in windows)]
+        if stale:
+            settled = by_segment(cells.settled.read())
+            for segment in stale:
+                views[segment] = near_windows(settled.get(segment, ()), [window for window, _ in wanted[segment]],
+                                              set().union(*(aggregations for _, aggregations in wanted[segment])))
+            cells.near.write(views if set(views) != {""} else views[""])
+        return {segment: views[segment] for segment in wanted}
 
     def store(self, history: WindowHistory, loaded: _Loaded, cells: ApartCells) -> WindowHistory:
         """Writes the finished runs and the log anew after a run's end or triage (the near view goes with them),
         else adds the open runs' new windows to the log; returns the live part."""
         if loaded.settling:
-            cells.settled.write(history.finished_runs)
+            cells.settled.write(settled_runs(history))
             cells.near.clear()
             cells.log.clear()
         for entry in take_unlogged(history, loaded.settling, loaded.log_read):

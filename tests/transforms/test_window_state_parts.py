@@ -31,7 +31,15 @@ from core.history import SeededState
 from core.schema import DEAD_LETTER
 from core.triage import TriageItem
 from core.vocabulary import AlertKind, RunStatus, TriageAction
-from core.window_checks import RunEnded, WindowHistory, is_whole, put_back_logged, settles, window_triage_targets
+from core.window_checks import (
+    RunEnded,
+    WindowHistory,
+    by_segment,
+    is_whole,
+    put_back_logged,
+    settles,
+    window_triage_targets,
+)
 from core.windows import WindowResult
 from tests.support import REPO_ROOT, T0
 from tests.transforms.test_ordered import plain
@@ -138,9 +146,11 @@ def joined(key: OneKey) -> WindowHistory:
     if history is None or is_whole(history):
         return history
     put_back_logged(history, key.state["log"].read())
-    history.finished_runs = collections.deque(key.state["settled"].read() or ())
-    for open_run in history.open_runs.values():
-        open_run.logged = 0
+    for segment, runs in by_segment(key.state["settled"].read()).items():
+        history.part(segment).finished_runs = collections.deque(runs)
+    for _, part in history.parts():
+        for open_run in part.open_runs.values():
+            open_run.logged = 0
     return history
 
 
@@ -194,17 +204,25 @@ def test_the_parts_give_what_one_cell_gives_and_write_the_finished_runs_only_whe
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_a_history_per_machine_type_gives_in_parts_what_one_cell_gives(seed):
-    """With history_by, each type's history rides in the live part whole, beside the parts of the one history."""
+    """With history_by, each type's finished runs, near view and open runs' windows are kept in the parts too (the
+    settled and near parts by segment): the same outputs and history as one cell, the finished runs written only
+    when they change and mostly not read."""
     parts, one = keys((STEP_ALIGNED, TRAILING))
     seen: List[Any] = []
+    tally: Counter = collections.Counter()
     for at, item in arrivals(workload(seed, typed=True), seed):
-        fire_until(parts, one, at - LAG, seen)
+        fire_until(parts, one, at - LAG, seen, tally)
         assert plain(parts.add(item)) == plain(one.add(item)) == []
-    fire_until(parts, one, float("inf"), seen)
+    fire_until(parts, one, float("inf"), seen, tally)
     history = one.state["keyed"].read()
     assert set(history.segments) == {"accelerator=v4", "accelerator=v5e"} and not history.finished_runs
     assert [f.run for f in history.segments["accelerator=v4"].finished_runs] == ["r1", "r4", "r7"]
+    settled = parts.state["settled"].read()
+    assert {segment: [f.run for f in runs] for segment, runs in settled.items() if runs} == {
+        segment: [f.run for f in part.finished_runs] for segment, part in history.segments.items()}
+    assert not any(part.finished_runs for part in parts.state["keyed"].read().segments.values())
     assert any(alert.kind == AlertKind.WINDOW_OUT_OF_BOUNDS for _, alert in seen)
+    assert 0 < tally["refills"] < tally["firings"] / 2, tally
 
 
 def test_a_step_that_fails_leaves_the_parts_as_one_cell_is_left():

@@ -827,8 +827,9 @@ def _forget_old_levels(state: WindowHistory, config: TagWindowConfig) -> None:
 # A streaming job keeps a (test, tag, kind)'s history in parts (``transforms.window_checks``): what changes at every
 # window (debounces, open runs' verdicts: ``live_part``), the finished runs (changed by run ends and triage only),
 # a small view of them for the steps being checked now (``NearWindows``), and a log of the open runs' windows,
-# each added once (``take_unlogged``). The functions below make and join the parts; the checks see one
-# ``WindowHistory`` either way.
+# each added once (``take_unlogged``). A history with segments (``history_by``) keeps each segment's in the same
+# parts: the finished runs by segment (``settled_runs``), a near view per segment, the log's windows each back in
+# its segment. The functions below make and join the parts; the checks see one ``WindowHistory`` either way.
 
 NEAR_SPANS_AHEAD = 16
 NEAR_SPANS_BEHIND = 2

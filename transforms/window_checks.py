@@ -51,9 +51,10 @@ class WindowCheckMachine(ConfiguredMachine):
     changes (``live_part``: debounces, open runs' verdicts), ``<name>_settled`` the finished runs, written when
     a run ends or a triage action reaches them, ``<name>_near`` their windows near the steps being checked
     (``NearWindows``), read instead of them by a firing of windows only, and ``<name>_log`` the open runs'
-    windows, each added once, read for a run's end, triage and trailing checks only. A key whose
-    ``<name>_keyed`` holds a whole history (one cell, before the parts; or its seed) is moved into the parts by
-    its first firing."""
+    windows, each added once, read for a run's end, triage and trailing checks only. A tag with ``history_by``
+    keeps its machine types' histories in the same parts: the finished runs by type, a near view per type. A key
+    whose ``<name>_keyed`` holds a whole history (one cell, before the parts; or its seed) is moved into the
+    parts by its first firing."""
 
     def initial(self, key) -> WindowHistory:
         return WindowHistory()

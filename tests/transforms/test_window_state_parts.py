@@ -293,8 +293,9 @@ def test_a_key_kept_in_one_cell_before_an_update_is_moved_into_the_parts_by_its_
     assert any(alert.kind == AlertKind.WINDOW_OUT_OF_BOUNDS for _, alert in seen)
 
 
-def test_a_seeded_history_is_moved_into_the_parts_by_the_keys_first_firing():
-    items = sorted(workload(5), key=lambda i: i.order)
+@pytest.mark.parametrize("typed", [False, True], ids=["one history", "by machine type"])
+def test_a_seeded_history_is_moved_into_the_parts_by_the_keys_first_firing(typed):
+    items = sorted(workload(5, typed), key=lambda i: i.order)
     earlier = [i for i in items if isinstance(i, (WindowResult, RunEnded)) and i.run < "r3"]
     history = one_cell_key_until((STEP_ALIGNED,), earlier, float("inf")).state["keyed"].read()
     parts, one = keys((STEP_ALIGNED,))
@@ -306,8 +307,12 @@ def test_a_seeded_history_is_moved_into_the_parts_by_the_keys_first_firing():
         parts.add(item)
         one.add(item)
     fire_until(parts, one, float("inf"), seen)
-    runs = [f.run for f in parts.state["settled"].read()]
-    assert runs == [f.run for f in one.state["keyed"].read().finished_runs] and runs[0] < "r3"
+    settled = by_segment(parts.state["settled"].read())
+    whole = dict(one.state["keyed"].read().parts())
+    assert {segment: [f.run for f in runs] for segment, runs in settled.items()} == {
+        segment: [f.run for f in whole[segment].finished_runs] for segment in settled}
+    assert set(settled) == ({"accelerator=v4", "accelerator=v5e", ""} if typed else {""})
+    assert min(f.run for runs in settled.values() for f in runs) < "r3"
 
 
 def test_the_v1_fixture_of_a_whole_window_history_in_one_cell_is_moved_into_the_parts():

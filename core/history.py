@@ -40,7 +40,7 @@ from core.config import (
 from core.records import Alert, MetricObservation, Refused, metric_history_row
 from core.registry import plain_tuple, record
 from core.runs import RANKS_MISSING, RunAccumulator, RunResult
-from core.shifts import RECENT, Shift, find_shift, level_at_end
+from core.shifts import MIN_BASE, RECENT, Shift, find_shift, level_at_end
 from core.stats import median
 from core.triage import AlertLedger, TriageItem, unknown_run_refusal
 from core.vocabulary import AlertKind, RunStatus, TriageAction
@@ -238,9 +238,13 @@ class MetricHistory:
         if policy.improvement_rate is None or not policy.rebaseline_after or policy.improves_upward is None:
             return False
         counted = [index for index, entry in enumerate(self.entries) if entry.counted]
-        shift = level_at_end([self.entries[i].value for i in counted], 1 if policy.improves_upward else -1,
+        values = [self.entries[i].value for i in counted]
+        # A young level (too few values of its own for the statistic's base) is compared with the level before it
+        # too: an improvement within a level's first runs otherwise joined it, made it two-level, and stayed.
+        bridged = len(values) < MIN_BASE + RECENT and bool(self.previous)
+        shift = level_at_end((self.previous if bridged else []) + values, 1 if policy.improves_upward else -1,
                              policy.improvement_rate, policy.noise)
-        if shift is None or shift.runs < policy.rebaseline_after:
+        if shift is None or shift.runs < policy.rebaseline_after or shift.runs > len(counted):
             return False
         window = counted[-shift.runs:]
         # The statistic caps each value, so its best window may open with a run of the old level's noise that
@@ -250,8 +254,8 @@ class MetricHistory:
                       if abs(self.entries[i].value - level) < abs(self.entries[i].value - shift.centre)),
                      window[-policy.rebaseline_after])
         first = self._level_start(first, level, shift.centre)
-        if self._holds_level(len(self.entries) - first, policy.improves_upward):
-            return False
+        if (bridged and first == 0) or self._holds_level(len(self.entries) - first, policy.improves_upward):
+            return False  # (bridged, from its first run: the young level is the better one, where it started)
         self._restart(first)
         self._forget(policy.max_points)
         return True

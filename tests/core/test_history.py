@@ -370,6 +370,34 @@ def test_an_improvement_during_the_warm_up_moves_the_baseline_once_the_statistic
     assert seeded_from(rows, config) == history
 
 
+@pytest.mark.parametrize("seed", range(10))
+def test_an_improvement_in_a_restarted_levels_first_runs_moves_the_baseline(seed):
+    """A level restarted a few runs ago (an accept here; a reported shift or a streak out of bounds alike) has
+    too few values of its own for the shift statistic's base, and a step time 20% faster (10σ) from its sixth
+    run fell inside a mirror that closed in as its runs joined: in 2 of these 10 seeds the history kept both
+    levels, the old one a second mode, its cutoff 22-24σ above the new level for good, and a run back at the old
+    level passed (the detection benchmark's step time x0.8 five runs after a metric_shifted: 20-25σ for twenty
+    runs). The level before the restart now bridges the statistic's base: in every seed the history restarts at
+    the first faster run by the fourth, its cutoff within 12σ of the new level from the eighth faster run on,
+    and the run back at the old level is caught."""
+    config = faster_is_better(0.002)
+    rng = random.Random(seed)
+    old = [3.0 + rng.gauss(0, 0.06) for _ in range(30)]
+    new = [2.4 + rng.gauss(0, 0.048) for _ in range(16)]
+    history = MetricHistory()
+    observe(history, old, config)
+    assert history.accept("r25", history_policy(config, "acc"))  # the level restarts: 5 values of its own
+    rows, alerts = [], []
+    for i, value in enumerate(new + [3.0], start=30):
+        row, alert = check_metric(history, MetricObservation("t", f"r{i}", "acc", value, i, "success", T0 + i,
+                                                             T0 + i), config)
+        rows.append(row)
+        alerts.append(alert)
+    assert alerts[:-1] == [None] * len(new) and alerts[-1].kind == "metric_out_of_bounds"
+    assert history.entries[0].run == "r30"  # the first faster run
+    assert all(row["metric_upper_bound"] < 2.4 + 12 * 0.048 for row in rows[7:-1])
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_a_two_mode_history_never_restarts_at_its_better_mode(seed):
     """Runs landing at random on two machine types 25% apart (no ``history_by``): three fast runs in a row are

@@ -254,11 +254,20 @@ class MetricHistory:
                       if abs(self.entries[i].value - level) < abs(self.entries[i].value - shift.centre)),
                      window[-policy.rebaseline_after])
         first = self._level_start(first, level, shift.centre)
-        if (bridged and first == 0) or self._holds_level(len(self.entries) - first, policy.improves_upward):
-            return False  # (bridged, from its first run: the young level is the better one, where it started)
+        if bridged and not self._old_level_before(first, level, shift.centre):
+            return False  # the young level is the better one itself (it restarted at that improvement)
+        if self._holds_level(len(self.entries) - first, policy.improves_upward):
+            return False
         self._restart(first)
         self._forget(policy.max_points)
         return True
+
+    def _old_level_before(self, first: int, level: float, old: float) -> bool:
+        """Whether the counted entries before ``first`` lie, as a whole (their median), nearer the ``old`` level
+        than the new ``level``: a young level with runs of its own before the improvement, not one that started
+        at it (whose first runs, one of them low by chance, would otherwise make a second restart)."""
+        before = [entry.value for entry in self.entries[:first] if entry.counted]
+        return bool(before) and abs(median(before) - old) < abs(median(before) - level)
 
     def _level_start(self, first: int, level: float, old: float) -> int:
         """Where the new level that the entry ``first`` is at began: the earliest of the counted entries in a row

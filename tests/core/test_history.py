@@ -398,6 +398,22 @@ def test_an_improvement_in_a_restarted_levels_first_runs_moves_the_baseline(seed
     assert all(row["metric_upper_bound"] < 2.4 + 12 * 0.048 for row in rows[7:-1])
 
 
+@pytest.mark.parametrize("seed", range(10))
+def test_a_level_that_restarted_at_an_improvement_does_not_restart_again_at_a_slow_run_among_its_first(seed):
+    """Step time 20% faster for good (10σ), its second run 7σ slower than the new level (past halfway back):
+    the history restarts once, at the first faster run. Borrowing the level before it for the statistic's base
+    (above) must not take the young level's runs before the slow one for an old level inside it."""
+    config = faster_is_better(0.002)
+    rng = random.Random(seed)
+    old = [3.0 + rng.gauss(0, 0.06) for _ in range(40)]
+    new = [2.4 + rng.gauss(0, 0.048) for _ in range(12)]
+    new[1] = 2.4 + 7 * 0.048
+    history = MetricHistory()
+    rows, alerts = observe(history, old + new, config)
+    assert alerts == [None] * len(rows)
+    assert history.entries[0].run == f"r{len(old)}" and history.previous[-1] == old[-1]
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_a_two_mode_history_never_restarts_at_its_better_mode(seed):
     """Runs landing at random on two machine types 25% apart (no ``history_by``): three fast runs in a row are

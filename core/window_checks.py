@@ -270,13 +270,13 @@ class WindowHistory:
 
     def holding(self, run: str) -> WindowHistory:
         """The history (this one or a segment's) whose open or finished runs hold ``run``; this one if none."""
-        return next((history for history in (self, *self.segments.values())
+        return next((history for _, history in self.parts()
                      if run in history.open_runs or any(f.run == run for f in history.finished_runs)), self)
 
     @property
     def runs_held(self) -> int:
         """How many finished runs the history (with its segments) holds: what an accept can name."""
-        return sum(len(history.finished_runs) for history in (self, *self.segments.values()))
+        return sum(len(history.finished_runs) for _, history in self.parts())
 
 
 @record("WindowTriage")

@@ -39,7 +39,7 @@ from typing import Optional, Sequence, Tuple
 from core import false_alert_calibration as calibration
 from core.bounds import MODE_MIN_VALUES, MODE_SHARE, grid_bracket
 from core.config import HEAVY_TAILED, NORMAL
-from core.stats import median, robust_scale
+from core.stats import MAD_TO_SIGMA, median, robust_scale
 
 WINDOWS = (2, 3, 4, 5)  # the last k runs a new level may have started at
 RECENT = max(WINDOWS)  # the values compared with the ones before them
@@ -47,7 +47,7 @@ CAP = 3.0  # a value counts at most this many scales
 MIN_BASE = 10  # values before the window, at least: fewer cannot place a level 1σ away
 QUIET = 2 * RECENT  # a shift is reported when none of the histories up to this many runs shorter crossed
 MODE_GAP = 2.0  # a shift this many scales or more may be a second mode of the history (``_known_mode``)
-T3_UNITS_PER_SCALE = 1.4826 * 0.7649  # 1.4826·MAD of Student t(3) noise, in the units of its scale parameter
+T3_UNITS_PER_SCALE = MAD_TO_SIGMA * 0.7649  # 1.4826·MAD of Student t(3) noise, in the units of its scale parameter
 
 
 @dataclasses.dataclass(frozen=True)

@@ -37,7 +37,7 @@ from core.backtest import StoredHistory, backtest
 from core.config import HEAVY_TAILED, NORMAL, Configs, RegressionTestConfig
 from core.history import MetricHistory, check_metric, history_segment
 from core.records import Alert, MetricObservation
-from core.stats import false_alert_scale, median
+from core.stats import false_alert_scale, median, t3_upper_tail
 from core.vocabulary import RunStatus
 
 MIN_HISTORY = 10  # a value counts once the history that judged it holds this many
@@ -66,11 +66,11 @@ def t3_log_density(r: float) -> float:
     return _LOG_T3_DENSITY - 2 * math.log1p(t * t / 3) + math.log(T3_ROBUST_SCALE)
 
 
-def t3_upper_tail(r: float) -> float:
+def t3_robust_upper_tail(r: float) -> float:
+    """Of t3 noise divided by its robust scale, as ``t3_log_density``."""
     if math.isinf(r):
         return 0.0 if r > 0 else 1.0
-    t = r * T3_ROBUST_SCALE
-    return 0.5 - (t / (math.sqrt(3) * (1 + t * t / 3)) + math.atan(t / math.sqrt(3))) / math.pi
+    return t3_upper_tail(r * T3_ROBUST_SCALE)
 
 
 def value_log_ratio(value: float, history: Sequence[float], cutoff: Optional[float], mirror: Optional[float],
@@ -97,10 +97,10 @@ def value_log_ratio(value: float, history: Sequence[float], cutoff: Optional[flo
     if -u >= beyond_mirror or beyond_cutoff <= 0 or beyond_mirror <= 0:
         return None  # beyond the improvement bound; or bounds at the centre itself (a history without spread)
     normal_within = 1 - normal_upper_tail(beyond_cutoff) - normal_upper_tail(beyond_mirror)
-    t3_within = 1 - t3_upper_tail(beyond_cutoff) - t3_upper_tail(beyond_mirror)
+    t3_within = 1 - t3_robust_upper_tail(beyond_cutoff) - t3_robust_upper_tail(beyond_mirror)
     if u > 0:
         normal_seen = math.log(0.5 - normal_upper_tail(beyond_cutoff))
-        t3_seen = math.log(0.5 - t3_upper_tail(beyond_cutoff))
+        t3_seen = math.log(0.5 - t3_robust_upper_tail(beyond_cutoff))
     else:
         normal_seen, t3_seen = normal_log_density(u, n), t3_log_density(u)
     return normal_seen - math.log(normal_within) - t3_seen + math.log(t3_within)

@@ -39,7 +39,7 @@ from typing import Optional, Sequence, Tuple
 from core import false_alert_calibration as calibration
 from core.bounds import MODE_MIN_VALUES, MODE_SHARE, grid_bracket
 from core.config import HEAVY_TAILED, NORMAL
-from core.stats import MAD_TO_SIGMA, median, robust_scale
+from core.stats import MAD_TO_SIGMA, median, robust_scale, t3_upper_tail
 
 WINDOWS = (2, 3, 4, 5)  # the last k runs a new level may have started at
 RECENT = max(WINDOWS)  # the values compared with the ones before them
@@ -134,8 +134,7 @@ def _known_mode(base: Sequence[float], centre: float, level: float, worse: int, 
 
 def _one_mode_share(scales: float) -> float:
     """The share of Student t(3) noise more than ``scales`` (1.4826·MAD) above its centre."""
-    t = scales * T3_UNITS_PER_SCALE
-    return 0.5 - (t / (math.sqrt(3) * (1 + t * t / 3)) + math.atan(t / math.sqrt(3))) / math.pi
+    return t3_upper_tail(scales * T3_UNITS_PER_SCALE)
 
 
 def shift_threshold(base: int, rate: float, noise: str = HEAVY_TAILED) -> float:

@@ -15,7 +15,7 @@ from typing import List, Sequence
 from trainguard.stats_math import mean_and_pstdev, percentile
 
 __all__ = ["exact_batch_units", "exact_mean", "exact_units", "false_alert_scale", "mean_and_pstdev", "median",
-           "percentile", "qn_scale", "robust_scale"]
+           "percentile", "qn_scale", "robust_scale", "t3_upper_tail"]
 
 # Every finite double is an integer multiple of 2**-1074.
 _SUM_SHIFT = 1074
@@ -121,3 +121,8 @@ def false_alert_scale(values: Sequence[float], centre: float) -> float:
     value equals the centre."""
     scale = qn_scale(values)
     return scale if scale > 0 else robust_scale(values, centre)
+
+
+def t3_upper_tail(t: float) -> float:
+    """P(T > t) for Student t with 3 degrees of freedom and scale 1 (its closed form)."""
+    return 0.5 - (t / (math.sqrt(3) * (1 + t * t / 3)) + math.atan(t / math.sqrt(3))) / math.pi

@@ -60,12 +60,11 @@ class CheckMetricHistory(OrderedCheck[Tuple[PCollection[RunResult], PCollection[
         configs = self.configs
         metric_actions = actions | "MetricActions" >> beam.Filter(
             lambda action: reaches_run_level_history(action, configs.for_test(action.test, action.time).windows))
-        outputs = ((observations, metric_actions) | "ObservationsAndActions" >> beam.Flatten()
-                   | "KeyByMetric" >> beam.Map(lambda o: ((o.test, o.metric), o)).with_output_types(
-                       beam.typehints.KV[beam.typehints.Tuple[str, str], AnyRecord])
-                   | "WithSeeds" >> self.with_seeds("metrics")
-                   | "CheckInOrder" >> self.in_order(MetricMachine(self.configs), "metric").with_outputs(
-                       ALERTS.name, DEAD_LETTER.name, main="rows"))
+        keyed = ((observations, metric_actions) | "ObservationsAndActions" >> beam.Flatten()
+                 | "KeyByMetric" >> beam.Map(lambda o: ((o.test, o.metric), o)).with_output_types(
+                     beam.typehints.KV[beam.typehints.Tuple[str, str], AnyRecord]))
+        outputs = self.seeded_in_order(keyed, "CheckInOrder", MetricMachine(self.configs), "metric", "metrics",
+                                       ALERTS.name, DEAD_LETTER.name, main="rows")
         return outputs.rows, outputs[ALERTS.name], outputs[DEAD_LETTER.name]
 
 
@@ -77,9 +76,8 @@ class CheckJobHistory(OrderedCheck[PCollection[RunResult], Tuple[PCollection[Ale
     """
 
     def expand(self, runs):
-        outputs = (runs
-                   | "KeyByTest" >> beam.Map(lambda r: (r.test, r)).with_output_types(beam.typehints.KV[str, RunResult])
-                   | "WithSeeds" >> self.with_seeds("jobs")
-                   | "CheckInOrder" >> self.in_order(JobMachine(self.configs), "job").with_outputs(
-                       DEAD_LETTER.name, main="alerts"))
+        keyed = runs | "KeyByTest" >> beam.Map(lambda r: (r.test, r)).with_output_types(
+            beam.typehints.KV[str, RunResult])
+        outputs = self.seeded_in_order(keyed, "CheckInOrder", JobMachine(self.configs), "job", "jobs",
+                                       DEAD_LETTER.name, main="alerts")
         return outputs.alerts, outputs[DEAD_LETTER.name]

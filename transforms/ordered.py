@@ -7,8 +7,10 @@ until the watermark passes their event time, then are fed to the machine in
 ``item.order`` order. Thus the result is the same for any input order.
 
 A key's history from earlier invocations (the start-up ``HistorySeed``) reaches
-it as one more element of the key, a ``core.history.SeededState``, not as a
-side input that every worker reads whole (``WithSeeds``).
+it in a stream as one more element of the key, a ``core.history.SeededState``,
+not as a side input that every worker reads whole (``WithSeeds``). A bounded
+replay, one local group of tests at a time, looks each key's up in an index of
+the seed instead (``OrderedCheck.seeded_in_order``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import dataclasses
 from typing import (
     Any,
     Callable,
+    Dict,
     Iterable,
     List,
     NamedTuple,
@@ -44,7 +47,7 @@ from core.history import HistorySeed, SeededState
 from core.records import dead_letter_row, failure_reason, record_payload
 from core.runs import TIMER_BUCKET_SECONDS
 from core.schema import DEAD_LETTER
-from transforms.coders import RecordCoder, outputs_any
+from transforms.coders import AnyRecord, RecordCoder, outputs_any
 
 
 class StateMachine(Protocol):
@@ -125,7 +128,33 @@ class OrderedCheck(beam.PTransform[InputT, OutputT]):
 
     def with_seeds(self, field: str) -> WithSeeds:
         """``WithSeeds`` of this composite's seed: its keys' states are the seed's ``field`` (e.g. ``metrics``)."""
-        return WithSeeds(self.seed, field, only_keys_with_items=not self.streaming)
+        return WithSeeds(self.seed, field)
+
+    def seeded_in_order(self, keyed: PCollection, label: str, machine: StateMachine, name: str, field: str,
+                        *tags: str, main: str) -> Any:
+        """(key, item) -> ``machine``'s outputs per key in event-time order (``with_outputs(*tags, main=main)``),
+        each key starting from its state in the seed's ``field`` (e.g. ``metrics``), if any.
+
+        A stream joins each key's seed to it as one more element (``"WithSeeds"``, then ``label``: the step names a
+        running job's state is updated by). A replay's grouped stage (``label``) looks its keys up instead in an
+        index of the field's states, each encoded on its own (``encoded_states``, a side input), and decodes the
+        states of the keys it has items for, once: joined as elements, every state crossed a ``Flatten`` and the
+        ``GroupByKey``, encoded and decoded at each (a third of a nightly replay of many one-run tests)."""
+        if self.streaming:
+            keyed = keyed | "WithSeeds" >> self.with_seeds(field)
+            return keyed | label >> self.in_order(machine, name).with_outputs(*tags, main=main)
+        seeds = None
+        if self.seed is not None:
+            seeds = beam.pvalue.AsSingleton(self.seed | "SeedIndex" >> beam.Map(encoded_states, field)
+                                            .with_output_types(AnyRecord))
+        stage = OrderedStage(machine, name, self.streaming, self.timer_bucket_seconds)
+        return keyed | label >> GroupedInOrder(stage, tags, main, seeds)
+
+
+def encoded_states(seed: HistorySeed, field: str) -> Dict[Any, bytes]:
+    """The seed's ``field`` (key -> state) with each state encoded on its own (``core.encoding``): what a grouped
+    stage looks its keys up in, decoding only the states of the keys it steps."""
+    return {key: encoding.encode(state) for key, state in getattr(seed, field).items()}
 
 
 def seeded_states(seed: HistorySeed, field: str) -> Iterable[Tuple[Any, SeededState]]:
@@ -146,30 +175,24 @@ class WithSeeds(beam.PTransform[PCollection[Tuple[Any, Any]], PCollection[Tuple[
     bounded, so the stage's watermark stays at the start of time until the
     seed has been read.
 
-    With ``only_keys_with_items`` (a bounded replay, whose input is all there
-    before any key is stepped), only the seeds of keys that have items join
-    them: a key without items yields nothing, and a replay of a store's
-    history with few new runs (or none: a rerun) would otherwise shuffle the
-    whole seed, each key's history encoded and decoded, to use none of it.
+    A bounded replay looks its keys' states up instead (``OrderedCheck.seeded_in_order``).
     """
 
-    def __init__(self, seed: Optional[beam.PCollection], field: str, only_keys_with_items: bool = False):
+    def __init__(self, seed: Optional[beam.PCollection], field: str):
         super().__init__()
         self.seed = seed
         self.field = field
-        self.only_keys_with_items = only_keys_with_items
 
     def expand(self, items):
         if self.seed is None:
             return items
         keyed = items.element_type  # the seeds' keys must be encoded as the items' are
         seeds = self.seed | "Seeds" >> beam.FlatMap(seeded_states, self.field).with_output_types(keyed)
-        if self.only_keys_with_items:
-            keys = items | "ItemKeys" >> beam.Map(lambda item: (item[0], True)).with_output_types(
-                beam.typehints.KV[keyed.tuple_types[0], bool])  # a key of several items: one entry of the dict
-            seeds = seeds | "OfKeysWithItems" >> beam.Filter(
-                lambda seed, with_items: seed[0] in with_items, beam.pvalue.AsDict(keys))
         return (items, seeds) | "ItemsAndSeeds" >> beam.Flatten().with_output_types(keyed)
+
+
+def _copier(state: Any) -> Callable[[], Any]:
+    return lambda: copy.deepcopy(state)
 
 
 def _order(item):
@@ -258,17 +281,19 @@ class OrderedStage:
             f"seed of {self.name} check not applied: the key already has a state, which it keeps",
             record_payload({"key": key, "state": type(seeded.state).__name__}), f"stage:{self.name}", None))
 
-    def step_group(self, key: Any, values: Iterable[Any]) -> Iterable[Any]:
+    def step_group(self, key: Any, values: Iterable[Any], seed: Optional[bytes] = None) -> Iterable[Any]:
         """A bounded input's key all at once (``GroupedInOrder``): its seed, if any, then every item in order,
         with the outputs the firing of ``flush`` gives it, at the time that firing has (its earliest item's).
-        A second seed of the key is refused as ``install_seed`` refuses it, at the seed's time (the start of
-        time: the seed is read before any input)."""
-        seeded, items, refused = None, [], []
+        ``seed`` is the key's state encoded (``core.encoding``), where an index of the seed holds it. A second
+        seed of the key (a ``SeededState`` among ``values`` beside it or another) is refused as
+        ``install_seed`` refuses it, at the seed's time (the start of time: the seed is read before any input)."""
+        seeded: Optional[Callable[[], Any]] = None if seed is None else (lambda: encoding.decode(seed))
+        items, refused = [], []
         for value in values:
             if not isinstance(value, SeededState):
                 items.append(value)
             elif seeded is None:
-                seeded = value
+                seeded = _copier(value.state)  # (never change a seed: its object may be shared)
             else:
                 refused.append(self._seed_refused(key, value))
         for output in refused:
@@ -277,8 +302,7 @@ class OrderedStage:
             return
         items.sort(key=_order)  # stable: items of equal order stay in arrival order
         fired_at = min(map(self.fires_at, items))
-        def first_state() -> Any:
-            return self.machine.initial(key) if seeded is None else copy.deepcopy(seeded.state)  # (never change a seed)
+        first_state = seeded if seeded is not None else (lambda: self.machine.initial(key))
         _, outputs = self.step_all(first_state(), items, first_state)
         for output in outputs:
             yield at_time(output, fired_at)
@@ -484,31 +508,36 @@ class GroupedInOrder(beam.PTransform):
     On bounded input the stateful DoFn adds each item to a bag, and one timer firing per key, once the input is
     read, steps them all; here the shuffle brings a key's items together instead, so a replay of many small
     keys (tests of one run each) pays no state reads, commits or timers per key. The outputs, tags and
-    timestamps are the same. ``with_outputs`` as ``ParDo.with_outputs``."""
+    timestamps are the same. ``with_outputs`` as ``ParDo.with_outputs``. ``seeds``, a side input of key ->
+    encoded state (``encoded_states``), seeds the keys it holds as a ``SeededState`` element would."""
 
-    def __init__(self, stage: OrderedStage, tags: Sequence[str] = (), main: Optional[str] = None):
+    def __init__(self, stage: OrderedStage, tags: Sequence[str] = (), main: Optional[str] = None,
+                 seeds: Optional[beam.pvalue.AsSingleton] = None):
         super().__init__()
         self.stage = stage
         self.tags = tuple(tags)
         self.main = main
+        self.seeds = seeds
 
     def with_outputs(self, *tags: str, main: Optional[str] = None) -> GroupedInOrder:
-        return GroupedInOrder(self.stage, tags, main)
+        return GroupedInOrder(self.stage, tags, main, self.seeds)
 
     def expand(self, items):
-        step = beam.ParDo(StepGroupsFn(self.stage))
+        step = beam.ParDo(StepGroupsFn(self.stage)) if self.seeds is None else beam.ParDo(
+            StepGroupsFn(self.stage), self.seeds)
         return (items | "GroupByKey" >> beam.GroupByKey()
                 | "StepInOrder" >> (step.with_outputs(*self.tags, main=self.main) if self.tags else step))
 
 
 @outputs_any
 class StepGroupsFn(beam.DoFn):
-    """(key, its values) -> ``OrderedStage.step_group`` of them."""
+    """(key, its values) -> ``OrderedStage.step_group`` of them, seeded from ``seeds`` (key -> encoded state)."""
 
     def __init__(self, stage: OrderedStage):
         super().__init__()
         self.stage = stage
 
-    def process(self, element):
+    def process(self, element, seeds: Optional[Dict[Any, bytes]] = None):
         key, values = element
-        yield from self.stage.step_group(key, values)
+        seed = None if seeds is None else seeds.get(key)
+        yield from self.stage.step_group(key, values, seed)

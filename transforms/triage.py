@@ -79,10 +79,9 @@ class TriageAlerts(OrderedCheck[Tuple[PCollection[Alert], PCollection[TriageItem
             return RaisedAlert(alert.test, alert.created_at, finished.to_row())
 
         raised = alerts | "Raised" >> beam.Map(raised_row)
-        outputs = ((raised, actions) | "AlertsAndActions" >> beam.Flatten()
-                   | "KeyByTest" >> beam.Map(lambda item: (item.test, item)).with_output_types(
-                       beam.typehints.KV[str, AnyRecord])
-                   | "WithSeeds" >> self.with_seeds("ledgers")
-                   | "InOrder" >> self.in_order(LedgerMachine(self.configs), "triage").with_outputs(
-                       ALERT_UPDATES, DEAD_LETTER.name, main="alerts"))
+        keyed = ((raised, actions) | "AlertsAndActions" >> beam.Flatten()
+                 | "KeyByTest" >> beam.Map(lambda item: (item.test, item)).with_output_types(
+                     beam.typehints.KV[str, AnyRecord]))
+        outputs = self.seeded_in_order(keyed, "InOrder", LedgerMachine(self.configs), "triage", "ledgers",
+                                       ALERT_UPDATES, DEAD_LETTER.name, main="alerts")
         return outputs.alerts, outputs[ALERT_UPDATES], outputs[DEAD_LETTER.name]

@@ -161,10 +161,9 @@ class CheckWindows(OrderedCheck[Tuple[PCollection[Tuple[WindowResult, int]], PCo
         first_results = results | "FirstRevisions" >> beam.FlatMapTuple(first_checked_revision)
         ends = runs | "RunEnds" >> beam.FlatMap(run_ends)
         window_actions = actions | "WindowActions" >> beam.FlatMap(targets)
-        outputs = ((first_results, ends, window_actions) | "CheckInputs" >> beam.Flatten()
-                   | "KeyByTagKind" >> beam.Map(lambda i: ((i.test, i.tag, i.kind), i)).with_output_types(
-                       beam.typehints.KV[beam.typehints.Tuple[str, str, str], AnyRecord])
-                   | "WithSeeds" >> self.with_seeds("windows")
-                   | "CheckInOrder" >> self.in_order(WindowCheckMachine(configs), "window").with_outputs(
-                       DEAD_LETTER.name, main="alerts"))
+        keyed = ((first_results, ends, window_actions) | "CheckInputs" >> beam.Flatten()
+                 | "KeyByTagKind" >> beam.Map(lambda i: ((i.test, i.tag, i.kind), i)).with_output_types(
+                     beam.typehints.KV[beam.typehints.Tuple[str, str, str], AnyRecord]))
+        outputs = self.seeded_in_order(keyed, "CheckInOrder", WindowCheckMachine(configs), "window", "windows",
+                                       DEAD_LETTER.name, main="alerts")
         return outputs.alerts, outputs[DEAD_LETTER.name]

@@ -176,20 +176,24 @@ def step_names(settings: GraphSettings) -> set:
 
 
 def test_a_replay_joins_only_the_seed_fields_that_hold_anything_and_flattens_no_interrupted_runs():
-    """A Flatten is a copy of every element on a batch runner: a replay has none with an empty seed field or with
-    the interrupted runs, which only a streaming job's drain makes. Nor does it ask each message whether its run
-    is stored when the store holds no run (a side input makes Beam invoke a step several µs a message slower)."""
+    """A Flatten is a copy of every element on a batch runner: a replay has none with the seed's states (its grouped
+    checks look their keys up in an index of their field, ``SeedIndex``), none with the interrupted runs, which only
+    a streaming job's drain makes, and reads no index of an empty seed field. Nor does it ask each message whether
+    its run is stored when the store holds no run (a side input makes Beam invoke a step several µs a message
+    slower)."""
     assert SEED.held() == {"metrics", "jobs", "stored_runs"}
-    joins = {"CheckMetrics/WithSeeds/ItemsAndSeeds", "CheckRuns/WithSeeds/ItemsAndSeeds",
-             "LiveWindows/Checks/WithSeeds/ItemsAndSeeds", "Triage/WithSeeds/ItemsAndSeeds",
-             "AssembleRuns/MessagesAndOpenRuns", "SkipStoredRuns/NotStored"}
+    checks = ("CheckMetrics", "CheckRuns", "LiveWindows/Checks", "Triage")
+    streamed = {f"{check}/WithSeeds/ItemsAndSeeds" for check in checks}
+    indexes = {f"{check}/SeedIndex" for check in checks}
+    others = {"AssembleRuns/MessagesAndOpenRuns", "SkipStoredRuns/NotStored"}
     interrupted = {"EndedAndInterrupted", "LiveWindows/EndedOrInterrupted"}
-    everything = {f"DetectRegressions/{name}" for name in joins | interrupted}
-    assert step_names(GraphSettings(WINDOWED_ELSEWHERE, streaming=True)) >= everything
+    everything = {f"DetectRegressions/{name}" for name in streamed | indexes | others | interrupted}
+    assert step_names(GraphSettings(WINDOWED_ELSEWHERE, streaming=True)) & everything == {
+        f"DetectRegressions/{name}" for name in streamed | others | interrupted}
     assert step_names(GraphSettings(WINDOWED_ELSEWHERE)) & everything == {
-        f"DetectRegressions/{name}" for name in joins}  # a seed not known: every field may hold something
+        f"DetectRegressions/{name}" for name in indexes | others}  # a seed not known: every field may hold something
     assert step_names(GraphSettings(WINDOWED_ELSEWHERE, seed_holds=SEED.held())) & everything == {
-        "DetectRegressions/CheckMetrics/WithSeeds/ItemsAndSeeds", "DetectRegressions/CheckRuns/WithSeeds/ItemsAndSeeds",
+        "DetectRegressions/CheckMetrics/SeedIndex", "DetectRegressions/CheckRuns/SeedIndex",
         "DetectRegressions/SkipStoredRuns/NotStored"}
     assert step_names(GraphSettings(WINDOWED_ELSEWHERE, seed_holds=HistorySeed().held())) & everything == set()
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import random
-from typing import Any, List, Tuple
+from typing import Any, List, Set, Tuple
 
 import apache_beam as beam
 import pytest
@@ -22,13 +22,14 @@ from apache_beam.utils.timestamp import Timestamp
 
 from bench import bench_ordered
 from bench.bench_ordered import OneKey
+from core import encoding
 from core.history import HistorySeed, SeededState
 from core.schema import DEAD_LETTER
 from core.window_checks import RunEnded
 from pipeline.graph import GraphSettings
 from tests.support import T0
 from tests.transforms.support import batch_pipeline, configs, detect, drained, raw, streaming_pipeline
-from transforms.ordered import IDLE, OrderedCheck, in_event_time_order
+from transforms.ordered import IDLE, OrderedCheck, OrderedStage, in_event_time_order
 
 KEY = "cifar"
 
@@ -203,9 +204,7 @@ class CollectCheck(OrderedCheck):
     """(key, RunEnded) -> what ``Collect`` yields, with the seeds of ``HistorySeed.jobs`` (a test's state)."""
 
     def expand(self, items):
-        return (items
-                | "WithSeeds" >> self.with_seeds("jobs")
-                | "InOrder" >> self.in_order(Collect(), "collect").with_outputs(DEAD_LETTER.name, main="main"))
+        return self.seeded_in_order(items, "InOrder", Collect(), "collect", "jobs", DEAD_LETTER.name, main="main")
 
 
 SEED = HistorySeed(jobs={"a": ["a-old"], "unused": ["never"]})
@@ -229,8 +228,9 @@ EXPECTED = [("a0", 1), ("a1", 2), ("a2", 3), ("b0", 0), ("b1", 1), ("b2", 2)]
 
 
 @pytest.mark.parametrize("as_a_replay_runs_it", [False, True])
-def test_seeds_reach_their_keys_as_elements_in_a_replay(as_a_replay_runs_it):
-    """Also as a replay runs it (grouped, the seeds kept only for keys with items): a seeded key starts from it."""
+def test_seeds_reach_their_keys_in_a_replay(as_a_replay_runs_it):
+    """Also as a replay runs it (grouped, each key's seed looked up in an index of the seed): a seeded key starts
+    from it."""
     with batch_pipeline() as p:
         check_outputs(p, p | "Items" >> beam.Create(keyed_items()).with_output_types(beam.typehints.KV[str, RunEnded]),
                       streaming=not as_a_replay_runs_it)
@@ -246,11 +246,12 @@ def test_seeds_reach_their_keys_as_elements_in_a_stream():
             beam.typehints.KV[str, RunEnded]))
 
 
-def test_the_only_broadcast_of_the_seed_is_the_index_of_stored_ids():
+def seed_side_inputs(streaming: bool) -> Tuple[Set[Tuple[str, str]], Set[str]]:
+    """(step, producer of its side input) of each side input of the graph, with live windows; and its steps."""
     p = beam.Pipeline()
     detect(p | "Messages" >> beam.Create([raw(KEY, "r0", "m0", points=[("acc", 1.0, 1, T0)])]),
-           GraphSettings(configs(cifar={"window_config": {"tags": {"loss": {"count": 4, "aggregations": ["mean"]}}}})),
-           SEED)  # (with live windows: a replay without any leaves them out)
+           GraphSettings(configs(cifar={"window_config": {"tags": {"loss": {"count": 4, "aggregations": ["mean"]}}}}),
+                         streaming=streaming), SEED)  # (with live windows: a replay without any leaves them out)
     components = p.to_runner_api().components
     producers = {output: t.unique_name for t in components.transforms.values() if not t.subtransforms
                  for output in t.outputs.values()}
@@ -259,18 +260,31 @@ def test_the_only_broadcast_of_the_seed_is_the_index_of_stored_ids():
         if t.spec.urn == common_urns.primitives.PAR_DO.urn:
             payload = beam_runner_api_pb2.ParDoPayload.FromString(t.spec.payload)
             side_inputs |= {(t.unique_name, producers[t.inputs[tag]]) for tag in payload.side_inputs}
-    of_seed = {(step, producer) for step, producer in side_inputs if "/WithSeeds/" not in producer}
-    assert {step for step, _ in of_seed} == {"DetectRegressions/SkipStoredActions/NotStored",
-                                             "DetectRegressions/SkipStoredRuns/NotStored/ParDo(_SkipStoredRunsFn)"}
-    assert {producer for _, producer in of_seed} == {"DetectRegressions/StoredIndex"}
-    # and, a replay's, the keys with items, so that only their seeds are shuffled (WithSeeds)
-    assert {step for step, _ in side_inputs - of_seed} == {
-        f"DetectRegressions/{check}/WithSeeds/OfKeysWithItems"
-        for check in ("CheckMetrics", "CheckRuns", "LiveWindows/Checks", "Triage")}
-    seeds = [t.unique_name for t in components.transforms.values() if t.unique_name.endswith("/WithSeeds/Seeds")]
-    assert sorted(seeds) == ["DetectRegressions/CheckMetrics/WithSeeds/Seeds", "DetectRegressions/CheckRuns/WithSeeds/Seeds",
-                             "DetectRegressions/LiveWindows/Checks/WithSeeds/Seeds",
-                             "DetectRegressions/Triage/WithSeeds/Seeds"]
+    return side_inputs, {t.unique_name for t in components.transforms.values()}
+
+
+CHECKS = ("CheckMetrics", "CheckRuns", "LiveWindows/Checks", "Triage")
+STORED_INDEX = {("DetectRegressions/SkipStoredActions/NotStored", "DetectRegressions/StoredIndex"),
+                ("DetectRegressions/SkipStoredRuns/NotStored/ParDo(_SkipStoredRunsFn)", "DetectRegressions/StoredIndex")}
+
+
+def test_a_stream_broadcasts_of_the_seed_only_the_index_of_stored_ids():
+    """Each key's history reaches it as an element (``WithSeeds``): no worker of a stream reads every history."""
+    side_inputs, steps = seed_side_inputs(streaming=True)
+    assert side_inputs == STORED_INDEX
+    assert {step for step in steps if step.endswith("/WithSeeds/Seeds")} == {
+        f"DetectRegressions/{check}/WithSeeds/Seeds" for check in CHECKS}
+
+
+def test_a_replays_grouped_checks_look_their_keys_up_in_an_index_of_the_seed():
+    """A replay's grouped step of each check reads its field of the seed, each state encoded apart (``SeedIndex``),
+    and no seed is joined to the keys as elements."""
+    label = {"Triage": "InOrder"}
+    side_inputs, steps = seed_side_inputs(streaming=False)
+    assert side_inputs == STORED_INDEX | {
+        (f"DetectRegressions/{check}/{label.get(check, 'CheckInOrder')}/StepInOrder/ParDo(StepGroupsFn)",
+         f"DetectRegressions/{check}/SeedIndex") for check in CHECKS}
+    assert not [step for step in steps if "WithSeeds" in step]
 
 
 def test_the_benchmark_runs_and_prints_its_tables(capsys):
@@ -336,6 +350,19 @@ def test_a_replay_groups_each_key_and_gives_what_the_stateful_stage_gives():
         "error in collect check", "error in collect check", "error in collect check",
         "seed of collect check not applied"]
     assert {at for tag, _, at in grouped if tag == "main"} == {Timestamp.of(T0 + ord(k)).micros for k in "abc"}
+
+
+def test_a_key_seeded_from_the_index_starts_from_it_keeps_it_through_a_failure_and_refuses_a_second_seed():
+    stage = OrderedStage(Collect(poison={"r01"}), "collect", False, 0)
+    items = [ended(2), ended(1), ended(0)]
+    outputs = list(stage.step_group(KEY, items + [SeededState(["other"])], encoding.encode(["old"])))
+    main = [o.value for o in outputs if not isinstance(o, beam.pvalue.TaggedOutput)]
+    assert main == [("r00", 1), ("r02", 2)]  # after the seed; r01 failed and left the state as it was
+    dead = [o.value.value["reason"].split(":")[0] for o in outputs if isinstance(o, beam.pvalue.TaggedOutput)]
+    assert sorted(dead) == ["error in collect check", "seed of collect check not applied"]
+    # the index's bytes are decoded again for a failure, never an object shared with another key
+    assert [o.value for o in stage.step_group(KEY, [ended(0)], encoding.encode(["old"]))
+            if not isinstance(o, beam.pvalue.TaggedOutput)] == [("r00", 1)]
 
 
 def test_a_replay_keeps_no_state_in_its_ordered_stages():

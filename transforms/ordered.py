@@ -99,6 +99,9 @@ class ConfiguredMachine:
         return None
 
 
+KeysWithin = Callable[[Any, Any], Iterable[Tuple[Any, Any]]]
+"""(a grouped key, one of its values) -> (the machine's key, an item) of each item the value holds."""
+
 InputT = TypeVar("InputT")
 OutputT = TypeVar("OutputT")
 
@@ -131,7 +134,7 @@ class OrderedCheck(beam.PTransform[InputT, OutputT]):
         return WithSeeds(self.seed, field)
 
     def seeded_in_order(self, keyed: PCollection, label: str, machine: StateMachine, name: str, field: str,
-                        *tags: str, main: str) -> Any:
+                        *tags: str, main: str, keys_within: Optional[KeysWithin] = None) -> Any:
         """(key, item) -> ``machine``'s outputs per key in event-time order (``with_outputs(*tags, main=main)``),
         each key starting from its state in the seed's ``field`` (e.g. ``metrics``), if any.
 
@@ -139,7 +142,9 @@ class OrderedCheck(beam.PTransform[InputT, OutputT]):
         running job's state is updated by). A replay's grouped stage (``label``) looks its keys up instead in an
         index of the field's states, each encoded on its own (``encoded_states``, a side input), and decodes the
         states of the keys it has items for, once: joined as elements, every state crossed a ``Flatten`` and the
-        ``GroupByKey``, encoded and decoded at each (a third of a nightly replay of many one-run tests)."""
+        ``GroupByKey``, encoded and decoded at each (a third of a nightly replay of many one-run tests).
+        ``keys_within`` (a replay's only, ``GroupedInOrder``) says the machine's keys and items within each of
+        ``keyed``'s values, where a replay groups several keys' items under one key."""
         if self.streaming:
             keyed = keyed | "WithSeeds" >> self.with_seeds(field)
             return keyed | label >> self.in_order(machine, name).with_outputs(*tags, main=main)
@@ -148,7 +153,7 @@ class OrderedCheck(beam.PTransform[InputT, OutputT]):
             seeds = beam.pvalue.AsSingleton(self.seed | "SeedIndex" >> beam.Map(encoded_states, field)
                                             .with_output_types(AnyRecord))
         stage = OrderedStage(machine, name, self.streaming, self.timer_bucket_seconds)
-        return keyed | label >> GroupedInOrder(stage, tags, main, seeds)
+        return keyed | label >> GroupedInOrder(stage, tags, main, seeds, keys_within)
 
 
 def encoded_states(seed: HistorySeed, field: str) -> Dict[Any, bytes]:
@@ -509,35 +514,48 @@ class GroupedInOrder(beam.PTransform):
     read, steps them all; here the shuffle brings a key's items together instead, so a replay of many small
     keys (tests of one run each) pays no state reads, commits or timers per key. The outputs, tags and
     timestamps are the same. ``with_outputs`` as ``ParDo.with_outputs``. ``seeds``, a side input of key ->
-    encoded state (``encoded_states``), seeds the keys it holds as a ``SeededState`` element would."""
+    encoded state (``encoded_states``), seeds the keys it holds as a ``SeededState`` element would. With
+    ``keys_within``, a grouped key's values hold the items of several of the machine's keys (a test's runs,
+    each with its metrics), each stepped as if it had been keyed on its own: fewer, larger elements for Beam
+    to carry."""
 
     def __init__(self, stage: OrderedStage, tags: Sequence[str] = (), main: Optional[str] = None,
-                 seeds: Optional[beam.pvalue.AsSingleton] = None):
+                 seeds: Optional[beam.pvalue.AsSingleton] = None, keys_within: Optional[KeysWithin] = None):
         super().__init__()
         self.stage = stage
         self.tags = tuple(tags)
         self.main = main
         self.seeds = seeds
+        self.keys_within = keys_within
 
     def with_outputs(self, *tags: str, main: Optional[str] = None) -> GroupedInOrder:
-        return GroupedInOrder(self.stage, tags, main, self.seeds)
+        return GroupedInOrder(self.stage, tags, main, self.seeds, self.keys_within)
 
     def expand(self, items):
-        step = beam.ParDo(StepGroupsFn(self.stage)) if self.seeds is None else beam.ParDo(
-            StepGroupsFn(self.stage), self.seeds)
+        fn = StepGroupsFn(self.stage, self.keys_within)
+        step = beam.ParDo(fn) if self.seeds is None else beam.ParDo(fn, self.seeds)
         return (items | "GroupByKey" >> beam.GroupByKey()
                 | "StepInOrder" >> (step.with_outputs(*self.tags, main=self.main) if self.tags else step))
 
 
 @outputs_any
 class StepGroupsFn(beam.DoFn):
-    """(key, its values) -> ``OrderedStage.step_group`` of them, seeded from ``seeds`` (key -> encoded state)."""
+    """(key, its values) -> ``OrderedStage.step_group`` of them (of each machine key's, with ``keys_within``),
+    seeded from ``seeds`` (key -> encoded state)."""
 
-    def __init__(self, stage: OrderedStage):
+    def __init__(self, stage: OrderedStage, keys_within: Optional[KeysWithin] = None):
         super().__init__()
         self.stage = stage
+        self.keys_within = keys_within
 
-    def process(self, element, seeds: Optional[Dict[Any, bytes]] = None):
+    def process(self, element, seeds=None):  # seeds: key -> its encoded state
         key, values = element
-        seed = None if seeds is None else seeds.get(key)
-        yield from self.stage.step_group(key, values, seed)
+        groups: Iterable[Tuple[Any, Iterable[Any]]] = ((key, values),)
+        if self.keys_within is not None:
+            by_key: Dict[Any, List[Any]] = {}
+            for value in values:
+                for inner, item in self.keys_within(key, value):
+                    by_key.setdefault(inner, []).append(item)
+            groups = by_key.items()
+        for inner, items in groups:
+            yield from self.stage.step_group(inner, items, None if seeds is None else seeds.get(inner))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import random
-from typing import Any, List, Set, Tuple
+from typing import Any, Dict, List, Set, Tuple
 
 import apache_beam as beam
 import pytest
@@ -29,7 +29,7 @@ from core.window_checks import RunEnded
 from pipeline.graph import GraphSettings
 from tests.support import T0
 from tests.transforms.support import batch_pipeline, configs, detect, drained, raw, streaming_pipeline
-from transforms.ordered import IDLE, OrderedCheck, OrderedStage, in_event_time_order
+from transforms.ordered import IDLE, OrderedCheck, OrderedStage, StepGroupsFn, in_event_time_order
 
 KEY = "cifar"
 
@@ -363,6 +363,30 @@ def test_a_key_seeded_from_the_index_starts_from_it_keeps_it_through_a_failure_a
     # the index's bytes are decoded again for a failure, never an object shared with another key
     assert [o.value for o in stage.step_group(KEY, [ended(0)], encoding.encode(["old"]))
             if not isinstance(o, beam.pvalue.TaggedOutput)] == [("r00", 1)]
+
+
+def test_items_grouped_under_an_outer_key_are_stepped_per_machine_key_as_if_keyed_one_by_one():
+    """``keys_within``: a replay groups a test's runs, each holding items of several machine keys (its metrics);
+    each machine key is stepped, from its seed, as it would be had each item been keyed on its own."""
+    items = [(key, RunEnded(key, f"{key}{i:02d}", "success", T0 + 10 * i + ord(key), tag, "count"))
+             for key in "ab" for tag in ("loss", "acc") for i in range(4)]
+    random.Random(4).shuffle(items)
+    seeds = {("a", "loss"): encoding.encode(["a-old"]), ("b", "acc"): encoding.encode(["b-old", "b-older"])}
+    one_by_one = StepGroupsFn(OrderedStage(Collect(poison={"a02"}), "collect", False, 0))
+    expected = []
+    for key in sorted({(test, item.tag) for test, item in items}):
+        expected += one_by_one.process((key, [item for test, item in items if (test, item.tag) == key]),
+                                       seeds)
+    by_test: Dict[str, List[List[RunEnded]]] = {}
+    for test, item in items:  # values holding several items, as a run holds its metrics
+        by_test.setdefault(test, []).append([item])
+    within = StepGroupsFn(OrderedStage(Collect(poison={"a02"}), "collect", False, 0),
+                          lambda test, held: (((test, item.tag), item) for item in held))
+    grouped = [output for test, held in by_test.items() for output in within.process((test, held), seeds)]
+    def described(outputs):  # (tag, value, timestamp) of each output
+        stamped = [(o.tag, o.value) if isinstance(o, beam.pvalue.TaggedOutput) else (None, o) for o in outputs]
+        return sorted(repr((tag, value.value, value.timestamp)) for tag, value in stamped)
+    assert described(grouped) == described(expected) and len(expected) == 16  # 14 stepped, 2 dead
 
 
 def test_a_replay_keeps_no_state_in_its_ordered_stages():

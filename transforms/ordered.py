@@ -122,11 +122,15 @@ class OrderedCheck(beam.PTransform[InputT, OutputT]):
         self.streaming = streaming
         self.timer_bucket_seconds = timer_bucket_seconds
 
-    def in_order(self, machine: StateMachine, name: str) -> Union[beam.ParDo, GroupedInOrder]:
+    def in_order(self, machine: StateMachine, name: str, seeds: Optional[beam.pvalue.AsSingleton] = None,
+                 keys_within: Optional[KeysWithin] = None) -> Union[beam.ParDo, GroupedInOrder]:
         """``machine`` applied per key in event-time order with this composite's settings: a ``ParDo`` of
-        ``in_event_time_order`` on unbounded input, ``GroupedInOrder`` on bounded input (the same outputs)."""
+        ``in_event_time_order`` on unbounded input, ``GroupedInOrder`` on bounded input (the same outputs), with
+        its ``seeds`` and ``keys_within``, which only a grouped stage takes."""
         if not self.streaming:
-            return GroupedInOrder(OrderedStage(machine, name, self.streaming, self.timer_bucket_seconds))
+            return GroupedInOrder(OrderedStage(machine, name, self.streaming, self.timer_bucket_seconds),
+                                  seeds=seeds, keys_within=keys_within)
+        assert seeds is None and keys_within is None, "a stream joins seeds as elements and keys each item"
         return beam.ParDo(in_event_time_order(machine, name, self.streaming, self.timer_bucket_seconds))
 
     def with_seeds(self, field: str) -> WithSeeds:
@@ -145,15 +149,13 @@ class OrderedCheck(beam.PTransform[InputT, OutputT]):
         ``GroupByKey``, encoded and decoded at each (a third of a nightly replay of many one-run tests).
         ``keys_within`` (a replay's only, ``GroupedInOrder``) says the machine's keys and items within each of
         ``keyed``'s values, where a replay groups several keys' items under one key."""
+        seeds = None
         if self.streaming:
             keyed = keyed | "WithSeeds" >> self.with_seeds(field)
-            return keyed | label >> self.in_order(machine, name).with_outputs(*tags, main=main)
-        seeds = None
-        if self.seed is not None:
+        elif self.seed is not None:
             seeds = beam.pvalue.AsSingleton(self.seed | "SeedIndex" >> beam.Map(encoded_states, field)
                                             .with_output_types(AnyRecord))
-        stage = OrderedStage(machine, name, self.streaming, self.timer_bucket_seconds)
-        return keyed | label >> GroupedInOrder(stage, tags, main, seeds, keys_within)
+        return keyed | label >> self.in_order(machine, name, seeds, keys_within).with_outputs(*tags, main=main)
 
 
 def encoded_states(seed: HistorySeed, field: str) -> Dict[Any, bytes]:

@@ -881,6 +881,7 @@ class _StreamReaders:
             daemon=True,
         )
         with self._lock:
+            self._threads = {t for t in self._threads if t.is_alive()}
             self._threads.add(thread)
         thread.start()
 
@@ -894,11 +895,14 @@ class _StreamReaders:
             stream.fail(error)
         finally:
             stream.close()
-            with self._lock:
-                self._threads.discard(threading.current_thread())
 
     def join(self, timeout: float) -> None:
-        """Wait for all readers to finish (they do once their call has ended)."""
+        """Wait for all readers to finish (they do once their call has ended).
+
+        A reader stays in the set until it is joined here or pruned dead by
+        :meth:`start`: one that removed itself on its way out could still be
+        alive when this returns.
+        """
         with self._lock:
             threads = list(self._threads)
         for thread in threads:

@@ -122,5 +122,6 @@ def import_main(argv: Sequence[str], packages: Sequence[str] = LEFT_OUT) -> Call
         sys.stdout.flush()
         sys.stderr.flush()
         os.environ[FULL_IMPORTS_VARIABLE] = "1"
-        os.execv(sys.executable, sys.orig_argv)
+        command = getattr(sys, "orig_argv", None) or [sys.executable, "-m", "pipeline", *argv]  # (3.9: no orig_argv)
+        os.execv(sys.executable, command)
     return main

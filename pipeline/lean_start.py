@@ -2,7 +2,7 @@
 
 ``import apache_beam`` imports the Google Cloud Storage, BigQuery, Pub/Sub and Dataflow clients, their
 credentials (google-auth, apitools, oauth2client) and pymongo, each under Beam's own ``try: ... except
-ImportError``: about 500 modules and two fifths of the imports a replay of local files waits for, none of
+ImportError``: about 660 modules and two fifths of the imports a replay of local files waits for, none of
 which it uses. ``python -m pipeline`` (``pipeline/__main__.py``) imports with them left out where its command
 line reaches no cloud service (:func:`reaches_no_cloud`): Beam then registers no ``gs://`` file system and no
 BigQuery or Pub/Sub client, which such a replay never asks for. They are left out only while the entry point

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 from typing import (
     Any,
     Callable,
@@ -133,10 +134,6 @@ class OrderedCheck(beam.PTransform[InputT, OutputT]):
         assert seeds is None and keys_within is None, "a stream joins seeds as elements and keys each item"
         return beam.ParDo(in_event_time_order(machine, name, self.streaming, self.timer_bucket_seconds))
 
-    def with_seeds(self, field: str) -> WithSeeds:
-        """``WithSeeds`` of this composite's seed: its keys' states are the seed's ``field`` (e.g. ``metrics``)."""
-        return WithSeeds(self.seed, field)
-
     def seeded_in_order(self, keyed: PCollection, label: str, machine: StateMachine, name: str, field: str,
                         *tags: str, main: str, keys_within: Optional[KeysWithin] = None) -> Any:
         """(key, item) -> ``machine``'s outputs per key in event-time order (``with_outputs(*tags, main=main)``),
@@ -151,7 +148,7 @@ class OrderedCheck(beam.PTransform[InputT, OutputT]):
         ``keyed``'s values, where a replay groups several keys' items under one key."""
         seeds = None
         if self.streaming:
-            keyed = keyed | "WithSeeds" >> self.with_seeds(field)
+            keyed = keyed | "WithSeeds" >> WithSeeds(self.seed, field)
         elif self.seed is not None:
             seeds = beam.pvalue.AsSingleton(self.seed | "SeedIndex" >> beam.Map(encoded_states, field)
                                             .with_output_types(AnyRecord))
@@ -196,10 +193,6 @@ class WithSeeds(beam.PTransform[PCollection[Tuple[Any, Any]], PCollection[Tuple[
         keyed = items.element_type  # the seeds' keys must be encoded as the items' are
         seeds = self.seed | "Seeds" >> beam.FlatMap(seeded_states, self.field).with_output_types(keyed)
         return (items, seeds) | "ItemsAndSeeds" >> beam.Flatten().with_output_types(keyed)
-
-
-def _copier(state: Any) -> Callable[[], Any]:
-    return lambda: copy.deepcopy(state)
 
 
 def _order(item):
@@ -294,13 +287,13 @@ class OrderedStage:
         ``seed`` is the key's state encoded (``core.encoding``), where an index of the seed holds it. A second
         seed of the key (a ``SeededState`` among ``values`` beside it or another) is refused as
         ``install_seed`` refuses it, at the seed's time (the start of time: the seed is read before any input)."""
-        seeded: Optional[Callable[[], Any]] = None if seed is None else (lambda: encoding.decode(seed))
+        seeded: Optional[Callable[[], Any]] = None if seed is None else functools.partial(encoding.decode, seed)
         items, refused = [], []
         for value in values:
             if not isinstance(value, SeededState):
                 items.append(value)
             elif seeded is None:
-                seeded = _copier(value.state)  # (never change a seed: its object may be shared)
+                seeded = functools.partial(copy.deepcopy, value.state)  # (never change a seed: it may be shared)
             else:
                 refused.append(self._seed_refused(key, value))
         for output in refused:

@@ -264,13 +264,17 @@ _CONTAINER_MARKS = {Ext.TUPLE: _Mark(lambda values: tuple(values[1:])),
 
 
 class _Decoder:
-    def __init__(self, registry: Registry, table: List[Any]):
+    """How to decode the bodies of values with one types table. Kept by the registry per table
+    (``Registry.decoders``) and used again for every value with the same table: a job decodes many values of
+    one kind, and making each type's builder is most of a small value's decoding."""
+
+    def __init__(self, registry: Registry, table: Sequence[Any]):
         self.registry = registry
         self.table = table
         self.marks: Dict[bytes, _Mark] = {}
 
     def ext_hook(self, code: int, data: bytes) -> Any:
-        if code == Ext.RECORD:
+        if code == _RECORD:
             mark = self.marks.get(data)
             if mark is None:
                 index = int.from_bytes(data, "big")
@@ -278,7 +282,7 @@ class _Decoder:
                     raise EncodingError(f"record type {index} is not in the value's types table")
                 mark = self.marks[data] = _Mark(_builder(self.registry, self.table[index]))
             return mark
-        if code == Ext.BIGINT:
+        if code == _BIGINT:
             return int.from_bytes(data, "big", signed=True)
         container = _CONTAINER_MARKS.get(code)  # type: ignore[call-overload]
         if container is None:
@@ -292,18 +296,36 @@ class _Decoder:
         return values
 
 
+_RECORD, _BIGINT = int(Ext.RECORD), int(Ext.BIGINT)
+MAX_DECODERS = 256  # types tables a registry keeps decoders for (a job's values have a few dozen)
+
+
+def _decoder(registry: Registry, table: Any) -> _Decoder:
+    """The registry's decoder for values with this types table (a tuple of ``(name, version, fields)``)."""
+    try:
+        return registry.decoders[table]  # type: ignore[no-any-return]
+    except KeyError:
+        pass
+    except TypeError:  # a table holding a map: no value this module wrote
+        raise EncodingError("not an encoded value: its types table is not a list of types") from None
+    if len(registry.decoders) >= MAX_DECODERS:
+        registry.decoders.clear()
+    decoder = registry.decoders[table] = _Decoder(registry, table)
+    return decoder
+
+
 def decode(data: bytes, registry: Optional[Registry] = None) -> Any:
     """The value :func:`encode` wrote, as today's classes: see the module doc for what may have changed since."""
     try:
-        outer = msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=False)
+        outer = msgpack.unpackb(data, raw=False, use_list=False, strict_map_key=False)
     except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as error:
         raise EncodingError(f"not an encoded value: {error}") from error
-    if not isinstance(outer, list) or len(outer) != 3 or not isinstance(outer[0], int):
+    if type(outer) is not tuple or len(outer) != 3 or not isinstance(outer[0], int):
         raise EncodingError("not an encoded value: expected [format, types, body]")
     format_version, table, body = outer
     if format_version > FORMAT_VERSION:
         raise IncompatibleVersion(f"encoding format {format_version} is newer than this code's {FORMAT_VERSION}")
-    decoder = _Decoder(REGISTRY if registry is None else registry, table)
+    decoder = _decoder(REGISTRY if registry is None else registry, table)
     return msgpack.unpackb(body, ext_hook=decoder.ext_hook, list_hook=decoder.list_hook, raw=False,
                            strict_map_key=False, use_list=True, unicode_errors="surrogatepass")
 

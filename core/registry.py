@@ -106,6 +106,7 @@ class Registry:
         self.by_class: Dict[type, RecordType] = {}
         self.by_name: Dict[str, RecordType] = {}
         self.plain_tuples: Set[type] = set()  # named tuples written as plain tuples (:func:`plain_tuple`)
+        self.decoders: Dict[Any, Any] = {}  # core.encoding's decoders by types table, made again after a change
 
     def register(self, cls: type, name: str, version: int = 1,
                  upgrades: Optional[Mapping[int, Callable[[Dict[str, Any]], Dict[str, Any]]]] = None,
@@ -127,6 +128,7 @@ class Registry:
             self.by_class.pop(known.cls, None)
         self.by_class[cls] = entry
         self.by_name[name] = entry
+        self.decoders.clear()
         return entry
 
     def copy(self) -> Registry:

@@ -211,8 +211,8 @@ def _event_json(event: RankedEvent) -> Dict[str, Any]:
 def _event_order(event: RankedEvent) -> Tuple[float, str, int, str, bool]:
     """Events in time, then by type, rank and data: only equal events tie (an event without a rank and the same
     one of rank 0 are told apart last)."""
-    return (event.time, event.type, effective_rank(event.rank), json.dumps(event.data, sort_keys=True),
-            event.rank is not None)
+    data = "{}" if event.data == {} else json.dumps(event.data, sort_keys=True)  # (most events have none)
+    return event.time, event.type, effective_rank(event.rank), data, event.rank is not None
 
 
 LIFECYCLE_EVENTS = frozenset((wire.RUN_STARTED, wire.RUN_FINISHED))  # always kept (``RunAccumulator.MAX_EVENTS``)

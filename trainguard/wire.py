@@ -525,7 +525,7 @@ def _parse_event(raw: Any) -> Event:
         raise ValueError(f"data must be an object, got {type(data).__name__}")
     if nesting_depth(data, MAX_EVENT_DATA_DEPTH) > MAX_EVENT_DATA_DEPTH:
         raise ValueError(f"data is nested deeper than {MAX_EVENT_DATA_DEPTH} levels")
-    if len(json.dumps(data)) > MAX_EVENT_DATA_BYTES:
+    if data and len(json.dumps(data)) > MAX_EVENT_DATA_BYTES:  # (an empty object is 2 bytes)
         raise ValueError(f"data is larger than {MAX_EVENT_DATA_BYTES} bytes")
     if event_type == RUN_FINISHED:
         status = data.get("status")

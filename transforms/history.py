@@ -7,6 +7,7 @@ from typing import Any, Dict, Iterable, Optional, Tuple
 import apache_beam as beam
 from apache_beam import PCollection
 
+from core import encoding
 from core.history import JobHistory, MetricHistory, apply_metric_triage, check_job, check_metric, history_policy
 from core.records import Alert, MetricObservation
 from core.runs import RunResult
@@ -69,11 +70,13 @@ class CheckMetricHistory(OrderedCheck[Tuple[PCollection[RunResult], PCollection[
                      | "KeyByMetric" >> beam.Map(lambda o: ((o.test, o.metric), o)).with_output_types(
                          beam.typehints.KV[beam.typehints.Tuple[str, str], AnyRecord]))
         else:  # a replay: a run's observations go together, keyed by test, and are keyed by metric as stepped
-            by_test = beam.typehints.KV[str, AnyRecord]
+            # Each value crosses the Flatten and the shuffle encoded once: a batch runner writes and reads back
+            # every input of a Flatten, which would encode and decode it twice.
+            by_test = beam.typehints.KV[str, bytes]
             run_observations = runs | "Observations" >> beam.Map(
-                lambda run: (run.test, MetricObservation.all_of(run))).with_output_types(by_test)
+                lambda run: (run.test, encoding.encode(MetricObservation.all_of(run)))).with_output_types(by_test)
             test_actions = metric_actions | "ActionsByTest" >> beam.Map(
-                lambda action: (action.test, action)).with_output_types(by_test)
+                lambda action: (action.test, encoding.encode(action))).with_output_types(by_test)
             keyed = (run_observations, test_actions) | "ObservationsAndActions" >> beam.Flatten()
             keys_within = _metric_keys
         outputs = self.seeded_in_order(keyed, "CheckInOrder", MetricMachine(self.configs), "metric", "metrics",
@@ -81,8 +84,10 @@ class CheckMetricHistory(OrderedCheck[Tuple[PCollection[RunResult], PCollection[
         return outputs.rows, outputs[ALERTS.name], outputs[DEAD_LETTER.name]
 
 
-def _metric_keys(test: str, value: Any) -> Iterable[Tuple[Tuple[str, Optional[str]], Any]]:
-    """A replay's (test, a run's observations or a metric's triage action) -> ((test, metric), item) of each."""
+def _metric_keys(test: str, encoded: bytes) -> Iterable[Tuple[Tuple[str, Optional[str]], Any]]:
+    """A replay's (test, a run's observations or a metric's triage action, encoded) -> ((test, metric), item) of
+    each."""
+    value = encoding.decode(encoded)
     if isinstance(value, TriageItem):
         return (((test, value.metric), value),)
     return (((test, observation.metric), observation) for observation in value)

@@ -464,6 +464,46 @@ def test_an_unknown_name_says_it_may_be_newer():
         decode(encode(JobHistory(), registry))
 
 
+def test_values_of_one_types_table_share_a_decoder_that_a_new_registration_replaces():
+    registry = encoding.load_registry().copy()
+    data = [encode(JobHistory(status), registry) for status in ("success", "failure", None)]
+    assert [decode(d, registry) for d in data] == [JobHistory("success"), JobHistory("failure"), JobHistory()]
+    assert len(registry.decoders) == 1  # one table for all three
+
+    @dataclasses.dataclass
+    class JobHistoryNamedAgain:
+        last_status: Optional[str] = None
+
+    registry.register(JobHistoryNamedAgain, "JobHistory", replace=True)  # what the kept decoder built is stale
+    assert registry.decoders == {}
+    assert decode(data[1], registry) == JobHistoryNamedAgain("failure")
+
+
+def test_a_type_unknown_when_first_read_is_read_once_registered():
+    registry = Registry()
+    data = encode(JobHistory("failure"), encoding.load_registry())
+    with pytest.raises(EncodingError, match="unknown record type 'JobHistory'"):
+        decode(data, registry)
+    registry.register(JobHistory, "JobHistory")
+    assert decode(data, registry) == JobHistory("failure")
+
+
+def test_a_registry_keeps_decoders_for_a_bounded_number_of_types_tables():
+    registry = encoding.load_registry().copy()
+    for n in range(encoding.MAX_DECODERS + 10):  # tables that differ in a field this code no longer has
+        table = [["JobHistory", 1, ["last_status", f"gone_{n}"]]]
+        body = msgpack.packb([msgpack.ExtType(encoding.Ext.RECORD, b"\x00"), "ok", n], use_bin_type=True)
+        assert decode(msgpack.packb([1, table, body], use_bin_type=True), registry) == JobHistory("ok")
+        assert len(registry.decoders) <= encoding.MAX_DECODERS
+
+
+def test_a_types_table_that_is_no_list_of_types_is_refused():
+    body = msgpack.packb([msgpack.ExtType(encoding.Ext.RECORD, b"\x00"), "x"], use_bin_type=True)
+    for table in ([{"JobHistory": 1}], {"a": 1}, [["JobHistory", 1, {"last_status": 1}]]):
+        with pytest.raises(EncodingError):
+            decode(msgpack.packb([1, table, body], use_bin_type=True))
+
+
 def test_a_str_enum_member_this_code_does_not_know_reads_as_its_value():
     class NewerKind(str, enum.Enum):
         BRAND_NEW = "brand_new"

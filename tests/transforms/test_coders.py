@@ -217,6 +217,22 @@ def test_the_replay_graph_pickles_nothing_it_keeps_or_shuffles():
     assert pickled_places(pipeline) == []
 
 
+def test_a_replay_carries_a_runs_observations_through_the_flatten_before_its_metric_check_as_bytes():
+    """FnApiRunner writes out and reads back every input of a Flatten: values encoded once beforehand cross it
+    and the shuffle after it as bytes, instead of being encoded and decoded twice."""
+    proto = replay_pipeline().to_runner_api()
+    components = proto.components
+    (flatten,) = [t for t in components.transforms.values()
+                  if t.unique_name == "DetectRegressions/CheckMetrics/ObservationsAndActions"]
+    assert len(flatten.inputs) == 2
+    for pcoll in flatten.inputs.values():
+        coder = components.coders[components.pcollections[pcoll].coder_id]
+        while coder.spec.urn != common_urns.coders.KV.urn:  # (under the windowed value's, if any)
+            coder = components.coders[coder.component_coder_ids[0]]
+        key, value = (components.coders[c].spec.urn for c in coder.component_coder_ids)
+        assert (key, value) == (common_urns.coders.STRING_UTF8.urn, common_urns.coders.BYTES.urn)
+
+
 def test_the_streaming_graph_pickles_nothing_it_keeps_or_shuffles():
     pipeline = streaming_pipeline()
     assert pickled_places(pipeline, BEAM_SINK_STEPS) == []

@@ -338,7 +338,7 @@ add_value = tg.MetricStream("train", handler).add_value
 clock = time.perf_counter_ns
 worst_call = worst_late = 0
 next_step = time.perf_counter()
-for step in range(300):  # 20 values per 1 ms step: the first message goes out after 50 steps
+for step in range(300):  # 20 values per 1 ms step: the first messages (4 a wake) go out after 200 steps
     worst_late = max(worst_late, time.perf_counter() - next_step)
     for k in range(20):
         start = clock()

@@ -54,27 +54,28 @@ class IntakeCounts:
 
 
 class Intake:
-    """Points and events waiting for the background thread; ``wake`` is called once a message's worth is in."""
+    """Points and events waiting for the background thread; ``wake`` is called once ``points_per_wake`` points
+    are in (the handler's ``PublisherConfig.messages_per_wake`` messages' worth)."""
 
-    def __init__(self, max_points: int, max_events: int, points_per_message: int, wake: Callable[[], None],
+    def __init__(self, max_points: int, max_events: int, points_per_wake: int, wake: Callable[[], None],
                  kind: str):
         # Flat: tag, value, step, time, tag, value, ... after ``_base`` placeholders. Only ever extended by
         # whole points (one C call, atomic under the GIL) and emptied from the front, so it always holds whole
         # points. The placeholders are never taken: a list emptied to (nearly) nothing shrinks its allocation,
         # and then grows back realloc by realloc, ~40 of them a message, copying up to 30 KB each (+0.1 us a
-        # point on the training thread, and a p99 twice as long). Two messages' worth of placeholders keep the
-        # list over half its allocation, so it never shrinks, and the list is made with room for a message and
-        # an eighth more, so that it does not grow either while the background thread keeps up (nor during the
-        # first message: growing a 100 KB list costs the training thread page faults too). 106 KB at 1,000
-        # points a message.
-        message = FIELDS * min(points_per_message, max_points)
-        self._base = 2 * message
-        self.points: List[Any] = [None] * (self._base + message + message // 8 + FIELDS)
+        # point on the training thread, and a p99 twice as long). Two wakes' worth of placeholders keep the
+        # list over half its allocation, so it never shrinks, and the list is made with room for a wake's worth
+        # and an eighth more, so that it does not grow either while the background thread keeps up (nor before
+        # the first wake: growing a list costs the training thread page faults too). 400 KB at 4 messages of
+        # 1,000 points a wake (100 KB at one).
+        batch = FIELDS * min(points_per_wake, max_points)
+        self._base = 2 * batch
+        self.points: List[Any] = [None] * (self._base + batch + batch // 8 + FIELDS)
         del self.points[self._base:]  # (within half the allocation: the list keeps it)
         self.events: Deque[Dict[str, Any]] = collections.deque()
         self._max_points = max_points
         self._max_events = max_events
-        self._points_per_message = points_per_message
+        self._points_per_wake = points_per_wake
         self._wake = wake
         self._kind = kind
         self._lock = threading.Lock()
@@ -109,7 +110,7 @@ class Intake:
         buf = self.points
         append = buf.extend  # of a 4-tuple: built and freed at once, never seen by the garbage collector
         cap = self._base + self._max_points * FIELDS  # len(buf): the placeholders, then FIELDS a point
-        trigger = self._base + (self._points_per_message - 1) * FIELDS
+        trigger = self._base + (self._points_per_wake - 1) * FIELDS
         wake = self._wake
         overflow = self.overflow
         now = time.time
@@ -152,7 +153,7 @@ class Intake:
             if type(value) is not float or type(timestamp) is not float:
                 self.all_floats = False
             self.points.extend((tag, value, step, timestamp))
-            if len(self.points) >= self._base + self._points_per_message * FIELDS:
+            if len(self.points) >= self._base + self._points_per_wake * FIELDS:
                 self._wake()
         else:
             self.overflow()

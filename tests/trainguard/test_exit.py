@@ -66,7 +66,7 @@ def test_values_logged_while_the_background_thread_encodes_go_with_the_event_aft
     a flaky failure of the test above on a loaded machine.)"""
     import trainguard.handlers as handlers_module
     spill = str(tmp_path / "spill.jsonl")
-    handler = hanging_pubsub_handler(handlers, spill_path=spill)
+    handler = hanging_pubsub_handler(handlers, spill_path=spill, messages_per_wake=2)
     stream = tg.MetricStream("train", handler)
     pause, logged_meanwhile = handlers_module._yield_gil, []
 

@@ -29,13 +29,44 @@ FAR = 60_000.0  # a max_latency_ms that never fires during a test
 
 def test_a_full_message_is_sent_without_waiting_for_the_latency(handlers, tmp_path):
     path = str(tmp_path / "m.jsonl")
-    handler = handlers.jsonl(path, max_points_per_message=100, max_latency_ms=FAR)
+    handler = handlers.jsonl(path, max_points_per_message=100, max_latency_ms=FAR, messages_per_wake=1)
     stream = tg.MetricStream("g", handler)
     for i in range(100):
         stream.add_value("loss", i / 10, step=i)
     messages = wait_until(lambda: parse_all(jsonl_payloads(path)))
     assert [len(m.points) for m in messages] == [100]
     assert [(p.value, p.step) for p in points_of(messages[:1])] == [(i / 10, i) for i in range(100)]
+
+
+def test_full_messages_are_made_a_wake_at_a_time(handlers, tmp_path):
+    path = str(tmp_path / "m.jsonl")
+    handler = handlers.jsonl(path, max_points_per_message=100, max_latency_ms=FAR, messages_per_wake=3)
+    assert handler.config.points_per_wake() == 300 and handler.intake.point_count() == 0
+    add_value = tg.MetricStream("g", handler).add_value
+    for i in range(250):
+        add_value("loss", i / 10, i)
+    time.sleep(0.3)  # (the background thread's own timer waits half of max_latency_ms)
+    assert jsonl_payloads(path) == [] and handler.intake.point_count() == 250
+    for i in range(250, 320):
+        add_value("loss", i / 10, i)
+    messages = wait_until(lambda: (lambda m: m if len(m) == 3 else None)(parse_all(jsonl_payloads(path))))
+    assert [len(m.points) for m in messages] == [100, 100, 100]  # full messages only: the rest waits
+    assert [p.step for p in points_of(messages)] == list(range(300))
+
+
+@pytest.mark.parametrize("messages, buffered, linger, points", [
+    (4, 100_000, 100, 4000), (4, 3000, 100, 1500), (4, 500, 100, 1000), (1, 100_000, 100, 1000),
+    (4, 100_000, 0, 1000)])  # without a linger, nothing is held back
+def test_a_wake_is_a_few_messages_never_more_than_half_the_buffer(messages, buffered, linger, points):
+    config = tg.PublisherConfig(max_points_per_message=1000, messages_per_wake=messages, max_buffered_points=buffered,
+                                linger_ms=linger)
+    assert config.points_per_wake() == points
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "4", None])
+def test_messages_per_wake_is_a_positive_integer(bad):
+    with pytest.raises(ValueError, match="messages_per_wake"):
+        tg.PublisherConfig(messages_per_wake=bad).validate()
 
 
 def test_a_partial_message_is_sent_after_the_latency(handlers, tmp_path):
@@ -51,7 +82,8 @@ def test_a_partial_message_is_sent_after_the_latency(handlers, tmp_path):
 
 def test_full_messages_linger_to_share_one_send_and_flush_sends_them_at_once(handlers):
     transport = ScriptedTransport()
-    handler = handlers.scripted(transport, max_points_per_message=10, linger_ms=FAR, max_latency_ms=FAR)
+    handler = handlers.scripted(transport, max_points_per_message=10, linger_ms=FAR, max_latency_ms=FAR,
+                                messages_per_wake=1)
     stream = tg.MetricStream("g", handler)
     for i in range(30):
         stream.add_value("loss", float(i), step=i)
@@ -86,7 +118,8 @@ def test_a_lingering_message_still_goes_within_the_latency(handlers):
 
 def test_a_lone_full_message_goes_once_its_linger_is_over(handlers):
     transport = ScriptedTransport()
-    handler = handlers.scripted(transport, max_points_per_message=10, linger_ms=300, max_latency_ms=FAR)
+    handler = handlers.scripted(transport, max_points_per_message=10, linger_ms=300, max_latency_ms=FAR,
+                                messages_per_wake=1)
     stream = tg.MetricStream("g", handler)
     logged = time.monotonic()
     for i in range(15):  # a full message and half of the next

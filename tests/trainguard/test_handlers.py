@@ -41,15 +41,20 @@ def test_a_full_message_is_sent_without_waiting_for_the_latency(handlers, tmp_pa
 def test_full_messages_are_made_a_wake_at_a_time(handlers, tmp_path):
     path = str(tmp_path / "m.jsonl")
     handler = handlers.jsonl(path, max_points_per_message=100, max_latency_ms=FAR, messages_per_wake=3)
-    assert handler.config.points_per_wake() == 300 and handler.intake.point_count() == 0
-    add_value = tg.MetricStream("g", handler).add_value
+    assert handler.config.points_per_wake() == 300
+    assert handler.flush(timeout=10)  # the cycle binding the run asked for is over,
+    time.sleep(0.2)  # and so is the one after the flush: the background thread waits on its timer (30 s)
+    wake, wakes = handler.intake._wake, []
+    handler.intake._wake = lambda: (wakes.append(handler.intake.point_count()), wake())
+    add_value = tg.MetricStream("g", handler).add_value  # (an adder takes the intake's wake when made)
     for i in range(250):
         add_value("loss", i / 10, i)
-    time.sleep(0.3)  # (the background thread's own timer waits half of max_latency_ms)
-    assert jsonl_payloads(path) == [] and handler.intake.point_count() == 250
+    time.sleep(0.2)
+    assert wakes == [] and jsonl_payloads(path) == [] and handler.intake.point_count() == 250
     for i in range(250, 320):
         add_value("loss", i / 10, i)
     messages = wait_until(lambda: (lambda m: m if len(m) == 3 else None)(parse_all(jsonl_payloads(path))))
+    assert wakes == [300]  # once, as the 300th point went in
     assert [len(m.points) for m in messages] == [100, 100, 100]  # full messages only: the rest waits
     assert [p.step for p in points_of(messages)] == list(range(300))
 

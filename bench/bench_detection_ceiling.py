@@ -53,9 +53,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from scipy import stats  # scipy comes with the bench extra (ruptures needs it)
 
-from bench.detection.suite import ACCURACY, ACCURACY_DROPS, SHIFT_SIGMAS, SuiteSpec, TestPlan, plan_test
+from bench.detection.suite import ACCURACY, ACCURACY_DROPS, SHIFT_SIGMAS, SuiteSpec, TestPlan, plan_test, unit_noise
 from core.config import SHIFT_SHARE
-from scripts.calibrate_false_alert_rate import qn
+from core.stats import MAD_TO_SIGMA
+from scripts.calibrate_false_alert_rate import summaries
 from trainguard.cli import DASHES_NOTE, StrictArgumentParser
 
 DEFAULT_RATE = 1 / 300
@@ -88,11 +89,6 @@ def t_interval_power(n: int, rate: float, drop: float) -> float:
     return float(stats.nct.sf(stats.t.ppf(1 - rate, n - 1), n - 1, drop / math.sqrt(1 + 1 / n)))
 
 
-def noise(rng: np.random.Generator, family: str, shape: Tuple[int, int]) -> np.ndarray:
-    """Unit-variance noise: normal, or Student t(3) over sqrt(3)."""
-    return rng.standard_normal(shape) if family == "normal" else rng.standard_t(3, shape) / math.sqrt(3)
-
-
 def upper_tail(family: str, z: np.ndarray) -> np.ndarray:
     """P(noise > z) for unit-variance noise of the family."""
     return stats.norm.sf(z) if family == "normal" else stats.t.sf(z * math.sqrt(3), 3)
@@ -102,7 +98,7 @@ def t_likelihood(df: float, iterations: int = 100) -> Estimator:
     """Location and scale maximizing the Student t(df) likelihood (EM), from the median and MAD."""
     def estimate(x: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
         centre = np.median(x, axis=1)
-        scale = 1.4826 * np.median(np.abs(x - centre[:, None]), axis=1)
+        scale = MAD_TO_SIGMA * np.median(np.abs(x - centre[:, None]), axis=1)
         for _ in range(iterations):
             weight = (df + 1) / (df + ((x - centre[:, None]) / scale[:, None]) ** 2)
             centre = (weight * x).sum(axis=1) / weight.sum(axis=1)
@@ -111,16 +107,12 @@ def t_likelihood(df: float, iterations: int = 100) -> Estimator:
     return estimate
 
 
-def median_qn(x: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-    return np.median(x, axis=1), qn(x)
-
-
 def mean_sd(x: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     return x.mean(axis=1), x.std(axis=1, ddof=1)
 
 
 ESTIMATORS: Dict[str, Estimator] = {
-    "median and Qn (trainguard)": median_qn,
+    "median and Qn (trainguard)": summaries,  # as core/bounds.py computes them
     "t3 likelihood": t_likelihood(3),
     "t6 likelihood": t_likelihood(6),
     "t12 likelihood": t_likelihood(12),
@@ -154,10 +146,10 @@ def powers(estimator: Estimator, n: int, rate: float, drops: Sequence[float], hi
     """Per family scored: the false-alert rate over p, each drop's chance of being caught, and the cutoff's
     median distance from the level in σ, for the rule calibrated to hold ``rate`` on clean t3 noise and scored
     on histories of which a share ``contamination`` of the values lie 2–3σ on the bad side."""
-    c = calibrated(*estimator(noise(rng, "t3", (histories, n))), rate)
+    c = calibrated(*estimator(unit_noise(rng, "t3", (histories, n))), rate)
     scored: Dict[str, Scored] = {}
     for family in ("t3", "normal"):
-        values = noise(rng, family, (histories, n))
+        values = unit_noise(rng, family, (histories, n))
         if contamination:
             values = values + (rng.random(values.shape) < contamination) * rng.uniform(2.0, 3.0, values.shape)
         centre, scale = estimator(values)
@@ -212,9 +204,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     drops = drop_histories(args.seeds)
     ceilings = drop_ceilings(drops, args.rate, args.histories, args.seed)
     sizes = sorted(ceilings["normal"])
-    young = sorted(n for d, n in drops if d == max(sizes))
+    largest = sorted(n for d, n in drops if d == max(sizes))
     print(f"## Accuracy drops of seeds {','.join(map(str, args.seeds))} at p = {args.rate:.5f}, each at its own "
-          f"history (the {len(young)} largest: {young[0]}–{young[-1]} runs, median {young[len(young) // 2]})\n")
+          f"history (the {len(largest)} largest: {largest[0]}–{largest[-1]} runs, median {largest[len(largest) // 2]})\n")
     print("| noise | rule (the family known) | " + " | ".join(f"−{d:g}σ" for d in sizes) + " |")
     print("|---|---|" + "---|" * len(sizes))
     for family, rule in (("normal", "t prediction interval (no scale-invariant rule catches more)"),

@@ -39,7 +39,7 @@ import dataclasses
 import enum
 import math
 import random
-from typing import Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -260,7 +260,7 @@ class RunRecord:
     values: Mapping[str, float]  #: metric name -> run-level value; empty for a failed run
 
 
-def unit_noise(rng: np.random.Generator, family: str, size: int) -> np.ndarray:
+def unit_noise(rng: np.random.Generator, family: str, size: Union[int, Tuple[int, ...]]) -> np.ndarray:
     """Zero mean, unit variance: normal, or Student t(3) over sqrt(3)."""
     if family == "normal":
         return rng.standard_normal(size)

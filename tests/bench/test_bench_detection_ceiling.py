@@ -28,7 +28,7 @@ def test_median_and_qn_calibrated_here_is_the_shipped_multiplier():
     so the estimator table compares trainguard as it ships."""
     rng = np.random.default_rng(5)
     for n, rate in ((20, 0.003), (11, 0.01)):
-        centre, scale = ceiling.median_qn(ceiling.noise(rng, "t3", (20_000, n)))
+        centre, scale = ceiling.ESTIMATORS["median and Qn (trainguard)"](gen.unit_noise(rng, "t3", (20_000, n)))
         assert ceiling.calibrated(centre, scale, rate) == pytest.approx(false_alert_multiplier(n, rate), rel=0.05)
 
 
@@ -53,8 +53,9 @@ def test_a_history_is_the_clean_runs_since_accuracy_last_moved():
 
 def test_contaminated_histories_widen_the_cutoff():
     rng = np.random.default_rng(2)
-    clean = ceiling.powers(ceiling.median_qn, 20, 0.003, (6.0,), 4000, rng)
-    dirty = ceiling.powers(ceiling.median_qn, 20, 0.003, (6.0,), 4000, rng, contamination=0.2)
+    trainguard = ceiling.ESTIMATORS["median and Qn (trainguard)"]
+    clean = ceiling.powers(trainguard, 20, 0.003, (6.0,), 4000, rng)
+    dirty = ceiling.powers(trainguard, 20, 0.003, (6.0,), 4000, rng, contamination=0.2)
     assert clean["t3"].rate == pytest.approx(1.0, rel=0.15)
     for family in ("t3", "normal"):
         assert dirty[family].caught[6.0] < clean[family].caught[6.0] - 0.1

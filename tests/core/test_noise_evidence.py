@@ -11,6 +11,7 @@ from core.backtest import StoredHistory, StoredRun
 from core.config import HEAVY_TAILED, NORMAL, ConfigSet, RegressionTestConfig, SuccessCondition, TestConfig
 from core.noise_evidence import ODDS, measure_noise, suggest_noise, value_log_ratio
 from core.runs import MetricValue
+from tests.core.test_false_alert_rate import draw
 from tests.support import T0
 
 DAY = 86400.0
@@ -22,7 +23,7 @@ def fleet_log_ratio(rng: np.random.Generator, noise: str, tests: int = 12, runs:
     before it (no bounds: every value counts)."""
     total = 0.0
     for _ in range(tests):
-        values = (rng.standard_normal(runs) if noise == "normal" else rng.standard_t(int(noise[1:]), runs)).tolist()
+        values = draw(rng, noise, runs).tolist()
         for i in range(start, runs):
             ratio = value_log_ratio(values[i], values[:i], None, None, 1)
             total += ratio or 0.0

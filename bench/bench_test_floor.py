@@ -13,8 +13,9 @@ DoFns call, in one Python loop, without Beam, encoding, staging or a store:
 
 What a replay costs a test beyond this is the engine's, the coders' and the writes'. The rows are those the
 pipeline writes for the same files (``tests/bench/test_bench_test_floor.py`` compares them with a replay's store),
-so the loop does the pipeline's work, not less; it leaves out only what these inputs do not reach (triage
-actions, live windows, dead letters, a seed from a store).
+so the loop does the pipeline's per-test work on these inputs; it leaves out what they do not reach (triage actions,
+live windows, dead letters, a seed from a store) and the bookkeeping of which copy of a message counts (a
+replay's ``core.run_parts.RunPart``: these inputs hold no copies), which this script counts with the engine's.
 
     python bench/bench_test_floor.py [--tests 10000] [--runs_per_test 1] [--rounds 3] [--workdir bench/out/floor]
 

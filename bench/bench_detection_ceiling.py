@@ -56,7 +56,7 @@ from scipy import stats  # scipy comes with the bench extra (ruptures needs it)
 from bench.detection.suite import ACCURACY, ACCURACY_DROPS, SHIFT_SIGMAS, SuiteSpec, TestPlan, plan_test, unit_noise
 from core.config import SHIFT_SHARE
 from core.stats import MAD_TO_SIGMA
-from scripts.calibrate_false_alert_rate import summaries
+from scripts.calibrate_false_alert_rate import multiplier, normal_sf, summaries, t3_sf
 from trainguard.cli import DASHES_NOTE, StrictArgumentParser
 
 DEFAULT_RATE = 1 / 300
@@ -90,8 +90,8 @@ def t_interval_power(n: int, rate: float, drop: float) -> float:
 
 
 def upper_tail(family: str, z: np.ndarray) -> np.ndarray:
-    """P(noise > z) for unit-variance noise of the family."""
-    return stats.norm.sf(z) if family == "normal" else stats.t.sf(z * math.sqrt(3), 3)
+    """P(noise > z) for unit-variance noise of the family (the calibration script's tails)."""
+    return normal_sf(z) if family == "normal" else t3_sf(z * math.sqrt(3))
 
 
 def t_likelihood(df: float, iterations: int = 100) -> Estimator:
@@ -120,17 +120,10 @@ ESTIMATORS: Dict[str, Estimator] = {
 }
 
 
-def calibrated(centre: np.ndarray, scale: np.ndarray, rate: float, family: str = "t3") -> float:
-    """The c at which a healthy value passes centre + c·scale with probability ``rate``, averaged over the
-    histories (bisection in ln c)."""
-    low, high = math.log(0.1), math.log(1e4)
-    for _ in range(60):
-        middle = (low + high) / 2
-        if np.mean(upper_tail(family, centre + math.exp(middle) * scale)) > rate:
-            low = middle
-        else:
-            high = middle
-    return math.exp(high)
+def calibrated(centre: np.ndarray, scale: np.ndarray, rate: float) -> float:
+    """The c at which a healthy value of unit-variance t3 noise passes centre + c·scale with probability ``rate``,
+    averaged over the histories: the calibration script's ``multiplier``, in this bench's unit of noise."""
+    return multiplier(rate, centre, scale, sf=lambda z: upper_tail("t3", z))
 
 
 @dataclasses.dataclass(frozen=True)

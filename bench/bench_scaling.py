@@ -130,6 +130,15 @@ def spread_over_tests(points: int, tests: int, runs_per_test: int) -> Workload:
     return Workload(tests, runs_per_test, max(1, math.ceil(points / (tests * runs_per_test * TAGS_PER_STEP))))
 
 
+def checked_config_dir(workdir: str) -> str:
+    """``workdir``'s config dir, with ``CHECKED_CONFIG`` as every test's default."""
+    config_dir = os.path.join(workdir, "configs")
+    os.makedirs(config_dir, exist_ok=True)
+    with open(os.path.join(config_dir, "default.json"), "w") as f:
+        json.dump(CHECKED_CONFIG, f)
+    return config_dir
+
+
 def generate(workdir: str, workload: Workload) -> Tuple[str, int]:
     """Writes the workload's files once (kept for the next run); their glob pattern and message count."""
     # steps + 1 points a tag (step 0 to steps), so steps - 1 gives `steps` steps, as bench_replay.py does
@@ -338,10 +347,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if getattr(args, field.name) is not None})
     os.makedirs(args.workdir, exist_ok=True)
     os.makedirs(args.out_dir, exist_ok=True)
-    config_dir = os.path.join(args.workdir, "configs")
-    os.makedirs(config_dir, exist_ok=True)
-    with open(os.path.join(config_dir, "default.json"), "w") as f:
-        json.dump(CHECKED_CONFIG, f)
+    config_dir = checked_config_dir(args.workdir)
 
     plan = []
     if "points" in args.sweeps:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import glob
-import json
 import os
 import sys
 import time
@@ -34,7 +33,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.bench_scaling import CHECKED_CONFIG, ONE_RUN_STEPS, Workload, generate
+from bench.bench_scaling import ONE_RUN_STEPS, Workload, checked_config_dir, generate
 from core.config import ConfigSet, load_config_dir
 from core.history import JobHistory, MetricHistory, check_job, check_metric
 from core.parse import summarize
@@ -113,12 +112,8 @@ def one_pass(lines: Sequence[bytes], configs: ConfigSet) -> Tuple[List[float], i
 def prepare(workdir: str, workload: Workload) -> Tuple[str, str]:
     """The workload's files (written once, as the scaling benchmark writes them) and a config dir checking every
     metric (the scaling benchmark's): their glob pattern and the config dir."""
-    config_dir = os.path.join(workdir, "configs")
-    os.makedirs(config_dir, exist_ok=True)
-    with open(os.path.join(config_dir, "default.json"), "w") as f:
-        json.dump(CHECKED_CONFIG, f)
     pattern, _ = generate(workdir, workload)
-    return pattern, config_dir
+    return pattern, checked_config_dir(workdir)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

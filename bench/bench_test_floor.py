@@ -17,9 +17,20 @@ so the loop does the pipeline's per-test work on these inputs; it leaves out wha
 live windows, dead letters, a seed from a store) and the bookkeeping of which copy of a message counts (a
 replay's ``core.run_parts.RunPart``: these inputs hold no copies), which this script counts with the engine's.
 
-    python bench/bench_test_floor.py [--tests 10000] [--runs_per_test 1] [--rounds 3] [--workdir bench/out/floor]
+Beside the loop, unless ``--no_beside``, two other floors on the same files, each measured once:
 
-Prints microseconds a test for each phase (the best of ``--rounds``) and what that gives at 200,000 tests.
+- ``Beam's least graph``: what Beam alone costs a test on the replay's runner
+  (``pipeline.runners.local_batch_runner``): the files read with ``ReadFromText``, each line decoded with orjson,
+  grouped by run, the runs grouped by test and counted. No trainguard code, coder, state or write: the fewest
+  steps and shuffles that bring a test's messages together into runs and its runs together for their checks;
+- ``the reference loop``: ``bench/plain_loop.py``, the replay benchmark's reference (validation, aggregates, a
+  mean ± 4σ check of each final value, the rows written to DuckDB), as a whole process, start-up included.
+
+    python bench/bench_test_floor.py [--tests 10000] [--runs_per_test 1] [--rounds 3] [--workdir bench/out/floor]
+                                     [--no_beside]
+
+Prints microseconds a test for each phase (the best of ``--rounds``) and what that gives at 200,000 tests, then
+the two floors beside it.
 """
 
 from __future__ import annotations
@@ -33,7 +44,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.bench_replay import PLAIN_LOOP
 from bench.bench_scaling import ONE_RUN_STEPS, Workload, checked_config_dir, generate
+from bench.timing import run_process
 from core.config import ConfigSet, load_config_dir
 from core.history import JobHistory, MetricHistory, check_job, check_metric
 from core.parse import summarize
@@ -109,6 +122,40 @@ def one_pass(lines: Sequence[bytes], configs: ConfigSet) -> Tuple[List[float], i
     return [taken - started, resulted - taken, checked - resulted], len({test for test, _ in runs}), rows
 
 
+def beam_least_graph(pattern: str) -> Tuple[float, int]:
+    """(seconds, tests) of Beam's least graph over the files (the module docstring says what it does); the seconds
+    are the pipeline's, from its construction to its end, without the imports."""
+    import apache_beam as beam
+    import orjson
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from pipeline.runners import local_batch_runner
+
+    tests = len({wire.parse_message(line)[0].test for line in read_lines(pattern)})
+    started = time.perf_counter()
+    with beam.Pipeline(runner=local_batch_runner()) as pipeline:
+        runs = (pipeline
+                | "Read" >> beam.io.ReadFromText(pattern)
+                | "Decode" >> beam.Map(orjson.loads)
+                | "ByRun" >> beam.Map(lambda message: ((message["test"], message["run"]), message["id"]))
+                | "GroupByRun" >> beam.GroupByKey()
+                | "RunOf" >> beam.MapTuple(lambda test_run, ids: (test_run[0], (test_run[1], len(list(ids))))))
+        counted = (runs
+                   | "GroupByTest" >> beam.GroupByKey()
+                   | "CheckTest" >> beam.MapTuple(lambda test, test_runs: len(list(test_runs)))
+                   | "Tests" >> beam.combiners.Count.Globally())
+        assert_that(counted, equal_to([tests]))
+    return time.perf_counter() - started, tests
+
+
+def reference_loop(pattern: str, workdir: str) -> float:
+    """Wall seconds of ``bench/plain_loop.py`` over the files, as a whole process writing a fresh store."""
+    store = os.path.join(workdir, "reference.duckdb")
+    if os.path.exists(store):
+        os.remove(store)
+    return run_process([sys.executable, PLAIN_LOOP, pattern, store], os.path.join(workdir, "reference.log")).wall_s
+
+
 def prepare(workdir: str, workload: Workload) -> Tuple[str, str]:
     """The workload's files (written once, as the scaling benchmark writes them) and a config dir checking every
     metric (the scaling benchmark's): their glob pattern and the config dir."""
@@ -123,6 +170,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--steps", type=int, default=ONE_RUN_STEPS, help="steps a run (3 points a step)")
     parser.add_argument("--rounds", type=int, default=3, help="passes; each phase's best is printed")
     parser.add_argument("--workdir", default=os.path.join(os.path.dirname(__file__), "out", "floor"))
+    parser.add_argument("--no_beside", dest="beside", action="store_false",
+                        help="time the loop alone, not Beam's least graph and the reference loop beside it")
     args = parser.parse_args(argv)
     pattern, config_dir = prepare(args.workdir, Workload(args.tests, args.runs_per_test, args.steps))
     configs = load_config_dir(config_dir)
@@ -139,6 +188,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     total = sum(per_test)
     print(f"  {'all':<34} {total:8.1f} µs a test: {total * FLEET / 1e6:.1f} s for {FLEET:,} such tests, "
           f"before any engine, encoding or write")
+    if args.beside:
+        print("beside it, on the same files, once each:")
+        beam_seconds, _ = beam_least_graph(pattern)
+        for floor, seconds in (("Beam's least graph", beam_seconds),
+                               ("the reference loop (whole process)", reference_loop(pattern, args.workdir))):
+            micros = 1e6 * seconds / tests
+            print(f"  {floor:<34} {micros:8.1f} µs a test: {micros * FLEET / 1e6:.1f} s for {FLEET:,} such tests")
     return 0
 
 

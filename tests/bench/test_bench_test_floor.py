@@ -37,12 +37,23 @@ def test_the_loop_makes_the_rows_a_replay_stores(tmp_path: Path) -> None:
         assert rows.alerts == connection.execute("SELECT count(*) FROM alerts").fetchone()[0] > 0
 
 
+def test_beams_least_graph_brings_each_tests_runs_together(tmp_path: Path) -> None:
+    pattern, _ = bench.prepare(str(tmp_path), Workload(5, 3, 2))
+    seconds, tests = bench.beam_least_graph(pattern)  # its assert_that checks the count of tests it grouped
+    assert tests == 5 and seconds > 0
+
+
 def test_the_command_prints_each_phase_and_refuses_unknown_options(tmp_path: Path,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
     assert bench.main(["--tests", "3", "--rounds", "1", "--workdir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("3 tests, 6 messages, 3 runs, 12 metric rows")
     assert all(phase in out for phase in bench.PHASES) and "s for 200,000 such tests" in out
+    beside = out.split("beside it, on the same files")[1]
+    assert "Beam's least graph" in beside and "the reference loop (whole process)" in beside
+    assert (tmp_path / "reference.duckdb").exists()
+    assert bench.main(["--tests", "3", "--rounds", "1", "--workdir", str(tmp_path), "--no_beside"]) == 0
+    assert "beside it" not in capsys.readouterr().out
     with pytest.raises(SystemExit) as exit_info:
         bench.main(["--test_count", "3"])
     assert exit_info.value.code == 2

@@ -148,12 +148,17 @@ def beam_least_graph(pattern: str) -> Tuple[float, int]:
     return time.perf_counter() - started, tests
 
 
-def reference_loop(pattern: str, workdir: str) -> float:
-    """Wall seconds of ``bench/plain_loop.py`` over the files, as a whole process writing a fresh store."""
+def reference_loop(pattern: str, workdir: str, runs: int) -> float:
+    """Wall seconds of ``bench/plain_loop.py`` over the files, as a whole process writing a fresh store; a
+    RuntimeError unless it stored ``runs`` runs and found no bad point."""
     store = os.path.join(workdir, "reference.duckdb")
     if os.path.exists(store):
         os.remove(store)
-    return run_process([sys.executable, PLAIN_LOOP, pattern, store], os.path.join(workdir, "reference.log")).wall_s
+    cost = run_process([sys.executable, PLAIN_LOOP, pattern, store], os.path.join(workdir, "reference.log"))
+    _, stored_runs, _, _, bad_points = map(int, cost.output.split())
+    if (stored_runs, bad_points) != (runs, 0):
+        raise RuntimeError(f"the reference loop stored {stored_runs} runs ({runs} expected), {bad_points} bad points")
+    return cost.wall_s
 
 
 def prepare(workdir: str, workload: Workload) -> Tuple[str, str]:
@@ -192,7 +197,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print("beside it, on the same files, once each:")
         beam_seconds, _ = beam_least_graph(pattern)
         for floor, seconds in (("Beam's least graph", beam_seconds),
-                               ("the reference loop (whole process)", reference_loop(pattern, args.workdir))):
+                               ("the reference loop (whole process)",
+                                reference_loop(pattern, args.workdir, len(rows.job_rows)))):
             micros = 1e6 * seconds / tests
             print(f"  {floor:<34} {micros:8.1f} µs a test: {micros * FLEET / 1e6:.1f} s for {FLEET:,} such tests")
     return 0

@@ -69,11 +69,13 @@ def unknown_option_message(option: str, known: Iterable[str]) -> str:
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Defaults shown in --help, except empty ones (None, False, []) and where the help already names one."""
+    """Defaults shown in --help, except empty ones (None, False, []), a flag's (``--no_progress`` would read
+    "default: True", the value of what it turns off) and where the help already names one."""
 
     def _get_help_string(self, action: argparse.Action) -> Optional[str]:
         text = action.help or ""
-        if action.default in (None, False, [], argparse.SUPPRESS) or _NAMES_A_DEFAULT.search(text):
+        if action.default in (None, False, [], argparse.SUPPRESS) or action.nargs == 0 \
+                or _NAMES_A_DEFAULT.search(text):
             return action.help
         return super()._get_help_string(action)
 

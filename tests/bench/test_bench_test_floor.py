@@ -43,6 +43,13 @@ def test_beams_least_graph_brings_each_tests_runs_together(tmp_path: Path) -> No
     assert tests == 5 and seconds > 0
 
 
+def test_the_reference_loop_must_store_every_run(tmp_path: Path) -> None:
+    pattern, _ = bench.prepare(str(tmp_path), Workload(2, 2, 2))
+    assert bench.reference_loop(pattern, str(tmp_path), 4) > 0
+    with pytest.raises(RuntimeError, match="stored 4 runs \\(5 expected\\)"):
+        bench.reference_loop(pattern, str(tmp_path), 5)
+
+
 def test_the_command_prints_each_phase_and_refuses_unknown_options(tmp_path: Path,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
     assert bench.main(["--tests", "3", "--rounds", "1", "--workdir", str(tmp_path)]) == 0

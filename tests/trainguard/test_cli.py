@@ -63,6 +63,13 @@ def test_help_shows_the_defaults_and_the_underscore_spelling():
     assert "(default: alerts.jsonl)" in text and "--alerts_file" in text and "--alerts-file" not in text
 
 
+def test_help_gives_no_default_for_a_flag():
+    p = parser()
+    p.add_argument("--no_progress", dest="progress", action="store_false", help="never show progress")
+    text = " ".join(p.format_help().split())
+    assert "--no_progress never show progress" in text and "default: True" not in text
+
+
 class DefaultCredentialsError(Exception):
     """Named as google.auth's: cloud_failure recognises errors by class name."""
 

@@ -44,9 +44,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.bench_replay import PLAIN_LOOP
+from bench.bench_replay import reference_process
 from bench.bench_scaling import ONE_RUN_STEPS, Workload, checked_config_dir, generate
-from bench.timing import run_process
 from core.config import ConfigSet, load_config_dir
 from core.history import JobHistory, MetricHistory, check_job, check_metric
 from core.parse import summarize
@@ -122,16 +121,15 @@ def one_pass(lines: Sequence[bytes], configs: ConfigSet) -> Tuple[List[float], i
     return [taken - started, resulted - taken, checked - resulted], len({test for test, _ in runs}), rows
 
 
-def beam_least_graph(pattern: str) -> Tuple[float, int]:
-    """(seconds, tests) of Beam's least graph over the files (the module docstring says what it does); the seconds
-    are the pipeline's, from its construction to its end, without the imports."""
+def beam_least_graph(pattern: str, tests: int) -> float:
+    """Seconds of Beam's least graph over the files (the module docstring says what it does), from its
+    construction to its end, without the imports; it fails unless it counts ``tests`` tests."""
     import apache_beam as beam
     import orjson
     from apache_beam.testing.util import assert_that, equal_to
 
     from pipeline.runners import local_batch_runner
 
-    tests = len({wire.parse_message(line)[0].test for line in read_lines(pattern)})
     started = time.perf_counter()
     with beam.Pipeline(runner=local_batch_runner()) as pipeline:
         runs = (pipeline
@@ -145,19 +143,16 @@ def beam_least_graph(pattern: str) -> Tuple[float, int]:
                    | "CheckTest" >> beam.MapTuple(lambda test, test_runs: len(list(test_runs)))
                    | "Tests" >> beam.combiners.Count.Globally())
         assert_that(counted, equal_to([tests]))
-    return time.perf_counter() - started, tests
+    return time.perf_counter() - started
 
 
 def reference_loop(pattern: str, workdir: str, runs: int) -> float:
-    """Wall seconds of ``bench/plain_loop.py`` over the files, as a whole process writing a fresh store; a
-    RuntimeError unless it stored ``runs`` runs and found no bad point."""
-    store = os.path.join(workdir, "reference.duckdb")
-    if os.path.exists(store):
-        os.remove(store)
-    cost = run_process([sys.executable, PLAIN_LOOP, pattern, store], os.path.join(workdir, "reference.log"))
-    _, stored_runs, _, _, bad_points = map(int, cost.output.split())
-    if (stored_runs, bad_points) != (runs, 0):
-        raise RuntimeError(f"the reference loop stored {stored_runs} runs ({runs} expected), {bad_points} bad points")
+    """Wall seconds of the reference loop over the files (``bench_replay.reference_process``); a RuntimeError
+    unless it stored ``runs`` runs."""
+    cost, _, stored_runs = reference_process(pattern, os.path.join(workdir, "reference.duckdb"),
+                                             os.path.join(workdir, "reference.log"))
+    if stored_runs != runs:
+        raise RuntimeError(f"the reference loop stored {stored_runs} runs ({runs} expected)")
     return cost.wall_s
 
 
@@ -195,8 +190,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
           f"before any engine, encoding or write")
     if args.beside:
         print("beside it, on the same files, once each:")
-        beam_seconds, _ = beam_least_graph(pattern)
-        for floor, seconds in (("Beam's least graph", beam_seconds),
+        for floor, seconds in (("Beam's least graph", beam_least_graph(pattern, tests)),
                                ("the reference loop (whole process)",
                                 reference_loop(pattern, args.workdir, len(rows.job_rows)))):
             micros = 1e6 * seconds / tests

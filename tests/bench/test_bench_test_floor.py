@@ -5,6 +5,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from apache_beam.testing.util import BeamAssertException
 
 from bench import bench_test_floor as bench
 from bench.bench_scaling import Workload
@@ -39,8 +40,9 @@ def test_the_loop_makes_the_rows_a_replay_stores(tmp_path: Path) -> None:
 
 def test_beams_least_graph_brings_each_tests_runs_together(tmp_path: Path) -> None:
     pattern, _ = bench.prepare(str(tmp_path), Workload(5, 3, 2))
-    seconds, tests = bench.beam_least_graph(pattern)  # its assert_that checks the count of tests it grouped
-    assert tests == 5 and seconds > 0
+    assert bench.beam_least_graph(pattern, 5) > 0  # its assert_that checks the count of tests it grouped
+    with pytest.raises(BeamAssertException, match=r"missing elements \[6\]"):
+        bench.beam_least_graph(pattern, 6)
 
 
 def test_the_reference_loop_must_store_every_run(tmp_path: Path) -> None:

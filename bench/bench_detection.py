@@ -43,26 +43,19 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.detection import anchors, harness, scoring, trainguard_path
 from bench.detection.suite import NOISE_FAMILIES, SuiteSpec
-from trainguard.cli import DASHES_NOTE, StrictArgumentParser
-
-
-def _seeds(text: str) -> List[int]:
-    return [int(part) for part in text.split(",") if part.strip()]
-
-
-def _keys(text: str) -> List[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
+from trainguard.cli import DASHES_NOTE, StrictArgumentParser, comma_separated, comma_separated_ints
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = StrictArgumentParser(description=__doc__.split("\n\n")[0], epilog=DASHES_NOTE)
-    parser.add_argument("--seeds", type=_seeds, default=[1, 2, 3], help="comma-separated seeds, one suite each")
+    parser.add_argument("--seeds", type=comma_separated_ints, default=[1, 2, 3],
+                        help="comma-separated seeds, one suite each")
     parser.add_argument("--noise", choices=(*NOISE_FAMILIES, "both"), default="both", help="noise family")
     parser.add_argument("--tests", type=int, default=12, help="tests per suite")
     parser.add_argument("--runs", type=int, default=60, help="runs per test")
     parser.add_argument("--jobs", type=int, default=2, help="suites evaluated at once, each in its own process")
     parser.add_argument("--workdir", default="bench/out/detection", help="where the suites' inputs and stores go")
-    parser.add_argument("--history_by", type=_keys, default=list(trainguard_path.HISTORY_BY),
+    parser.add_argument("--history_by", type=comma_separated, default=list(trainguard_path.HISTORY_BY),
                         help="trainguard's history_by on step time: each machine type the runs report keeps "
                              "its own baseline (--history_by= for one history, as the reference detectors have)")
     parser.add_argument("--json", action="store_true", help="print the results as one JSON object")

@@ -57,7 +57,7 @@ from bench.detection.suite import ACCURACY, ACCURACY_DROPS, SHIFT_SIGMAS, SuiteS
 from core.config import SHIFT_SHARE
 from core.stats import MAD_TO_SIGMA
 from scripts.calibrate_false_alert_rate import multiplier, normal_sf, summaries, t3_sf
-from trainguard.cli import DASHES_NOTE, StrictArgumentParser
+from trainguard.cli import DASHES_NOTE, StrictArgumentParser, comma_separated_ints
 
 DEFAULT_RATE = 1 / 300
 SHIFT_RUNS = 5  # the "within 5 runs"
@@ -174,16 +174,13 @@ def shift_ceiling(sigmas: float, rate: float, runs: int = SHIFT_RUNS) -> float:
     return float(stats.norm.sf(stats.norm.isf(rate * SHIFT_SHARE) - sigmas * math.sqrt(runs)))
 
 
-def _ints(text: str) -> List[int]:
-    return [int(part) for part in text.split(",") if part.strip()]
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     parser = StrictArgumentParser(description=__doc__.split("\n\n")[0], epilog=DASHES_NOTE)
     parser.add_argument("--rate", type=float, default=DEFAULT_RATE, help="one check's one-sided false-alert rate p")
-    parser.add_argument("--seeds", type=_ints, default=[1, 2, 3], help="comma-separated suite seeds")
+    parser.add_argument("--seeds", type=comma_separated_ints, default=[1, 2, 3], help="comma-separated suite seeds")
     parser.add_argument("--histories", type=int, default=4000, help="simulated histories per size and family")
-    parser.add_argument("--sizes", type=_ints, default=[12, 20, 30], help="history sizes of the estimator table")
+    parser.add_argument("--sizes", type=comma_separated_ints, default=[12, 20, 30],
+                        help="history sizes of the estimator table")
     parser.add_argument("--contamination", type=float, default=0.1,
                         help="share of a history's values 2–3σ on the bad side, in the estimator table's second "
                              "columns")

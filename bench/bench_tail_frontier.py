@@ -41,7 +41,7 @@ from scipy import stats  # scipy comes with the bench extra (ruptures needs it)
 
 from core.bounds import false_alert_multiplier
 from scripts.calibrate_false_alert_rate import qn
-from trainguard.cli import DASHES_NOTE, StrictArgumentParser
+from trainguard.cli import DASHES_NOTE, StrictArgumentParser, comma_separated_ints
 
 FAMILIES: Dict[str, Optional[int]] = {"normal": None, "t10": 10, "t5": 5, "t3": 3}  # degrees of freedom
 MULTIPLIERS = np.exp(np.linspace(math.log(1.5), math.log(40.0), 300))
@@ -112,7 +112,8 @@ def frontier(n: int, rate: float, bins: int, histories: int, rng: np.random.Gene
 def main(argv: Optional[List[str]] = None) -> int:
     parser = StrictArgumentParser(description=__doc__.split("\n\n")[0], epilog=DASHES_NOTE)
     parser.add_argument("--rate", type=float, default=0.00125, help="the false-alert rate p of one cutoff")
-    parser.add_argument("--sizes", default="10,20,30,50", help="comma-separated history sizes n")
+    parser.add_argument("--sizes", type=comma_separated_ints, default="10,20,30,50",
+                        help="comma-separated history sizes n")
     parser.add_argument("--bins", type=int, default=16, help="tail-statistic bins, each with its own multiplier")
     parser.add_argument("--histories", type=int, default=20_000, help="simulated histories per family and n")
     parser.add_argument("--seed", type=int, default=7, help="the simulation's seed")
@@ -120,7 +121,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     rng = np.random.default_rng(args.seed)
     print("| n | rule | " + " | ".join(f"{f}: rate, cutoff median / p90" for f in FAMILIES) + " |")
     print("|---|---|" + "---|" * len(FAMILIES))
-    for n in (int(size) for size in args.sizes.split(",")):
+    for n in args.sizes:
         for line in frontier(n, args.rate, args.bins, args.histories, rng):
             print(line, flush=True)
     return 0

@@ -68,6 +68,17 @@ def unknown_option_message(option: str, known: Iterable[str]) -> str:
     return f"unknown option {name}{hint}"
 
 
+def comma_separated(text: str) -> List[str]:
+    """An option's comma-separated list (``--history_by test,metric``), each part stripped, empty ones left out."""
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def comma_separated_ints(text: str) -> List[int]:
+    """An option's comma-separated integers (``--seeds 1,2,3``); a part that is not one exits 2 naming the option
+    (as an argparse ``type``)."""
+    return [int(part) for part in comma_separated(text)]
+
+
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """Defaults shown in --help, except empty ones (None, False, []), a flag's (``--no_progress`` would read
     "default: True", the value of what it turns off) and where the help already names one."""

@@ -2,7 +2,15 @@
 
 import pytest
 
-from trainguard.cli import StrictArgumentParser, canonical_argv, cloud_failure, missing_credentials, nearest_option
+from trainguard.cli import (
+    StrictArgumentParser,
+    canonical_argv,
+    cloud_failure,
+    comma_separated,
+    comma_separated_ints,
+    missing_credentials,
+    nearest_option,
+)
 
 
 def parser():
@@ -68,6 +76,16 @@ def test_help_gives_no_default_for_a_flag():
     p.add_argument("--no_progress", dest="progress", action="store_false", help="never show progress")
     text = " ".join(p.format_help().split())
     assert "--no_progress never show progress" in text and "default: True" not in text
+
+
+def test_comma_separated_options_strip_their_parts_and_a_bad_integer_exits_2_naming_the_option(capsys):
+    assert comma_separated(" test, metric,,") == ["test", "metric"]
+    p = parser()
+    p.add_argument("--seeds", type=comma_separated_ints, default="1,2")
+    assert p.parse_args([]).seeds == [1, 2] and p.parse_args(["--seeds", "3, 4"]).seeds == [3, 4]
+    with pytest.raises(SystemExit) as exit_info:
+        p.parse_args(["--seeds", "1,x"])
+    assert exit_info.value.code == 2 and "--seeds" in capsys.readouterr().err
 
 
 class DefaultCredentialsError(Exception):
